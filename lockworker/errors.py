@@ -1,0 +1,78 @@
+"""The one exception tree of lockworker.
+
+Every error lockworker raises on purpose derives from :class:`LockworkerError`, so
+``except lockworker.LockworkerError`` catches them all. Where a stdlib base is what
+callers already catch, it is mixed in (``InvalidConfig`` is also a ``ValueError``).
+
+This module is a leaf: it imports nothing from lockworker, so every other module can
+import it without a cycle.
+
+Two kinds of failure are kept apart: misuse by the caller (:class:`InvalidConfig`,
+:class:`NotHeld`) and data found in Redis that lockworker did not write
+(:class:`ForeignValueError`), which lockworker never overwrites.
+"""
+
+from __future__ import annotations
+
+
+class LockworkerError(Exception):
+    """Root of every error lockworker raises on purpose."""
+
+
+class InvalidConfig(LockworkerError, ValueError):
+    """An argument has a value lockworker cannot work with (raised before any Redis call)."""
+
+
+class InvalidHook(LockworkerError, TypeError):
+    """A hook that is not callable was given."""
+
+
+class LockLost(LockworkerError):
+    """This process can no longer be sure it holds the lock (lease expired or taken over).
+
+    Raised by :meth:`lockworker.Job.check` and by primitives whose owner lost them.
+    """
+
+    def __init__(self, message: str, *, key: str | None = None, token: int | None = None) -> None:
+        super().__init__(message)
+        self.key = key
+        self.token = token
+
+
+class StopRequested(LockworkerError):
+    """The worker was asked to stop; raised by :meth:`lockworker.Job.check`.
+
+    Raising it (or letting it propagate) from ``on_acquired`` hands the job over at once
+    without spending an attempt.
+    """
+
+
+class ForeignValueError(LockworkerError):
+    """A key lockworker uses holds a value lockworker did not write.
+
+    lockworker refuses to touch such a key rather than overwrite somebody else's data.
+    """
+
+    def __init__(self, key: str, value: object) -> None:
+        super().__init__(
+            f"key {key!r} holds a value lockworker did not write ({value!r}); "
+            "refusing to overwrite it: choose another namespace or delete the key"
+        )
+        self.key = key
+        self.value = value
+
+
+class RedisUnavailable(LockworkerError):
+    """Redis could not be reached within the retry budget (bounded backoff ran out)."""
+
+
+class NotHeld(LockworkerError):
+    """An operation that needs the lock (release, extend) was called by a non-holder."""
+
+
+class AcquireTimeout(LockworkerError, TimeoutError):
+    """A blocking acquire did not succeed within its timeout."""
+
+
+class QuorumNotReached(LockworkerError):
+    """Redlock could not take the lock on a majority of masters in time."""

@@ -1,0 +1,211 @@
+"""The lock protocol: each step one atomic operation on the Redis server.
+
+Steps (all take the client's view of one job's :class:`~lockworker.keys.JobKeys`):
+
+=========  ==========================================================  =====================
+step       what it does atomically                                      result
+=========  ==========================================================  =====================
+acquire    if pending and free: attempt+1, token+1, lease for owner     Grant | Snapshot
+renew      extend the lease if the caller still holds this attempt      bool
+complete   holder only: drop the lease, state DONE, wake waiters        Settle.DONE|NOT_HOLDER
+fail       holder only: drop the lease (GAVE_UP if it was the last)     RELEASED|GAVE_UP|...
+release    holder only: drop the lease and refund the attempt           RELEASED|NOT_HOLDER
+inspect    read state, lease and its remaining time                     Snapshot
+reset      make a resolved job pending again (token counter kept)       bool
+=========  ==========================================================  =====================
+
+Rules of this module: no threads, no sleeping, no hooks, no logging, no retries. It
+says what Redis did; the worker decides what to do about it. Every step is safe to
+retry after a lost reply: acquire recognises its own lease (``Grant.reentered``), and
+settle steps recognise a state they already wrote.
+
+Two implementations share this interface: :class:`ScriptProtocol` (Lua, one round trip
+per step; the default) and :class:`lockworker.txn.TxnProtocol` (WATCH/MULTI/EXEC, three
+round trips per step).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+import redis
+from redis.commands.core import Script
+
+from lockworker import scripts
+from lockworker.codec import LockValue, StateValue, decode_lock, decode_state
+from lockworker.errors import ForeignValueError
+from lockworker.keys import JobKeys
+from lockworker.state import Grant, JobStatus, Settle, Snapshot
+
+
+class LockProtocol(Protocol):
+    """The atomic steps of the job lock (see the module docstring)."""
+
+    def acquire(
+        self, keys: JobKeys, owner: str, lease_ms: int, max_attempts: int, retention_ms: int
+    ) -> Grant | Snapshot: ...
+
+    def renew(self, keys: JobKeys, held: LockValue, lease_ms: int, retention_ms: int) -> bool: ...
+
+    def complete(self, keys: JobKeys, held: LockValue, retention_ms: int) -> Settle: ...
+
+    def fail(
+        self, keys: JobKeys, held: LockValue, max_attempts: int, retention_ms: int
+    ) -> Settle: ...
+
+    def release(self, keys: JobKeys, held: LockValue, retention_ms: int) -> Settle: ...
+
+    def inspect(self, keys: JobKeys) -> Snapshot: ...
+
+    def reset(self, keys: JobKeys, retention_ms: int, *, force: bool = False) -> bool: ...
+
+
+def text(raw: Any) -> str:
+    """A reply as str, whether the client decodes responses or not."""
+    return raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
+
+
+def settle_plan(held: LockValue, kind: str, max_attempts: int = 0) -> tuple[StateValue, str]:
+    """The state a settle step writes, and the message that wakes waiters.
+
+    ``kind`` is ``complete``, ``fail`` or ``release``. A failed last attempt writes
+    GAVE_UP; a release gives the attempt back so a graceful stop costs none.
+    """
+    if kind == "complete":
+        return StateValue(JobStatus.DONE, held.attempt, held.token, held.owner), "done"
+    if kind == "fail":
+        final = held.attempt >= max_attempts
+        status = JobStatus.GAVE_UP if final else JobStatus.PENDING
+        return StateValue(status, held.attempt, held.token, held.owner), status.value
+    return StateValue(JobStatus.PENDING, held.attempt - 1, held.token, held.owner), "released"
+
+
+def settle_result(applied: bool, new_state: StateValue) -> Settle:
+    """Map a settle step's applied/refused answer to a :class:`Settle`."""
+    if not applied:
+        return Settle.NOT_HOLDER
+    if new_state.status is JobStatus.DONE:
+        return Settle.DONE
+    if new_state.status is JobStatus.GAVE_UP:
+        return Settle.GAVE_UP
+    return Settle.RELEASED
+
+
+def snapshot_from(keys: JobKeys, raw_state: Any, raw_lock: Any, pttl: int | None) -> Snapshot:
+    """Build a :class:`Snapshot` from raw reads of the state and lock keys."""
+    state = None
+    if raw_state is not None:
+        state = decode_state(raw_state)
+        if state is None:
+            raise ForeignValueError(keys.state, text(raw_state))
+    lock = None
+    if raw_lock is not None:
+        lock = decode_lock(raw_lock)
+        if lock is None:
+            raise ForeignValueError(keys.lock, text(raw_lock))
+    status = state.status if state else JobStatus.PENDING
+    attempt = state.attempt if state else 0
+    token = state.token if state else 0
+    owner = state.owner if state else ""
+    if lock is not None and status is JobStatus.PENDING:
+        return Snapshot(status, lock.attempt, lock.token, owner, lock.owner, pttl)
+    return Snapshot(status, attempt, token, owner)
+
+
+def decode_acquire(keys: JobKeys, reply: Sequence[Any]) -> Grant | Snapshot:
+    """Decode the ACQUIRE script's reply (see :mod:`lockworker.scripts`)."""
+    kind = text(reply[0])
+    if kind == "granted":
+        return Grant(int(reply[1]), int(reply[2]), reentered=int(reply[3]) == 1)
+    if kind == "locked":
+        return Snapshot(
+            JobStatus.PENDING, int(reply[1]), int(reply[2]), text(reply[3]),
+            holder=text(reply[3]), pttl_ms=max(0, int(reply[4])),
+        )
+    if kind == "foreign":
+        raise ForeignValueError(text(reply[1]), text(reply[2]))
+    return Snapshot(JobStatus(kind), int(reply[1]), int(reply[2]), text(reply[3]))
+
+
+def _foreign_on_wrongtype(keys: JobKeys, exc: redis.ResponseError) -> Exception:
+    if "WRONGTYPE" in str(exc):
+        return ForeignValueError(f"{keys.lock} or {keys.state}", "a value of another type")
+    return exc
+
+
+class ScriptProtocol:
+    """The protocol as Lua scripts: one round trip per step.
+
+    Scripts are registered on this object (not globally) and run by EVALSHA, falling
+    back to EVAL once per server when the script cache is empty (NOSCRIPT).
+    """
+
+    def __init__(self, client: redis.Redis) -> None:
+        self.client = client
+        self._acquire: Script = client.register_script(scripts.ACQUIRE)
+        self._renew: Script = client.register_script(scripts.RENEW)
+        self._settle: Script = client.register_script(scripts.SETTLE)
+        self._reset: Script = client.register_script(scripts.RESET)
+
+    def _run(self, script: Script, keys: JobKeys, args: Sequence[object]) -> Any:
+        try:
+            return script(keys=[keys.lock, keys.state], args=list(args), client=self.client)
+        except redis.ResponseError as exc:
+            raise _foreign_on_wrongtype(keys, exc) from exc
+
+    def acquire(
+        self, keys: JobKeys, owner: str, lease_ms: int, max_attempts: int, retention_ms: int
+    ) -> Grant | Snapshot:
+        reply = self._run(
+            self._acquire, keys, (owner, lease_ms, max_attempts, retention_ms, keys.wake)
+        )
+        return decode_acquire(keys, reply)
+
+    def renew(self, keys: JobKeys, held: LockValue, lease_ms: int, retention_ms: int) -> bool:
+        return int(self._run(self._renew, keys, (held.encode(), lease_ms, retention_ms))) == 1
+
+    def _settle_step(
+        self, keys: JobKeys, held: LockValue, kind: str, retention_ms: int, max_attempts: int = 0
+    ) -> Settle:
+        new_state, message = settle_plan(held, kind, max_attempts)
+        reply = self._run(
+            self._settle,
+            keys,
+            (held.encode(), new_state.encode(), retention_ms, keys.wake, message),
+        )
+        return settle_result(int(reply) != 0, new_state)
+
+    def complete(self, keys: JobKeys, held: LockValue, retention_ms: int) -> Settle:
+        return self._settle_step(keys, held, "complete", retention_ms)
+
+    def fail(
+        self, keys: JobKeys, held: LockValue, max_attempts: int, retention_ms: int
+    ) -> Settle:
+        return self._settle_step(keys, held, "fail", retention_ms, max_attempts)
+
+    def release(self, keys: JobKeys, held: LockValue, retention_ms: int) -> Settle:
+        return self._settle_step(keys, held, "release", retention_ms)
+
+    def inspect(self, keys: JobKeys) -> Snapshot:
+        return inspect(self.client, keys)
+
+    def reset(self, keys: JobKeys, retention_ms: int, *, force: bool = False) -> bool:
+        reply = self._run(self._reset, keys, (1 if force else 0, retention_ms, keys.wake))
+        kind = text(reply[0])
+        if kind == "foreign":
+            raise ForeignValueError(text(reply[1]), text(reply[2]))
+        return kind == "reset"
+
+
+def inspect(client: redis.Redis, keys: JobKeys) -> Snapshot:
+    """Read a job's state, lease and lease time left in one atomic round trip."""
+    pipe = client.pipeline(transaction=True)
+    pipe.get(keys.state)
+    pipe.get(keys.lock)
+    pipe.pttl(keys.lock)
+    try:
+        raw_state, raw_lock, pttl = pipe.execute()
+    except redis.ResponseError as exc:
+        raise _foreign_on_wrongtype(keys, exc) from exc
+    return snapshot_from(keys, raw_state, raw_lock, int(pttl) if int(pttl) >= 0 else None)

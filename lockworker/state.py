@@ -1,0 +1,74 @@
+"""Value types shared by the protocol, the policy and the worker.
+
+Pure data: what the protocol observed in Redis (:class:`Snapshot`, :class:`Grant`) and
+how a job ended for this process (:class:`Outcome`). No Redis, no time, no threads.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+
+class JobStatus(str, enum.Enum):
+    """What Redis says about a job. Only PENDING jobs can still be acquired."""
+
+    PENDING = "pending"
+    DONE = "done"
+    GAVE_UP = "gave_up"
+
+
+class Outcome(str, enum.Enum):
+    """How :meth:`lockworker.Worker.process` ended for this process."""
+
+    DONE = "done"
+    """This process ran ``on_acquired`` to the end and marked the job DONE."""
+    DONE_ELSEWHERE = "done_elsewhere"
+    """Another process finished the job."""
+    GAVE_UP = "gave_up"
+    """``max_attempts`` attempts failed (by anyone); nobody will run the job again."""
+    STOPPED = "stopped"
+    """The worker was stopped before the job was resolved; the job is still pending."""
+
+
+@dataclass(frozen=True)
+class Grant:
+    """The caller now holds the lease for ``attempt``, fenced by ``token``."""
+
+    attempt: int
+    token: int
+    reentered: bool = False
+    """True if the caller already held it (a retried acquire whose reply was lost)."""
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """What a process that did not get the lease saw.
+
+    ``holder``/``pttl_ms`` are set while another process holds a live lease; ``owner``
+    is whoever last held the job (for DONE: who finished it).
+    """
+
+    status: JobStatus
+    attempt: int
+    token: int
+    owner: str
+    holder: str | None = None
+    pttl_ms: int | None = None
+
+    @property
+    def resolved(self) -> bool:
+        return self.status is not JobStatus.PENDING
+
+
+class Settle(str, enum.Enum):
+    """Result of ending an attempt (complete, fail or release)."""
+
+    DONE = "done"
+    """The job is marked DONE by this holder."""
+    RELEASED = "released"
+    """The lease is released; the job is pending for the next attempt."""
+    GAVE_UP = "gave_up"
+    """The failed attempt was the last one: the job is marked GAVE_UP."""
+    NOT_HOLDER = "not_holder"
+    """Refused: the caller no longer holds this attempt's lease."""
