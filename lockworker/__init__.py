@@ -1,0 +1,50 @@
+"""lockworker: every job done once, by one process at a time, and nothing lost.
+
+A primary process and any number of backups share jobs through Redis. For each job they
+race for a lease that counts attempts; the winner runs ``on_acquired``, the others watch
+and take over if it dies or fails. See README.md and docs/.
+"""
+
+from __future__ import annotations
+
+from lockworker.clock import Clock, SystemClock
+from lockworker.errors import (
+    AcquireTimeout,
+    ForeignValueError,
+    InvalidConfig,
+    InvalidHook,
+    LockLost,
+    LockworkerError,
+    NotHeld,
+    QuorumNotReached,
+    RedisUnavailable,
+    StopRequested,
+)
+from lockworker.job import Job
+from lockworker.retry import RetryPolicy
+from lockworker.state import JobStatus, Outcome, Snapshot
+from lockworker.worker import Worker
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AcquireTimeout",
+    "Clock",
+    "ForeignValueError",
+    "InvalidConfig",
+    "InvalidHook",
+    "Job",
+    "JobStatus",
+    "LockLost",
+    "LockworkerError",
+    "NotHeld",
+    "Outcome",
+    "QuorumNotReached",
+    "RedisUnavailable",
+    "RetryPolicy",
+    "Snapshot",
+    "StopRequested",
+    "SystemClock",
+    "Worker",
+    "__version__",
+]

@@ -83,6 +83,8 @@ def check_payload(payload: Any) -> str:
     Payloads travel between processes (streams, status), so they must be JSON. This is
     checked before any Redis call, so a bad payload never reaches the lock protocol.
     """
+    if payload is None:
+        return "null"
     try:
         return json.dumps(payload, separators=(",", ":"), allow_nan=False)
     except (TypeError, ValueError) as exc:

@@ -15,6 +15,7 @@ because the keys differ only after the closing brace.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 from lockworker.errors import InvalidConfig
 
@@ -47,19 +48,19 @@ class JobKeys:
         """Validated keys for ``job_id`` under ``namespace``."""
         return cls(check_name(namespace, "namespace"), check_name(job_id, "job_id"))
 
-    @property
+    @cached_property
     def base(self) -> str:
         return f"{PREFIX}:{self.namespace}:{{{self.job_id}}}"
 
-    @property
+    @cached_property
     def lock(self) -> str:
         return f"{self.base}:lock"
 
-    @property
+    @cached_property
     def state(self) -> str:
         return f"{self.base}:state"
 
-    @property
+    @cached_property
     def wake(self) -> str:
         return f"{self.base}:wake"
 

@@ -148,7 +148,7 @@ class ScriptProtocol:
         self._settle: Script = client.register_script(scripts.SETTLE)
         self._reset: Script = client.register_script(scripts.RESET)
 
-    def _run(self, script: Script, keys: JobKeys, args: Sequence[object]) -> Any:
+    def _run(self, script: Script, keys: JobKeys, args: Sequence[str | int]) -> Any:
         try:
             return script(keys=[keys.lock, keys.state], args=list(args), client=self.client)
         except redis.ResponseError as exc:

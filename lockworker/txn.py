@@ -33,7 +33,7 @@ class TxnProtocol:
         with self.client.pipeline(transaction=True) as pipe:
             while True:
                 try:
-                    pipe.watch(keys.lock, keys.state)
+                    pipe.watch(keys.lock, keys.state)  # type: ignore[no-untyped-call]
                     return step(pipe)
                 except redis.WatchError:
                     continue

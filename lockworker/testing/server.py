@@ -114,7 +114,7 @@ class RedisServer:
                 "--logfile", "server.log",
                 *self.extra_args,
             ]
-            self._process = subprocess.Popen(  # noqa: S603 - arguments are ours
+            self._process = subprocess.Popen(
                 args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
             )
             if self._wait_ready(timeout):
@@ -171,7 +171,7 @@ class RedisServer:
 
     def version(self) -> str:
         """The server's banner version, e.g. ``Valkey server v=8.1.8 ...``."""
-        out = subprocess.run(  # noqa: S603
+        out = subprocess.run(
             [self.binary, "--version"], capture_output=True, text=True, check=False
         )
         return out.stdout.strip()

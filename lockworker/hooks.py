@@ -1,0 +1,47 @@
+"""The hook contract shared by :class:`~lockworker.Worker` and its subclasses.
+
+======================  ================================================================
+hook                    when, and in which thread
+======================  ================================================================
+``on_acquired(job)``    this process holds the job's lease for ``job.attempt``; runs in
+                        the thread that called ``process``. Return normally: the job is
+                        marked DONE. Raise: the attempt fails (the next process takes
+                        the next attempt). Raise ``StopRequested``: handed over, no
+                        attempt spent. Required.
+``on_locked(job)``      another process holds the job; ``job.holder``/``job.attempt``
+                        describe it. Once per attempt seen, in the ``process`` thread.
+``on_failed(job, e)``   this process's attempt raised ``e``; before the lease is released.
+``on_lost(job)``        this process can no longer be sure it holds the lease. Runs in
+                        the heartbeat thread, possibly *while* ``on_acquired`` still
+                        runs, or in the ``process`` thread when completion is refused.
+                        Keep it short: set a flag, cancel work.
+``on_gave_up(job)``     ``max_attempts`` were used up; once per ``process`` call that
+                        ends in ``GAVE_UP``, in every process that sees it.
+======================  ================================================================
+
+Not guaranteed: that ``on_lost`` is only called after ``on_acquired`` started (a loss can
+be found the moment a lease is granted, if the process was paused); that ``on_locked``
+sees every attempt (a short attempt can start and end between two looks). An exception
+raised by any hook other than ``on_acquired`` is logged as ``hook.error`` and ignored.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from lockworker.errors import InvalidHook
+
+HOOK_NAMES = ("on_acquired", "on_locked", "on_failed", "on_lost", "on_gave_up")
+
+
+def check_hooks(given: dict[str, Any]) -> dict[str, Callable[..., Any]]:
+    """The hooks passed as arguments, each checked to be callable (or left out if None)."""
+    hooks: dict[str, Callable[..., Any]] = {}
+    for name, fn in given.items():
+        if fn is None:
+            continue
+        if not callable(fn):
+            raise InvalidHook(f"{name} must be callable, got {type(fn).__name__}: {fn!r}")
+        hooks[name] = fn
+    return hooks

@@ -1,0 +1,161 @@
+"""Leases judged by this process's own clock, and the heartbeat that renews them.
+
+A holder never asks Redis whether it still holds its lease; it knows. Validity is
+computed from the local monotonic time taken *before* the request that granted or
+renewed the lease, minus a drift allowance::
+
+    valid_until = sent_at + lease * (1 - DRIFT_FACTOR) - DRIFT_FIXED
+
+If that moment passes without a confirmed renewal (the process was paused, Redis was
+unreachable), the lease is *lost*, whatever Redis would say later. The server then
+refuses the holder's completion, because its lock value no longer matches.
+
+One :class:`Heartbeat` thread per worker renews all of its leases, each about every
+third of the lease. It only calls ``renew``; hooks and logging are the caller's, through
+the ``on_renewed``/``on_lost`` callbacks.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from lockworker.clock import Clock
+from lockworker.errors import LockworkerError
+
+DRIFT_FACTOR = 0.01
+DRIFT_FIXED = 0.002
+
+
+def valid_until(sent_at: float, lease: float) -> float:
+    """The last moment, on the local monotonic clock, this process may trust a lease."""
+    return sent_at + lease * (1.0 - DRIFT_FACTOR) - DRIFT_FIXED
+
+
+@dataclass(eq=False)
+class Lease:
+    """One held lease: when it must be renewed and until when it can be trusted."""
+
+    renew: Callable[[float], bool]
+    """Renew on the server, retrying until the given deadline; True if still held."""
+    lease: float
+    valid_until: float
+    next_renewal: float
+    lost: bool = False
+    """Set once the lease can no longer be trusted; never cleared."""
+    released: bool = False
+    on_renewed: Callable[[Lease], None] | None = None
+    on_lost: Callable[[Lease, str], None] | None = None
+
+    def is_valid(self, now: float) -> bool:
+        return not self.lost and now < self.valid_until
+
+
+class Heartbeat:
+    """A daemon thread renewing every held lease about every ``interval`` seconds.
+
+    The thread starts on the first :meth:`hold` and sleeps at most ``interval`` when idle;
+    since every lease's first renewal is due ``interval`` after it is held, a new lease
+    never needs to wake the thread early, and :meth:`hold` costs no thread switch.
+    """
+
+    def __init__(
+        self,
+        clock: Clock,
+        interval: float,
+        *,
+        thread_factory: Callable[..., threading.Thread] = threading.Thread,
+    ) -> None:
+        self._clock = clock
+        self._interval = interval
+        self._thread_factory = thread_factory
+        self._heap: list[tuple[float, int, Lease]] = []
+        self._seq = itertools.count()
+        self._mutex = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def hold(self, lease: Lease) -> None:
+        """Start renewing ``lease``."""
+        with self._mutex:
+            heapq.heappush(self._heap, (lease.next_renewal, next(self._seq), lease))
+            if self._thread is None:
+                self._thread = self._thread_factory(
+                    target=self._run, name="lockworker-heartbeat", daemon=True
+                )
+                self._thread.start()
+
+    @staticmethod
+    def drop(lease: Lease) -> None:
+        """Stop renewing ``lease`` (it is skipped the next time it comes due)."""
+        lease.released = True
+
+    def _next_due(self) -> Lease | None:
+        """Pop the next lease whose renewal is due now, or return None."""
+        with self._mutex:
+            while self._heap:
+                due, _, lease = self._heap[0]
+                if lease.released:
+                    heapq.heappop(self._heap)
+                    continue
+                if due > self._clock.monotonic():
+                    return None
+                heapq.heappop(self._heap)
+                return lease
+            return None
+
+    def _sleep_for(self) -> float:
+        with self._mutex:
+            if not self._heap:
+                return self._interval
+            return max(0.0, min(self._interval, self._heap[0][0] - self._clock.monotonic()))
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            lease = self._next_due()
+            if lease is None:
+                self._clock.wait(self._stop, self._sleep_for())
+                continue
+            self.beat(lease)
+            if not lease.released and not lease.lost:
+                with self._mutex:
+                    heapq.heappush(self._heap, (lease.next_renewal, next(self._seq), lease))
+
+    def beat(self, lease: Lease) -> None:
+        """Renew one lease now, or declare it lost (public for tests that step by hand)."""
+        sent_at = self._clock.monotonic()
+        if sent_at >= lease.valid_until:
+            self._lose(lease, "lease expired before it could be renewed (process paused?)")
+            return
+        try:
+            held = lease.renew(lease.valid_until)
+        except LockworkerError as exc:
+            self._lose(lease, f"could not renew: {exc}")
+            return
+        if lease.released:
+            return
+        if not held:
+            self._lose(lease, "lease taken over or expired on the server")
+            return
+        lease.valid_until = valid_until(sent_at, lease.lease)
+        lease.next_renewal = sent_at + self._interval
+        if lease.on_renewed is not None:
+            lease.on_renewed(lease)
+
+    @staticmethod
+    def _lose(lease: Lease, reason: str) -> None:
+        if lease.released or lease.lost:
+            return
+        lease.lost = True
+        if lease.on_lost is not None:
+            lease.on_lost(lease, reason)
+
+    def close(self) -> None:
+        """Stop the thread; held leases are no longer renewed."""
+        self._stop.set()
+        thread, self._thread = self._thread, None
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout=5.0)

@@ -1,0 +1,89 @@
+"""Bounded retries of Redis steps after connection errors, in one place.
+
+Every protocol step is safe to retry after a lost reply (see :mod:`lockworker.protocol`),
+so a broken connection is retried with exponential backoff and jitter (tenacity) until a
+deadline, then reported as :class:`~lockworker.errors.RedisUnavailable`. The deadline is
+what makes it safe: a holder's renewals are retried only until its lease would end,
+never past it, so retrying can never keep two holders alive at once.
+
+Only connection-level failures are retried. Errors in the reply (a script error, a
+foreign value) are raised at once: retrying would not change them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TypeVar
+
+import redis
+import tenacity
+
+from lockworker.clock import Clock
+from lockworker.errors import InvalidConfig, RedisUnavailable
+
+T = TypeVar("T")
+
+RETRYABLE = (redis.ConnectionError, redis.TimeoutError)
+"""Connection refused or reset, socket timeouts, a server still loading its data."""
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How long and how often to retry a step after a connection error.
+
+    ``budget``: seconds after the first try at which to give up (a caller may pass a
+    shorter deadline, such as the end of a lease). ``initial``/``maximum``: the backoff
+    between tries, doubling with jitter from ``initial`` up to ``maximum`` seconds.
+    """
+
+    budget: float = 10.0
+    initial: float = 0.01
+    maximum: float = 0.5
+
+    def __post_init__(self) -> None:
+        for name in ("budget", "initial", "maximum"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or value <= 0:
+                raise InvalidConfig(f"retry {name} must be a number > 0 seconds, got {value!r}")
+
+
+def call(
+    fn: Callable[[], T],
+    *,
+    clock: Clock,
+    policy: RetryPolicy,
+    what: str,
+    deadline: float | None = None,
+) -> T:
+    """Run ``fn``, retrying connection errors until ``policy.budget`` or ``deadline``.
+
+    ``deadline`` is a time on ``clock.monotonic()``; no new try starts after it.
+    Raises :class:`RedisUnavailable` (chained to the last connection error) when the
+    retries run out.
+    """
+    try:
+        return fn()  # the common case costs no retry machinery
+    except RETRYABLE:
+        pass
+    start = clock.monotonic()
+    end = start + policy.budget if deadline is None else min(deadline, start + policy.budget)
+
+    def out_of_time(state: tenacity.RetryCallState) -> bool:
+        return clock.monotonic() >= end
+
+    retrying = tenacity.Retrying(
+        retry=tenacity.retry_if_exception_type(RETRYABLE),
+        stop=out_of_time,
+        wait=tenacity.wait_exponential_jitter(initial=policy.initial, max=policy.maximum),
+        sleep=clock.sleep,
+        reraise=False,
+    )
+    try:
+        return retrying(fn)
+    except tenacity.RetryError as exc:
+        last = exc.last_attempt.exception()
+        raise RedisUnavailable(
+            f"Redis unreachable while trying to {what}: gave up after "
+            f"{exc.last_attempt.attempt_number} tries ({last})"
+        ) from last
