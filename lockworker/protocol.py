@@ -77,7 +77,9 @@ def settle_plan(held: LockValue, kind: str, max_attempts: int = 0) -> tuple[Stat
     if kind == "fail":
         final = held.attempt >= max_attempts
         status = JobStatus.GAVE_UP if final else JobStatus.PENDING
-        return StateValue(status, held.attempt, held.token, held.owner), status.value
+        return StateValue(status, held.attempt, held.token, held.owner), (
+            "gave_up" if final else "failed"
+        )
     return StateValue(JobStatus.PENDING, held.attempt - 1, held.token, held.owner), "released"
 
 
