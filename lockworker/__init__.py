@@ -21,8 +21,11 @@ from lockworker.errors import (
     StopRequested,
 )
 from lockworker.job import Job
+from lockworker.leader import Leader, LeaderInfo
 from lockworker.retry import RetryPolicy
+from lockworker.sources import Delivery, StreamSource, submit
 from lockworker.state import JobStatus, Outcome, Snapshot
+from lockworker.term import Term
 from lockworker.worker import Worker
 
 __version__ = "0.1.0"
@@ -30,11 +33,14 @@ __version__ = "0.1.0"
 __all__ = [
     "AcquireTimeout",
     "Clock",
+    "Delivery",
     "ForeignValueError",
     "InvalidConfig",
     "InvalidHook",
     "Job",
     "JobStatus",
+    "Leader",
+    "LeaderInfo",
     "LockLost",
     "LockworkerError",
     "NotHeld",
@@ -44,7 +50,10 @@ __all__ = [
     "RetryPolicy",
     "Snapshot",
     "StopRequested",
+    "StreamSource",
     "SystemClock",
+    "Term",
     "Worker",
     "__version__",
+    "submit",
 ]

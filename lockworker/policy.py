@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from lockworker.errors import InvalidConfig
 from lockworker.state import Snapshot
 
 EXPIRY_MARGIN = 0.001
@@ -51,3 +52,55 @@ def is_news(previous: Snapshot | None, seen: Snapshot) -> bool:
     if previous is None:
         return True
     return (previous.holder, previous.token) != (seen.holder, seen.token)
+
+
+ROLES = ("primary", "backup")
+
+
+def check_role(role: object, backup_delay: object) -> tuple[str, float]:
+    """``(role, backup_delay)`` validated, for Worker and Leader alike."""
+    if role not in ROLES:
+        raise InvalidConfig(f"role must be 'primary' or 'backup', got {role!r}")
+    if (
+        isinstance(backup_delay, bool) or not isinstance(backup_delay, (int, float))
+        or not backup_delay >= 0
+    ):
+        raise InvalidConfig(f"backup_delay must be a number of seconds >= 0, got {backup_delay!r}")
+    return str(role), float(backup_delay)
+
+
+@dataclass(frozen=True)
+class BackupView:
+    """What a backup decided after looking at a pending job.
+
+    ``compete``: try to acquire now. Otherwise look again at ``look_again`` (a wake
+    message may come sooner). ``free_since``/``free_token`` remember when this backup
+    first saw the job free, and at which token, so the delay is not restarted by every
+    look but is restarted when somebody held the job in between.
+    """
+
+    compete: bool
+    look_again: float
+    free_since: float | None
+    free_token: int | None
+
+
+def backup_step(
+    seen: Snapshot, free_since: float | None, free_token: int | None, now: float, timing: Timing
+) -> BackupView:
+    """The backup's move for a pending job it does not hold.
+
+    A backup lets a free job lie for ``backup_delay`` before competing, so a live
+    primary (which competes at once) normally wins and backups step in only when it is
+    gone. Held: wait for the lease's end. Free: start (or keep) the delay's clock;
+    compete once it has run out. A new token since the clock started means somebody
+    held the job in between, so the clock starts again.
+    """
+    if seen.holder is not None:
+        return BackupView(False, recheck_at(seen, now, timing), None, None)
+    if free_since is None or free_token != seen.token:
+        free_since, free_token = now, seen.token
+    ready_at = free_since + timing.backup_delay
+    if now >= ready_at:
+        return BackupView(True, now, free_since, free_token)
+    return BackupView(False, ready_at, free_since, free_token)

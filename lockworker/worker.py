@@ -30,6 +30,7 @@ from lockworker.job import Job
 from lockworker.keys import JobKeys, check_name
 from lockworker.lease import Heartbeat, Lease, valid_until
 from lockworker.protocol import LockProtocol, ScriptProtocol
+from lockworker.serve import serve
 from lockworker.signals import stop_on_signals
 from lockworker.state import Grant, JobStatus, Outcome, Settle, Snapshot
 from lockworker.txn import TxnProtocol
@@ -38,6 +39,9 @@ from lockworker.wake import WakeHub
 T = TypeVar("T")
 
 DAY = 86400.0
+
+RESERVED_NAMESPACES = frozenset({"leaders"})
+"""Namespaces lockworker uses itself (``leaders``: :class:`lockworker.Leader`)."""
 
 
 def default_owner() -> str:
@@ -90,6 +94,10 @@ class Worker:
     :param redis_retry: retry policy for connection errors.
     :param handle_signals: stop on SIGTERM/SIGINT (a second signal acts as before), from
         the first ``process`` call in the main thread until :meth:`close`.
+    :param role: ``"primary"`` competes for a free job at once; ``"backup"`` lets a
+        free job lie for ``backup_delay`` seconds first, so a live primary normally
+        does the jobs and backups step in only when it is gone (docs/daemons.md).
+    :param backup_delay: seconds a backup waits before competing (ignored for a primary).
     """
 
     def __init__(
@@ -107,6 +115,8 @@ class Worker:
         protocol: str | LockProtocol = "script",
         redis_retry: retry.RetryPolicy | None = None,
         handle_signals: bool = True,
+        role: str = "primary",
+        backup_delay: float = 0.5,
         on_acquired: Callable[[Job], None] | None = None,
         on_locked: Callable[[Job], None] | None = None,
         on_failed: Callable[[Job, BaseException], None] | None = None,
@@ -118,6 +128,11 @@ class Worker:
         ):
             raise InvalidConfig(f"client must be a redis.Redis client, got {client!r}")
         self.namespace = check_name(namespace, "namespace")
+        if self.namespace in RESERVED_NAMESPACES:
+            raise InvalidConfig(
+                f"namespace {namespace!r} is reserved (used by lockworker.Leader); choose another"
+            )
+        self.role, self.backup_delay = policy.check_role(role, backup_delay)
         self.lock_timeout = _positive(lock_timeout, "lock_timeout")
         self.max_attempts = int(_positive(max_attempts, "max_attempts", integer=True))
         self.owner = check_name(owner, "owner") if owner is not None else default_owner()
@@ -141,7 +156,9 @@ class Worker:
                 "on_acquired is required: override it in a subclass or pass on_acquired=fn"
             )
         self.client = client
-        self.timing = policy.Timing(self.lock_timeout, float(delay))
+        self.timing = policy.Timing(
+            self.lock_timeout, float(delay), self.backup_delay if role == "backup" else 0.0
+        )
         self.clock: Clock = clock or SystemClock()
         self.protocol = make_protocol(client, protocol)
         self.redis_retry = redis_retry or retry.RetryPolicy()
@@ -194,6 +211,15 @@ class Worker:
         log = self._log.bind(job_id=job_id)
         self._install_signal_handlers()
         return _JobRun(self, keys, payload, log).run()
+
+    def serve(self, source: Any, *, concurrency: int = 4) -> None:
+        """Process jobs from ``source`` until it is exhausted or the worker is stopped.
+
+        ``source``: any iterable of ``(job_id, payload)``, or a
+        :class:`lockworker.StreamSource`. At most ``concurrency`` jobs run at once, each
+        through :meth:`process`; see :mod:`lockworker.serve`.
+        """
+        serve(self, source, concurrency=concurrency)
 
     def stop(self) -> None:
         """Ask every ``process`` call of this worker to end (STOPPED) at its next safe point.
@@ -276,6 +302,8 @@ class _JobRun:
         self.previous: Snapshot | None = None
         self.not_before = 0.0
         self.wake: threading.Event | None = None
+        self.free_since: float | None = None
+        self.free_token: int | None = None
         self.stack = contextlib.ExitStack()
 
     def job(self, attempt: int, token: int, holder: str | None) -> Job:
@@ -297,6 +325,13 @@ class _JobRun:
                     if outcome is not None:
                         return outcome
                     continue
+                if self.w.role == "backup":
+                    ready = self.backup_ready()
+                    if isinstance(ready, Outcome):
+                        return ready
+                    if not ready:
+                        continue
+                    now = self.w.clock.monotonic()
                 sent_at = now
                 result = self.w._call(
                     lambda: self.w.protocol.acquire(
@@ -316,6 +351,27 @@ class _JobRun:
                 if self.subscribe():
                     continue  # subscribed just now: look again before waiting
                 self.wait_until(policy.recheck_at(result, self.w.clock.monotonic(), self.w.timing))
+
+    def backup_ready(self) -> Outcome | bool:
+        """A backup looks before it competes: True to acquire now, False to look again.
+
+        The primary skips this (no extra round trip); a backup inspects the job and
+        competes only once it has been free for ``backup_delay``, waiting meanwhile on
+        the wake channel so that a job finished elsewhere ends the wait at once.
+        """
+        seen = self.w._call(lambda: self.w.protocol.inspect(self.keys), "inspect job")
+        outcome = self.observe(seen)
+        if outcome is not None:
+            return outcome
+        view = policy.backup_step(
+            seen, self.free_since, self.free_token, self.w.clock.monotonic(), self.w.timing
+        )
+        self.free_since, self.free_token = view.free_since, view.free_token
+        if view.compete:
+            return True
+        if not self.subscribe():
+            self.wait_until(view.look_again)
+        return False
 
     def subscribe(self) -> bool:
         """Listen on the job's wake channel; True if this call started listening."""

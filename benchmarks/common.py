@@ -1,0 +1,122 @@
+"""Shared pieces: counting round trips and server commands, statistics, machine facts."""
+
+from __future__ import annotations
+
+import logging
+import os
+import platform
+import statistics
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+import structlog
+from redis.connection import Connection
+
+from lockworker.testing.server import RedisServer
+
+
+class CountingConnection(Connection):
+    """A redis-py connection that counts its socket writes: one per round trip.
+
+    A single command, a pipeline and a MULTI/EXEC transaction each go out in one
+    ``send_packed_command`` call, so the count is the number of requests the client
+    waited on. The counter is shared by every connection of this class; the cycle
+    benchmark runs in one thread, so it counts exactly the measured client's writes.
+    """
+
+    writes = 0
+
+    def send_packed_command(self, command: Any, check_health: bool = True) -> None:
+        CountingConnection.writes += 1
+        super().send_packed_command(command, check_health)
+
+
+def counting_client(server: RedisServer) -> redis.Redis:
+    """A client of ``server`` whose round trips :class:`CountingConnection` counts."""
+    pool = redis.ConnectionPool(
+        host="127.0.0.1", port=server.port, socket_timeout=5.0,
+        connection_class=CountingConnection,
+    )
+    return redis.Redis(connection_pool=pool)
+
+
+def command_calls(client: redis.Redis) -> int:
+    """Commands the server has executed so far (INFO commandstats), INFO itself excluded.
+
+    Commands run inside Lua scripts are counted as well as the EVALSHA that ran them.
+    """
+    stats: dict[str, Any] = client.info("commandstats")  # type: ignore[assignment]
+    return sum(
+        int(entry["calls"])
+        for name, entry in stats.items()
+        if name.startswith("cmdstat_") and name != "cmdstat_info"
+    )
+
+
+def quiet_logging() -> None:
+    """Drop lockworker's log events below WARNING (the library never configures logging)."""
+    structlog.configure(
+        wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING),
+        cache_logger_on_first_use=True,
+    )
+
+
+def median(values: Sequence[float]) -> float:
+    return float(statistics.median(values)) if values else float("nan")
+
+
+def spread(values: Sequence[float]) -> tuple[float, float]:
+    return (min(values), max(values)) if values else (float("nan"), float("nan"))
+
+
+@dataclass(frozen=True)
+class Machine:
+    """Facts printed with the figures, so that they can be compared with care."""
+
+    date: str
+    cores: int
+    cpu: str
+    python: str
+    server: str
+    redis_py: str
+    hiredis: str
+    peers: str
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
+            for line in cpuinfo:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def _version(module: str) -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(module)
+    except PackageNotFoundError:
+        return "not installed"
+
+
+def machine(server: RedisServer) -> Machine:
+    return Machine(
+        date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        cores=os.cpu_count() or 0,
+        cpu=_cpu_model(),
+        python=f"{platform.python_implementation()} {platform.python_version()}",
+        server=server.version(),
+        redis_py=redis.__version__,
+        hiredis=_version("hiredis"),
+        peers=(
+            f"python-redis-lock {_version('python-redis-lock')}, "
+            f"pottery {_version('pottery')}"
+        ),
+    )

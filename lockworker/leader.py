@@ -1,0 +1,371 @@
+"""Leader election: one leader at a time among many processes, for a long-running role.
+
+Built on the job lock itself, under the reserved namespace ``leaders``: a term is an
+attempt that never runs out (``acquire`` with a practically unbounded attempt count),
+its token is the fencing token, its lease is renewed by the same
+:class:`~lockworker.lease.Heartbeat`, and ending a term is a ``release``, which
+publishes on the wake channel so followers compete at once. Keys of leader ``sched``::
+
+    lw:leaders:{sched}:lock    the term's lease: holder, term number, token
+    lw:leaders:{sched}:state   the token counter (kept a year, so tokens never repeat)
+    lw:leaders:{sched}:wake    pub/sub channel: a term ended
+    lw:leaders:{sched}:term    hash: holder, token and wall time of the current term
+
+Loop of :meth:`Leader.run`: try to acquire; on success run ``on_acquired(term)`` under
+the renewed lease, then resign (release) and step back ``retry_delay`` so a follower
+takes over; otherwise report the holder (``on_locked``) and wait for a wake message or
+the end of its lease. A backup first looks, and competes only once leadership has
+been free for ``backup_delay``.
+
+A term is judged lost by this process's own monotonic clock (see
+:mod:`lockworker.lease`): ``term.lost`` turns true before the server lets the lease
+expire, so before anyone else can be elected.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import redis
+
+from lockworker import events, policy, retry
+from lockworker.clock import Clock, SystemClock, wall_time
+from lockworker.codec import LockValue, decode_lock
+from lockworker.errors import ForeignValueError, InvalidConfig, StopRequested
+from lockworker.hooks import check_hooks
+from lockworker.keys import JobKeys, check_name
+from lockworker.lease import Heartbeat, Lease, valid_until
+from lockworker.protocol import ScriptProtocol, text
+from lockworker.signals import stop_on_signals
+from lockworker.state import Grant, Settle, Snapshot
+from lockworker.term import Term
+from lockworker.wake import WakeHub
+from lockworker.worker import _positive, default_owner
+
+T = TypeVar("T")
+
+NAMESPACE = "leaders"
+MAX_TERMS = 10**15
+"""Attempt limit passed to ``acquire``: never reached, a leader name never gives up."""
+RETENTION = 365 * 86400.0
+"""Seconds the token counter outlives the last term, so fencing tokens never repeat."""
+
+ELECTED = "leader.elected"
+FOLLOWING = "leader.following"
+LOST = "leader.lost"
+RESIGNED = "leader.resigned"
+HOOK_ERROR = events.HOOK_ERROR
+
+
+@dataclass(frozen=True)
+class LeaderInfo:
+    """Who leads ``name`` now, as :meth:`Leader.current` reads it."""
+
+    holder: str
+    token: int
+    lease_left: float
+    """Seconds left of the leader's lease (it is renewed every third of it)."""
+    since: float | None
+    """Wall-clock time (epoch seconds) the term began, if recorded."""
+
+
+def leader_keys(name: str) -> JobKeys:
+    return JobKeys(NAMESPACE, check_name(name, "name"))
+
+
+class Leader:
+    """Keeps one leader among all processes running a ``Leader`` of the same ``name``.
+
+    Subclass it and override ``on_acquired`` (and ``on_locked``/``on_lost``), or pass
+    them as functions. ``on_acquired(term)`` runs in the thread that called
+    :meth:`run` while this process leads; returning (or raising) resigns. ``on_lost``
+    runs in the heartbeat thread when the lease can no longer be trusted; keep it short.
+    ``on_locked(term)`` runs when another process is seen leading a new term.
+
+    :param lock_timeout: the lease in seconds: bounds the takeover after a crash.
+    :param role: ``"backup"`` lets free leadership lie ``backup_delay`` seconds before
+        competing, so a live primary normally leads.
+    :param handle_signals: stop on SIGTERM/SIGINT while :meth:`run` runs (main thread).
+
+    :meth:`run` raises :class:`~lockworker.RedisUnavailable` when Redis stays
+    unreachable past the retry budget (a daemon then exits and its supervisor restarts
+    it) and :class:`~lockworker.ForeignValueError` if the leader's keys hold values
+    lockworker did not write.
+    """
+
+    def __init__(
+        self,
+        client: redis.Redis,
+        *,
+        name: str,
+        lock_timeout: float = 10.0,
+        owner: str | None = None,
+        role: str = "primary",
+        backup_delay: float = 0.5,
+        clock: Clock | None = None,
+        logger: Any = None,
+        redis_retry: retry.RetryPolicy | None = None,
+        handle_signals: bool = True,
+        on_acquired: Callable[[Term], None] | None = None,
+        on_locked: Callable[[Term], None] | None = None,
+        on_lost: Callable[[Term], None] | None = None,
+    ) -> None:
+        if not hasattr(client, "register_script"):
+            raise InvalidConfig(f"client must be a redis.Redis client, got {client!r}")
+        self.keys = leader_keys(name)
+        self.name = name
+        self.lock_timeout = _positive(lock_timeout, "lock_timeout")
+        self.owner = check_name(owner, "owner") if owner is not None else default_owner()
+        self.role, self.backup_delay = policy.check_role(role, backup_delay)
+        self._hooks = check_hooks(
+            {"on_acquired": on_acquired, "on_locked": on_locked, "on_lost": on_lost}
+        )
+        if "on_acquired" not in self._hooks and type(self).on_acquired is Leader.on_acquired:
+            raise InvalidConfig(
+                "on_acquired is required: override it in a subclass or pass on_acquired=fn"
+            )
+        self.client = client
+        self.timing = policy.Timing(
+            self.lock_timeout, min(1.0, self.lock_timeout / 4),
+            self.backup_delay if role == "backup" else 0.0,
+        )
+        self.clock: Clock = clock or SystemClock()
+        self.redis_retry = redis_retry or retry.RetryPolicy()
+        self.handle_signals = handle_signals
+        self.protocol = ScriptProtocol(client)
+        self._log = events.logger(logger, leader=name, owner=self.owner)
+        self._lease_ms = max(1, round(self.lock_timeout * 1000))
+        self._retention_ms = round(RETENTION * 1000)
+        self._stop = threading.Event()
+        self._heartbeat = Heartbeat(self.clock, self.lock_timeout / 3)
+        self._hub = WakeHub(client, self.clock)
+        self._term: Term | None = None
+
+    # -- hooks -----------------------------------------------------------------------
+
+    def on_acquired(self, term: Term) -> None:
+        """Lead until ``term.lost`` or ``term.stopping``; returning resigns. Required."""
+        self._hooks["on_acquired"](term)
+
+    def on_locked(self, term: Term) -> None:
+        """Another process leads (``term.holder``, ``term.token``)."""
+        if "on_locked" in self._hooks:
+            self._hooks["on_locked"](term)
+
+    def on_lost(self, term: Term) -> None:
+        """This process's term can no longer be trusted; stop acting as leader."""
+        if "on_lost" in self._hooks:
+            self._hooks["on_lost"](term)
+
+    # -- public API ------------------------------------------------------------------
+
+    @staticmethod
+    def current(client: redis.Redis, name: str) -> LeaderInfo | None:
+        """Who leads ``name`` now and since when, or None if nobody does."""
+        keys = leader_keys(name)
+        pipe = client.pipeline(transaction=True)
+        pipe.get(keys.lock)
+        pipe.pttl(keys.lock)
+        pipe.hgetall(keys.extra("term"))
+        raw_lock, pttl, record = pipe.execute()
+        if raw_lock is None:
+            return None
+        lock = decode_lock(raw_lock)
+        if lock is None:
+            raise ForeignValueError(keys.lock, text(raw_lock))
+        fields = {text(k): text(v) for k, v in (record or {}).items()}
+        since = None
+        if fields.get("token") == str(lock.token):
+            with contextlib.suppress(ValueError):
+                since = float(fields.get("since", ""))
+        return LeaderInfo(lock.owner, lock.token, max(0, int(pttl)) / 1000.0, since)
+
+    def run(self) -> None:
+        """Campaign, lead, resign and campaign again until :meth:`stop` (or SIGTERM)."""
+        try:
+            with contextlib.ExitStack() as stack:
+                stack.enter_context(
+                    stop_on_signals(lambda _signum: self.stop(), enabled=self.handle_signals)
+                )
+                wake = stack.enter_context(self._hub.listen(self.keys.wake))
+                _Campaign(self, wake).run()
+        finally:
+            self.close()
+
+    def stop(self) -> None:
+        """End :meth:`run`: the term in hand (if any) sees ``term.stopping``; once
+        ``on_acquired`` returns, leadership is released and followers woken at once.
+        Thread- and signal-safe; permanent for this object."""
+        self._stop.set()
+        self._hub.wake_all()
+        term = self._term
+        if term is not None:
+            term._wake.set()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stop.is_set()
+
+    def close(self) -> None:
+        """Stop the background threads (heartbeat, wake reader)."""
+        self._heartbeat.close()
+        self._hub.close()
+
+    # -- internals -------------------------------------------------------------------
+
+    def _call(self, fn: Callable[[], T], what: str, deadline: float | None = None) -> T:
+        return retry.call(
+            fn, clock=self.clock, policy=self.redis_retry, what=what, deadline=deadline
+        )
+
+    def _hook(self, log: Any, name: str, term: Term) -> None:
+        try:
+            getattr(self, name)(term)
+        except Exception as exc:
+            log.error(HOOK_ERROR, hook=name, error=repr(exc))
+
+
+class _Campaign:
+    """The loop of one :meth:`Leader.run` call."""
+
+    def __init__(self, leader: Leader, wake: threading.Event) -> None:
+        self.l = leader
+        self.wake = wake
+        self.previous: Snapshot | None = None
+        self.free_since: float | None = None
+        self.free_token: int | None = None
+        self.not_before = 0.0
+
+    def run(self) -> None:
+        lead = self.l
+        while not lead.stopping:
+            now = lead.clock.monotonic()
+            if now < self.not_before:
+                self.wait_until(self.not_before)
+                continue
+            if lead.role == "backup":
+                seen = lead._call(lambda: lead.protocol.inspect(lead.keys), "inspect leader")
+                view = policy.backup_step(
+                    seen, self.free_since, self.free_token, now, lead.timing
+                )
+                self.free_since, self.free_token = view.free_since, view.free_token
+                if not view.compete:
+                    self.follow(seen)
+                    self.wait_until(view.look_again)
+                    continue
+            sent_at = lead.clock.monotonic()
+            result = lead._call(
+                lambda: lead.protocol.acquire(
+                    lead.keys, lead.owner, lead._lease_ms, MAX_TERMS, lead._retention_ms
+                ),
+                "acquire leadership",
+            )
+            if isinstance(result, Grant):
+                self.lead(result, sent_at)
+                self.not_before = policy.compete_after_failure(
+                    lead.clock.monotonic(), lead.timing
+                )
+                continue
+            if result.resolved:  # reset by hand to DONE/GAVE_UP: make it electable again
+                lead._call(
+                    lambda: lead.protocol.reset(lead.keys, lead._retention_ms), "reset leader"
+                )
+                continue
+            self.follow(result)
+            self.wait_until(policy.recheck_at(result, lead.clock.monotonic(), lead.timing))
+
+    def wait_until(self, deadline: float) -> None:
+        """Until ``deadline``, a wake message (a term ended) or a stop."""
+        lead = self.l
+        remaining = deadline - lead.clock.monotonic()
+        if remaining > 0 and not lead.stopping and lead.clock.wait(self.wake, remaining):
+            self.wake.clear()
+
+    def follow(self, seen: Snapshot) -> None:
+        """Report a new leader (once per term seen)."""
+        if seen.holder is None or not policy.is_news(self.previous, seen):
+            return
+        self.previous = seen
+        lead = self.l
+        lead._log.info(FOLLOWING, holder=seen.holder, token=seen.token, lease_ms=seen.pttl_ms)
+        lead._hook(lead._log, "on_locked", Term(lead.name, seen.token, seen.holder))
+
+    def lead(self, grant: Grant, sent_at: float) -> None:
+        """Hold the term while ``on_acquired`` runs, then resign."""
+        lead = self.l
+        held = LockValue(grant.token, grant.attempt, lead.owner)
+        log = lead._log.bind(token=grant.token)
+        since = wall_time()
+
+        def renew(deadline: float) -> bool:
+            return lead._call(
+                lambda: lead.protocol.renew(
+                    lead.keys, held, lead._lease_ms, lead._retention_ms
+                ),
+                "renew leadership",
+                deadline=deadline,
+            )
+
+        def lost(_lease: Lease, reason: str) -> None:
+            log.warning(LOST, reason=reason)
+            term._wake.set()
+            lead._hook(log, "on_lost", term)
+
+        lease = Lease(
+            renew=renew,
+            lease=lead.lock_timeout,
+            valid_until=valid_until(sent_at, lead.lock_timeout),
+            next_renewal=sent_at + lead.lock_timeout / 3,
+            on_lost=lost,
+        )
+        term = Term(
+            lead.name, grant.token, lead.owner, since,
+            _clock=lead.clock, _lease=lease, _stopping=lead._stop,
+        )
+        lead._term = term
+        if lead.stopping:
+            term._wake.set()
+        lead._heartbeat.hold(lease)
+        self.record(grant.token, since, log)
+        log.info(ELECTED, reentered=grant.reentered)
+        try:
+            lead.on_acquired(term)
+        except StopRequested:
+            pass
+        except Exception as exc:
+            log.error(HOOK_ERROR, hook="on_acquired", error=repr(exc))
+        finally:
+            lead._heartbeat.drop(lease)
+            lead._term = None
+            with contextlib.suppress(Exception):
+                self.resign(held, lease, term, log)
+
+    def record(self, token: int, since: float, log: Any) -> None:
+        """Write who leads since when, for :meth:`Leader.current` (display only)."""
+        lead = self.l
+        key = lead.keys.extra("term")
+        try:
+            pipe = lead.client.pipeline(transaction=True)
+            pipe.hset(key, mapping={"holder": lead.owner, "token": token, "since": since})
+            pipe.pexpire(key, lead._retention_ms)
+            pipe.execute()
+        except redis.RedisError as exc:
+            log.warning("leader.record_failed", error=repr(exc))
+
+    def resign(self, held: LockValue, lease: Lease, term: Term, log: Any) -> None:
+        """Release the lease (waking followers); report a loss not reported yet."""
+        lead = self.l
+        settled = lead._call(
+            lambda: lead.protocol.release(lead.keys, held, lead._retention_ms),
+            "resign leadership",
+        )
+        if settled is Settle.RELEASED:
+            log.info(RESIGNED, stopping=lead.stopping)
+        if not lease.lost and (settled is Settle.NOT_HOLDER or term.lost):
+            lease.lost = True
+            log.warning(LOST, reason="lease ended before the term did")
+            lead._hook(log, "on_lost", term)

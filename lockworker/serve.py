@@ -1,0 +1,135 @@
+"""``Worker.serve``: jobs from a source, a bounded number at a time, until stopped.
+
+The serving thread takes a free slot, then the next delivery from the source, and hands
+it to a pool thread that runs :meth:`lockworker.Worker.process`. At most
+``concurrency`` jobs run at once, so one slow job holds up only its own slot.
+
+Rules kept here:
+
+- One job id runs at most once at a time in one worker: a delivery whose id is already
+  running waits behind it and runs in the same slot when that one ends.
+- A delivery is reported resolved (so a stream may save its position past it) only
+  when ``process`` resolved it: DONE, DONE_ELSEWHERE or GAVE_UP. A job left pending by
+  a stop is not, so it is seen again after a restart.
+- On ``stop()`` (or SIGTERM/SIGINT when the worker handles signals) no new delivery is
+  taken; running jobs see ``job.stopping`` (a hook that raises StopRequested hands its
+  job over at once without spending an attempt; others finish); waiting ones return
+  STOPPED at once. ``serve`` returns when the last of them has ended.
+- A job ``process`` refuses (an invalid id or payload, a key holding a foreign value)
+  is logged as ``serve.job_error`` and skipped. Any other error (Redis unreachable past
+  the retry budget) stops the serving; it is re-raised once the running jobs ended.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any
+
+from lockworker.errors import ForeignValueError, InvalidConfig
+from lockworker.sources import Delivery, as_source
+from lockworker.state import Outcome
+
+if TYPE_CHECKING:
+    from lockworker.worker import Worker
+
+JOB_ERROR = "serve.job_error"
+STARTED = "serve.started"
+STOPPED = "serve.stopped"
+
+RESOLVED = frozenset({Outcome.DONE, Outcome.DONE_ELSEWHERE, Outcome.GAVE_UP})
+
+
+def serve(worker: Worker, source: object, *, concurrency: int = 4) -> None:
+    """Process every job of ``source`` with ``worker``; see the module docstring."""
+    if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
+        raise InvalidConfig(f"concurrency must be an int >= 1, got {concurrency!r}")
+    deliveries = as_source(source).deliveries(worker._stop)
+    worker._install_signal_handlers()
+    _Server(worker, concurrency).run(deliveries)
+
+
+class _Server:
+    """One ``serve`` call: the slots, the running job ids, the first fatal error."""
+
+    def __init__(self, worker: Worker, concurrency: int) -> None:
+        self.worker = worker
+        self.concurrency = concurrency
+        self.slots = threading.Semaphore(concurrency)
+        self.mutex = threading.Lock()
+        self.idle = threading.Condition(self.mutex)
+        self.running: dict[str, collections.deque[Delivery]] = {}
+        self.error: BaseException | None = None
+        self.log = worker._log
+
+    def run(self, deliveries: Any) -> None:
+        w = self.worker
+        self.log.info(STARTED, concurrency=self.concurrency)
+        pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="lockworker-serve")
+        try:
+            while not w.stopping and self.error is None:
+                self.slots.acquire()  # running jobs end on stop, so this returns then too
+                if w.stopping or self.error is not None:
+                    self.slots.release()
+                    break
+                delivery = next(deliveries, None)
+                if delivery is None:
+                    self.slots.release()
+                    break
+                if self.claim(delivery):
+                    pool.submit(self.work, delivery)
+                else:
+                    self.slots.release()
+        finally:
+            close = getattr(deliveries, "close", None)
+            if close is not None:
+                close()
+            with self.idle:
+                while self.running:
+                    self.idle.wait()
+            pool.shutdown(wait=True)
+            self.log.info(STOPPED, stopping=w.stopping)
+        if self.error is not None:
+            raise self.error
+
+    def claim(self, delivery: Delivery) -> bool:
+        """Mark the job running (True), or queue it behind the same id (False)."""
+        with self.mutex:
+            waiting = self.running.get(delivery.job_id)
+            if waiting is not None:
+                waiting.append(delivery)
+                return False
+            self.running[delivery.job_id] = collections.deque()
+            return True
+
+    def work(self, delivery: Delivery) -> None:
+        """Run ``delivery``, then any delivery of the same id queued behind it."""
+        current: Delivery | None = delivery
+        while current is not None:
+            self.run_one(current)
+            with self.mutex:
+                waiting = self.running[current.job_id]
+                if waiting and not self.worker.stopping and self.error is None:
+                    current = waiting.popleft()
+                    continue
+                del self.running[current.job_id]
+                self.idle.notify_all()
+                current = None
+        self.slots.release()
+
+    def run_one(self, delivery: Delivery) -> None:
+        try:
+            outcome = self.worker.process(delivery.job_id, delivery.payload)
+        except (InvalidConfig, ForeignValueError) as exc:
+            self.log.error(JOB_ERROR, job_id=delivery.job_id, error=repr(exc), skipped=True)
+            delivery.resolved()
+            return
+        except BaseException as exc:
+            self.log.error(JOB_ERROR, job_id=delivery.job_id, error=repr(exc), skipped=False)
+            with self.mutex:
+                if self.error is None:
+                    self.error = exc
+            return
+        if outcome in RESOLVED:
+            delivery.resolved()

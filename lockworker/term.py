@@ -1,0 +1,89 @@
+"""The handle a leader's hooks receive: one term of leadership, as one process sees it."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+
+from lockworker.clock import Clock, SystemClock
+from lockworker.errors import LockLost, StopRequested
+from lockworker.lease import Lease
+
+WAKE_MARGIN = 0.0005
+"""Seconds past a lease's validity at which :meth:`Term.wait` looks again."""
+
+
+@dataclass(eq=False)
+class Term:
+    """One term of leadership of ``name``.
+
+    In ``on_acquired`` and ``on_lost`` it is this process's own term; in ``on_locked``
+    it describes the term of the process that leads (``holder``), and never becomes
+    :attr:`lost` (this process holds no lease to lose).
+    """
+
+    name: str
+    token: int
+    """Fencing token: grows with every term of this name, never reused. Pass it to the
+    systems the leader writes to, so they can reject a deposed leader's writes."""
+    holder: str | None
+    """Owner id of the leading process."""
+    since: float | None = None
+    """Wall-clock time (epoch seconds) the term began, when known; for display only."""
+    _clock: Clock | None = field(default=None, repr=False)
+    _lease: Lease | None = field(default=None, repr=False)
+    _stopping: threading.Event | None = field(default=None, repr=False)
+    _wake: threading.Event = field(default_factory=threading.Event, repr=False)
+
+    @property
+    def leading(self) -> bool:
+        """True for this process's own term (also after it was lost)."""
+        return self._lease is not None
+
+    @property
+    def lost(self) -> bool:
+        """True once this process can no longer trust its lease.
+
+        Judged by the local monotonic clock against the lease's validity (which ends
+        before the server's expiry by the drift margin), so it turns true before any
+        other process can be elected, even if the renewal thread is stuck.
+        """
+        lease = self._lease
+        if lease is None or self._clock is None:
+            return False
+        return not lease.is_valid(self._clock.monotonic())
+
+    @property
+    def stopping(self) -> bool:
+        """True once the leader was asked to stop (``stop()``, SIGTERM, SIGINT)."""
+        return self._stopping is not None and self._stopping.is_set()
+
+    def wait(self, seconds: float) -> bool:
+        """Sleep up to ``seconds``; return early once the term is lost or stopping.
+
+        Returns True if the term is over for this process (lost or stopping), False
+        after a full, uneventful wait; so ``while not term.wait(1.0): ...`` works.
+        """
+        clock = self._clock or SystemClock()
+        end = clock.monotonic() + max(0.0, seconds)
+        while True:
+            if self.lost or self.stopping:
+                return True
+            now = clock.monotonic()
+            if now >= end:
+                return False
+            until = end
+            if self._lease is not None:
+                until = min(until, self._lease.valid_until + WAKE_MARGIN)
+            clock.wait(self._wake, max(0.0, until - now))
+
+    def check(self) -> None:
+        """Raise :class:`~lockworker.LockLost` if lost, :class:`~lockworker.StopRequested`
+        if stopping (returning or raising it from ``on_acquired`` resigns at once)."""
+        if self.lost:
+            raise LockLost(
+                f"leadership of {self.name!r} lost (token {self.token})",
+                key=self.name, token=self.token,
+            )
+        if self.stopping:
+            raise StopRequested(f"leader stopping; {self.name!r} will be handed over")

@@ -1,0 +1,88 @@
+"""Primary and backup workers in one process: who competes when."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import redis
+from helpers import wait_for
+
+from lockworker import Job, Outcome, Worker
+
+
+def worker(client: redis.Redis, namespace: str, owner: str, **kwargs: Any) -> Worker:
+    return Worker(client, namespace=namespace, owner=owner, lock_timeout=2.0,
+                  handle_signals=False, **kwargs)
+
+
+def run(w: Worker, job_id: str, results: dict[str, Outcome]) -> threading.Thread:
+    thread = threading.Thread(
+        target=lambda: results.__setitem__(w.owner, w.process(job_id)), daemon=True
+    )
+    thread.start()
+    return thread
+
+
+def test_a_live_primary_wins_although_the_backup_looked_first(
+    redis_client: redis.Redis, namespace: str
+) -> None:
+    did: list[str] = []
+    backup = worker(redis_client, namespace, "backup", role="backup", backup_delay=1.0,
+                    on_acquired=lambda job: did.append("backup"))
+    primary = worker(redis_client, namespace, "primary",
+                     on_acquired=lambda job: did.append("primary"))
+    results: dict[str, Outcome] = {}
+    started = time.monotonic()
+    tb = run(backup, "job", results)
+    tp = run(primary, "job", results)
+    for thread in (tb, tp):
+        thread.join(timeout=10)
+    # The backup was woken by the DONE message: it did not sit out its whole delay.
+    assert time.monotonic() - started < 0.9
+    assert did == ["primary"]
+    assert results == {"primary": Outcome.DONE, "backup": Outcome.DONE_ELSEWHERE}
+    backup.close()
+    primary.close()
+
+
+def test_a_backup_alone_does_the_job_after_its_delay(
+    redis_client: redis.Redis, namespace: str
+) -> None:
+    did: list[float] = []
+    backup = worker(redis_client, namespace, "backup", role="backup", backup_delay=0.3,
+                    on_acquired=lambda job: did.append(time.monotonic()))
+    started = time.monotonic()
+    assert backup.process("job") is Outcome.DONE
+    assert 0.3 <= did[0] - started < 2.0
+    backup.close()
+
+
+def test_a_backup_takes_over_a_failed_primary_attempt(
+    redis_client: redis.Redis, namespace: str
+) -> None:
+    did: list[str] = []
+
+    def primary_hook(job: Job) -> None:
+        did.append("primary")
+        wait_for(backup_waiting.is_set, timeout=10)
+        raise RuntimeError("primary failed")
+
+    backup_waiting = threading.Event()
+    backup = worker(redis_client, namespace, "backup", role="backup", backup_delay=0.2,
+                    on_acquired=lambda job: did.append("backup"),
+                    on_locked=lambda job: backup_waiting.set())
+    primary = worker(redis_client, namespace, "primary", on_acquired=primary_hook,
+                     retry_delay=1.5)
+    results: dict[str, Outcome] = {}
+    tp = run(primary, "job", results)
+    wait_for(lambda: did == ["primary"])
+    tb = run(backup, "job", results)
+    for thread in (tb, tp):
+        thread.join(timeout=10)
+    # The primary stepped back for retry_delay after failing; the backup took attempt 2.
+    assert did == ["primary", "backup"]
+    assert results == {"primary": Outcome.DONE_ELSEWHERE, "backup": Outcome.DONE}
+    backup.close()
+    primary.close()

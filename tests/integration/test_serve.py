@@ -1,0 +1,172 @@
+"""Worker.serve over iterables: bounded concurrency, one run per job id, clean stop."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis
+from helpers import wait_for
+
+import lockworker
+from lockworker import InvalidConfig, Job, JobStatus, Worker
+
+
+def make_worker(client: redis.Redis, namespace: str, **kwargs: Any) -> Worker:
+    kwargs.setdefault("lock_timeout", 2.0)
+    return Worker(client, namespace=namespace, handle_signals=False, **kwargs)
+
+
+def serve_in_thread(worker: Worker, source: Any, **kwargs: Any) -> threading.Thread:
+    thread = threading.Thread(target=worker.serve, args=(source,), kwargs=kwargs, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_every_job_once_and_concurrency_bound_enforced(
+    redis_client: redis.Redis, namespace: str
+) -> None:
+    lock = threading.Lock()
+    active = 0
+    most = 0
+    done: list[str] = []
+
+    def on_acquired(job: Job) -> None:
+        nonlocal active, most
+        with lock:
+            active += 1
+            most = max(most, active)
+        # Hold the slot for a while so that extra jobs, if the bound leaked, would pile up.
+        threading.Event().wait(0.15)
+        with lock:
+            active -= 1
+            done.append(job.id)
+
+    with make_worker(redis_client, namespace, on_acquired=on_acquired) as worker:
+        worker.serve([(f"job-{i}", {"n": i}) for i in range(9)], concurrency=3)
+    assert sorted(done) == sorted(f"job-{i}" for i in range(9))
+    assert most == 3
+
+
+def test_one_slow_job_does_not_hold_up_the_others(
+    redis_client: redis.Redis, namespace: str
+) -> None:
+    fast_done: list[str] = []
+    slow_saw: list[int] = []
+
+    def on_acquired(job: Job) -> None:
+        if job.id == "slow":
+            # Finishes only once every fast job finished: a serial serve would time out.
+            wait_for(lambda: len(fast_done) == 5, timeout=10)
+            slow_saw.append(len(fast_done))
+        else:
+            fast_done.append(job.id)
+
+    jobs = [("slow", None)] + [(f"fast-{i}", None) for i in range(5)]
+    with make_worker(redis_client, namespace, on_acquired=on_acquired) as worker:
+        worker.serve(jobs, concurrency=2)
+    assert slow_saw == [5]
+
+
+def test_same_job_id_never_runs_twice_at_once(redis_client: redis.Redis, namespace: str) -> None:
+    lock = threading.Lock()
+    running: set[str] = set()
+    overlaps: list[str] = []
+    calls: list[Any] = []
+
+    def on_acquired(job: Job) -> None:
+        with lock:
+            if job.id in running:
+                overlaps.append(job.id)
+            running.add(job.id)
+            calls.append(job.payload)
+        threading.Event().wait(0.05)
+        with lock:
+            running.discard(job.id)
+
+    jobs = [("a", 1), ("a", 2), ("b", 3), ("a", 4)]
+    with make_worker(redis_client, namespace, on_acquired=on_acquired) as worker:
+        worker.serve(jobs, concurrency=4)
+        assert worker.inspect("a").status is JobStatus.DONE
+    assert overlaps == []
+    assert sorted(calls) == [1, 3]  # the repeats of "a" found it done
+
+
+def test_stop_hands_over_polite_jobs_and_lets_others_finish(
+    redis_client: redis.Redis, namespace: str
+) -> None:
+    started: set[str] = set()
+    finished: list[str] = []
+
+    def on_acquired(job: Job) -> None:
+        started.add(job.id)
+        if job.id == "polite":
+            while True:
+                job.check()  # raises StopRequested once stopping
+                threading.Event().wait(0.01)
+        wait_for(lambda: job.stopping, timeout=10)
+        finished.append(job.id)
+
+    def source() -> Iterator[tuple[str, Any]]:
+        yield ("polite", None)
+        yield ("finisher", None)
+        yield ("never", None)
+
+    worker = make_worker(redis_client, namespace, on_acquired=on_acquired)
+    thread = serve_in_thread(worker, source(), concurrency=2)
+    wait_for(lambda: started == {"polite", "finisher"})
+    t0 = time.monotonic()
+    worker.stop()
+    thread.join(timeout=10)
+    assert not thread.is_alive()
+    assert time.monotonic() - t0 < 2.0
+    worker.close()
+    assert finished == ["finisher"]
+    polite = worker.inspect("polite")
+    assert (polite.status, polite.attempt, polite.holder) == (JobStatus.PENDING, 0, None)
+    assert worker.inspect("finisher").status is JobStatus.DONE
+    assert "never" not in started
+
+
+def test_refused_jobs_are_skipped_and_the_rest_served(
+    redis_client: redis.Redis, namespace: str
+) -> None:
+    done: list[str] = []
+    jobs = [("ok-1", None), ("", None), ("bad-payload", {1, 2}), ("ok-2", None)]
+    with make_worker(redis_client, namespace, on_acquired=lambda job: done.append(job.id)) as w:
+        w.serve(jobs, concurrency=1)
+    assert done == ["ok-1", "ok-2"]
+
+
+@pytest.mark.parametrize("concurrency", [0, -1, True, 2.0, "4"])
+def test_concurrency_validated(
+    redis_client: redis.Redis, namespace: str, concurrency: Any
+) -> None:
+    with make_worker(redis_client, namespace, on_acquired=lambda job: None) as worker, \
+            pytest.raises(InvalidConfig, match="concurrency"):
+        worker.serve([], concurrency=concurrency)
+
+
+@pytest.mark.parametrize("source", [5, "job-id", None, [("only-an-id",)]])
+def test_bad_source_rejected(redis_client: redis.Redis, namespace: str, source: Any) -> None:
+    with make_worker(redis_client, namespace, on_acquired=lambda job: None) as worker, \
+            pytest.raises(InvalidConfig, match="source"):
+        worker.serve(source)
+
+
+def test_redis_unavailable_stops_serving_and_is_raised(redis_server: Any, namespace: str) -> None:
+    from redis.backoff import NoBackoff
+    from redis.retry import Retry
+
+    # Nothing listens on port 1; the client's own retries are off so the budget rules.
+    dead = redis.Redis(host="127.0.0.1", port=1, retry=Retry(NoBackoff(), 0))
+    worker = Worker(
+        dead, namespace=namespace, handle_signals=False, on_acquired=lambda job: None,
+        redis_retry=lockworker.RetryPolicy(budget=0.2),
+    )
+    with pytest.raises(lockworker.RedisUnavailable):
+        worker.serve([("a", None), ("b", None)], concurrency=1)
+    worker.close()

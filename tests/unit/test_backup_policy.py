@@ -1,0 +1,50 @@
+"""The backup's decision, as a table: no Redis, no clock."""
+
+from __future__ import annotations
+
+import pytest
+
+from lockworker.policy import Timing, backup_step
+from lockworker.state import JobStatus, Snapshot
+
+T = Timing(lock_timeout=10.0, retry_delay=1.0, backup_delay=0.5)
+FREE = Snapshot(JobStatus.PENDING, 1, 7, "primary")
+HELD = Snapshot(JobStatus.PENDING, 2, 8, "primary", holder="primary", pttl_ms=4000)
+
+
+@pytest.mark.parametrize(
+    ("seen", "free_since", "free_token", "now", "compete", "look_again", "new_since"),
+    [
+        # first look at a free job: start the delay's clock, look again when it ends
+        (FREE, None, None, 100.0, False, 100.5, 100.0),
+        # still free at the same token, delay not over yet
+        (FREE, 100.0, 7, 100.3, False, 100.5, 100.0),
+        # free for the whole delay: compete
+        (FREE, 100.0, 7, 100.5, True, 100.5, 100.0),
+        # somebody held it in between (new token): the delay starts again
+        (FREE, 100.0, 6, 100.6, False, 101.1, 100.6),
+        # held: forget the clock, look again at the lease's end (+ margin)
+        (HELD, 100.0, 7, 100.6, False, 104.601, None),
+    ],
+)
+def test_backup_step(  # noqa: PLR0917 (one argument per column of the table)
+    seen: Snapshot,
+    free_since: float | None,
+    free_token: int | None,
+    now: float,
+    compete: bool,
+    look_again: float,
+    new_since: float | None,
+) -> None:
+    view = backup_step(seen, free_since, free_token, now, T)
+    assert view.compete is compete
+    assert view.look_again == pytest.approx(look_again)
+    assert view.free_since == new_since
+    if new_since is not None:
+        assert view.free_token == seen.token
+
+
+def test_primary_timing_has_no_delay() -> None:
+    """With backup_delay 0 (a primary's timing) a free job is competed for at once."""
+    view = backup_step(FREE, None, None, 5.0, Timing(10.0, 1.0))
+    assert view.compete
