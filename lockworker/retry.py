@@ -75,7 +75,8 @@ def call(
     retrying = tenacity.Retrying(
         retry=tenacity.retry_if_exception_type(RETRYABLE),
         stop=out_of_time,
-        wait=tenacity.wait_exponential_jitter(initial=policy.initial, max=policy.maximum),
+        wait=tenacity.wait_exponential(multiplier=policy.initial, max=policy.maximum)
+        + tenacity.wait_random(0, policy.initial),
         sleep=clock.sleep,
         reraise=False,
     )

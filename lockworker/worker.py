@@ -23,16 +23,17 @@ import redis
 
 from lockworker import events, policy, retry
 from lockworker.clock import Clock, SystemClock
-from lockworker.codec import LockValue, check_payload
-from lockworker.errors import InvalidConfig, LockworkerError, StopRequested
+from lockworker.codec import check_payload
+from lockworker.errors import InvalidConfig
 from lockworker.hooks import check_hooks
 from lockworker.job import Job
+from lockworker.jobrun import JobRun
 from lockworker.keys import JobKeys, check_name
-from lockworker.lease import Heartbeat, Lease, valid_until
+from lockworker.lease import Heartbeat
 from lockworker.protocol import LockProtocol, ScriptProtocol
 from lockworker.serve import serve
 from lockworker.signals import stop_on_signals
-from lockworker.state import Grant, JobStatus, Outcome, Settle, Snapshot
+from lockworker.state import Outcome, Snapshot
 from lockworker.txn import TxnProtocol
 from lockworker.wake import WakeHub
 
@@ -210,7 +211,7 @@ class Worker:
         check_payload(payload)
         log = self._log.bind(job_id=job_id)
         self._install_signal_handlers()
-        return _JobRun(self, keys, payload, log).run()
+        return JobRun(self, keys, payload, log).run()
 
     def serve(self, source: Any, *, concurrency: int = 4) -> None:
         """Process jobs from ``source`` until it is exhausted or the worker is stopped.
@@ -289,231 +290,3 @@ class Worker:
             getattr(self, name)(*args)
         except Exception as exc:
             log.error(events.HOOK_ERROR, hook=name, error=repr(exc))
-
-
-class _JobRun:
-    """One ``process`` call: the loop for one job in one thread."""
-
-    def __init__(self, worker: Worker, keys: JobKeys, payload: Any, log: Any) -> None:
-        self.w = worker
-        self.keys = keys
-        self.payload = payload
-        self.log = log
-        self.previous: Snapshot | None = None
-        self.not_before = 0.0
-        self.wake: threading.Event | None = None
-        self.free_since: float | None = None
-        self.free_token: int | None = None
-        self.stack = contextlib.ExitStack()
-
-    def job(self, attempt: int, token: int, holder: str | None) -> Job:
-        w = self.w
-        return Job(
-            self.keys.job_id, self.payload, attempt, token, w.max_attempts, holder,
-            _clock=w.clock, _stopping=w._stop,
-        )
-
-    def run(self) -> Outcome:
-        with self.stack:
-            while True:
-                if self.w.stopping:
-                    self.log.info(events.STOPPED)
-                    return Outcome.STOPPED
-                now = self.w.clock.monotonic()
-                if now < self.not_before:
-                    outcome = self.wait_until(self.not_before, observe=True)
-                    if outcome is not None:
-                        return outcome
-                    continue
-                if self.w.role == "backup":
-                    ready = self.backup_ready()
-                    if isinstance(ready, Outcome):
-                        return ready
-                    if not ready:
-                        continue
-                    now = self.w.clock.monotonic()
-                sent_at = now
-                result = self.w._call(
-                    lambda: self.w.protocol.acquire(
-                        self.keys, self.w.owner, self.w._lease_ms, self.w.max_attempts,
-                        self.w._retention_ms,
-                    ),
-                    "acquire job",
-                )
-                if isinstance(result, Grant):
-                    outcome = self.attempt(result, sent_at)
-                    if outcome is not None:
-                        return outcome
-                    continue
-                outcome = self.observe(result)
-                if outcome is not None:
-                    return outcome
-                if self.subscribe():
-                    continue  # subscribed just now: look again before waiting
-                self.wait_until(policy.recheck_at(result, self.w.clock.monotonic(), self.w.timing))
-
-    def backup_ready(self) -> Outcome | bool:
-        """A backup looks before it competes: True to acquire now, False to look again.
-
-        The primary skips this (no extra round trip); a backup inspects the job and
-        competes only once it has been free for ``backup_delay``, waiting meanwhile on
-        the wake channel so that a job finished elsewhere ends the wait at once.
-        """
-        seen = self.w._call(lambda: self.w.protocol.inspect(self.keys), "inspect job")
-        outcome = self.observe(seen)
-        if outcome is not None:
-            return outcome
-        view = policy.backup_step(
-            seen, self.free_since, self.free_token, self.w.clock.monotonic(), self.w.timing
-        )
-        self.free_since, self.free_token = view.free_since, view.free_token
-        if view.compete:
-            return True
-        if not self.subscribe():
-            self.wait_until(view.look_again)
-        return False
-
-    def subscribe(self) -> bool:
-        """Listen on the job's wake channel; True if this call started listening."""
-        if self.wake is not None:
-            return False
-        self.wake = self.stack.enter_context(self.w._hub.listen(self.keys.wake))
-        return True
-
-    def wait_until(self, deadline: float, *, observe: bool = False) -> Outcome | None:
-        """Block until ``deadline``, a wake message or a stop. With ``observe``, a wake
-        message makes it read the job and return its outcome if it was resolved."""
-        self.subscribe()
-        assert self.wake is not None
-        while not self.w.stopping:
-            remaining = deadline - self.w.clock.monotonic()
-            if remaining <= 0:
-                return None
-            woken = self.w.clock.wait(self.wake, remaining)
-            if not woken:
-                return None
-            self.wake.clear()
-            if not observe:
-                return None
-            seen = self.w._call(lambda: self.w.protocol.inspect(self.keys), "inspect job")
-            outcome = self.observe(seen)
-            if outcome is not None:
-                return outcome
-        return None
-
-    def observe(self, seen: Snapshot) -> Outcome | None:
-        """React to a job this process does not hold: resolved, or held by another."""
-        w = self.w
-        if seen.status is JobStatus.DONE:
-            mine = seen.owner == w.owner
-            self.log.info(
-                events.DONE if mine else events.DONE_ELSEWHERE,
-                attempt=seen.attempt, token=seen.token, by=seen.owner,
-            )
-            return Outcome.DONE if mine else Outcome.DONE_ELSEWHERE
-        if seen.status is JobStatus.GAVE_UP:
-            self.log.warning(events.GAVE_UP, attempt=seen.attempt, token=seen.token)
-            w._hook(self.log, "on_gave_up", self.job(seen.attempt, seen.token, None))
-            return Outcome.GAVE_UP
-        if seen.holder is not None and policy.is_news(self.previous, seen):
-            self.previous = seen
-            self.log.info(
-                events.LOCKED, attempt=seen.attempt, token=seen.token, holder=seen.holder,
-                lease_ms=seen.pttl_ms,
-            )
-            w._hook(self.log, "on_locked", self.job(seen.attempt, seen.token, seen.holder))
-        return None
-
-    def attempt(self, grant: Grant, sent_at: float) -> Outcome | None:
-        """Hold the lease for ``grant`` while ``on_acquired`` runs, then settle it.
-
-        Returns the outcome, or None to go round the loop again (this attempt failed
-        or was lost and the job is still pending).
-        """
-        w = self.w
-        held = LockValue(grant.token, grant.attempt, w.owner)
-        log = self.log.bind(attempt=grant.attempt, token=grant.token)
-        job = self.job(grant.attempt, grant.token, w.owner)
-
-        def renew(deadline: float) -> bool:
-            return w._call(
-                lambda: w.protocol.renew(self.keys, held, w._lease_ms, w._retention_ms),
-                "renew lease",
-                deadline=deadline,
-            )
-
-        def lost(_lease: Lease, reason: str) -> None:
-            log.warning(events.LOST, reason=reason)
-            w._hook(log, "on_lost", job)
-
-        lease = Lease(
-            renew=renew,
-            lease=w.lock_timeout,
-            valid_until=valid_until(sent_at, w.lock_timeout),
-            next_renewal=sent_at + w.lock_timeout / 3,
-            on_renewed=lambda _lease: log.debug(events.RENEWED),
-            on_lost=lost,
-        )
-        job._lease = lease
-        log.info(events.ACQUIRED, reentered=grant.reentered)
-        w._heartbeat.hold(lease)
-        try:
-            w.on_acquired(job)
-        except StopRequested:
-            w._heartbeat.drop(lease)
-            return self.settle_stop(held, log)
-        except Exception as exc:
-            w._heartbeat.drop(lease)
-            return self.settle_failure(job, held, exc, log)
-        except BaseException:
-            w._heartbeat.drop(lease)
-            with contextlib.suppress(LockworkerError, redis.RedisError):
-                w.protocol.release(self.keys, held, w._retention_ms)
-            raise
-        w._heartbeat.drop(lease)
-        settled = w._call(
-            lambda: w.protocol.complete(self.keys, held, w._retention_ms), "mark job done"
-        )
-        if settled is Settle.DONE:
-            log.info(events.DONE)
-            return Outcome.DONE
-        self.refused(lease, job, log)
-        return None
-
-    def refused(self, lease: Lease, job: Job, log: Any) -> None:
-        """The server refused to settle: the lease was lost; step back and watch."""
-        if not lease.lost:
-            lease.lost = True
-            log.warning(events.LOST, reason="completion refused: lease lost on the server")
-            self.w._hook(log, "on_lost", job)
-        self.not_before = policy.compete_after_failure(self.w.clock.monotonic(), self.w.timing)
-
-    def settle_failure(
-        self, job: Job, held: LockValue, exc: Exception, log: Any
-    ) -> Outcome | None:
-        w = self.w
-        log.warning(events.FAILED, error=repr(exc), last=job.is_last_attempt)
-        w._hook(log, "on_failed", job, exc)
-        settled = w._call(
-            lambda: w.protocol.fail(self.keys, held, w.max_attempts, w._retention_ms),
-            "release failed attempt",
-        )
-        if settled is Settle.GAVE_UP:
-            log.warning(events.GAVE_UP)
-            w._hook(log, "on_gave_up", job)
-            return Outcome.GAVE_UP
-        if settled is Settle.RELEASED:
-            log.info(events.RELEASED, reason="failed")
-            self.not_before = policy.compete_after_failure(w.clock.monotonic(), w.timing)
-            return None
-        self.refused(job._lease or Lease(lambda _d: False, 0, 0, 0), job, log)
-        return None
-
-    def settle_stop(self, held: LockValue, log: Any) -> Outcome:
-        w = self.w
-        settled = w._call(
-            lambda: w.protocol.release(self.keys, held, w._retention_ms), "release on stop"
-        )
-        log.info(events.RELEASED, reason="stopping", settled=settled.value)
-        log.info(events.STOPPED)
-        return Outcome.STOPPED
