@@ -31,7 +31,7 @@ class CountingConnection(Connection):
 
     def send_packed_command(self, command: Any, check_health: bool = True) -> None:
         CountingConnection.writes += 1
-        super().send_packed_command(command, check_health)
+        super().send_packed_command(command, check_health)  # type: ignore[no-untyped-call]
 
 
 def counting_client(server: RedisServer) -> redis.Redis:
@@ -48,7 +48,7 @@ def command_calls(client: redis.Redis) -> int:
 
     Commands run inside Lua scripts are counted as well as the EVALSHA that ran them.
     """
-    stats: dict[str, Any] = client.info("commandstats")  # type: ignore[assignment]
+    stats: dict[str, Any] = client.info("commandstats")
     return sum(
         int(entry["calls"])
         for name, entry in stats.items()
@@ -56,12 +56,35 @@ def command_calls(client: redis.Redis) -> int:
     )
 
 
-def quiet_logging() -> None:
-    """Drop lockworker's log events below WARNING (the library never configures logging)."""
+def server_cpu(client: redis.Redis) -> float:
+    """CPU seconds (user + system) the server process has used so far (INFO cpu)."""
+    cpu: dict[str, Any] = client.info("cpu")
+    return float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"])
+
+
+def quiet_logging(*, to_devnull: bool = False) -> None:
+    """Drop lockworker's log events below WARNING (the library never configures logging).
+
+    With ``to_devnull`` the remaining events are still rendered, as an application's
+    would be, but written to ``os.devnull`` (the handover benchmark fails on purpose).
+    """
+    factory: Any = (
+        structlog.PrintLoggerFactory(open(os.devnull, "w"))  # noqa: SIM115 (process-long)
+        if to_devnull
+        else structlog.PrintLoggerFactory()
+    )
     structlog.configure(
         wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING),
+        logger_factory=factory,
         cache_logger_on_first_use=True,
     )
+
+
+def installed(module: str | None) -> bool:
+    """True if ``module`` can be imported (peers are optional: ``pip install '.[bench]'``)."""
+    import importlib.util
+
+    return module is None or importlib.util.find_spec(module) is not None
 
 
 def median(values: Sequence[float]) -> float:

@@ -17,13 +17,24 @@ from dataclasses import dataclass, field
 import redis
 
 import lockworker
-from benchmarks.common import CountingConnection, command_calls, counting_client, median
+from benchmarks.common import (
+    CountingConnection,
+    command_calls,
+    counting_client,
+    installed,
+    median,
+    server_cpu,
+)
+from lockworker.codec import LockValue
+from lockworker.keys import JobKeys
+from lockworker.state import Grant, Settle, Snapshot
 from lockworker.testing.server import RedisServer
 
 LEASE = 10.0
 """Seconds: the lease every contender asks for (as in the peers' baselines)."""
 
 Cycle = Callable[[], None]
+Factory = Callable[[redis.Redis], tuple[Cycle, Callable[[], None]]]
 
 
 @dataclass
@@ -34,6 +45,8 @@ class CycleResult:
     cycles: int = 0
     writes: int = 0
     commands: int = 0
+    client_cpu: float = 0.0
+    server_cpu: float = 0.0
 
     @property
     def rate(self) -> float:
@@ -46,6 +59,16 @@ class CycleResult:
     @property
     def server_commands(self) -> float:
         return self.commands / self.cycles if self.cycles else float("nan")
+
+    @property
+    def client_us(self) -> float:
+        """CPU microseconds the benchmark process spent per job (all its threads)."""
+        return self.client_cpu / self.cycles * 1e6 if self.cycles else float("nan")
+
+    @property
+    def server_us(self) -> float:
+        """CPU microseconds the server spent per job."""
+        return self.server_cpu / self.cycles * 1e6 if self.cycles else float("nan")
 
 
 def _empty(_job: lockworker.Job) -> None:
@@ -106,30 +129,45 @@ def pottery_cycle(client: redis.Redis) -> tuple[Cycle, Callable[[], None]]:
     return cycle, lambda: None
 
 
-CONTENDERS: tuple[tuple[str, str, Callable[[redis.Redis], tuple[Cycle, Callable[[], None]]]], ...] = (
+CONTENDERS: tuple[tuple[str, str, Factory, str | None], ...] = (
     (
         "lockworker script",
         "Worker.process: acquire, empty on_acquired, DONE (Lua, default)",
         lambda c: lockworker_cycle(c, "script"),
+        None,
     ),
     (
         "lockworker txn",
         "Worker.process: the same job cycle over WATCH/MULTI/EXEC",
         lambda c: lockworker_cycle(c, "txn"),
+        None,
     ),
-    ("redis-py Lock", "acquire + release, thread_local=False", redis_py_cycle),
-    ("python-redis-lock", "acquire + release", python_redis_lock_cycle),
-    ("pottery Redlock (1 master)", "acquire + release", pottery_cycle),
+    ("redis-py Lock", "acquire + release, thread_local=False", redis_py_cycle, None),
+    ("python-redis-lock", "acquire + release", python_redis_lock_cycle, "redis_lock"),
+    ("pottery Redlock (1 master)", "acquire + release", pottery_cycle, "pottery"),
 )
+"""(name, what one cycle is, factory, the module it needs if it is an optional peer)."""
 
 BASELINE = "redis-py Lock"
 
 
-def _measure(cycle: Cycle, client: redis.Redis, seconds: float) -> tuple[int, float, int, int]:
-    """Run ``cycle`` for about ``seconds``: (cycles, elapsed, round trips, commands)."""
+@dataclass(frozen=True)
+class Sample:
+    cycles: int
+    elapsed: float
+    writes: int
+    commands: int
+    client_cpu: float
+    server_cpu: float
+
+
+def _measure(cycle: Cycle, client: redis.Redis, seconds: float) -> Sample:
+    """Run ``cycle`` for about ``seconds`` and count what it cost."""
     commands_before = command_calls(client)
+    server_before = server_cpu(client)
     writes_before = CountingConnection.writes
     count = 0
+    cpu_before = time.process_time()
     start = time.perf_counter()
     deadline = start + seconds
     now = start
@@ -137,32 +175,73 @@ def _measure(cycle: Cycle, client: redis.Redis, seconds: float) -> tuple[int, fl
         cycle()
         count += 1
         now = time.perf_counter()
+    client_cpu = time.process_time() - cpu_before
     writes = CountingConnection.writes - writes_before
+    server = server_cpu(client) - server_before
     commands = command_calls(client) - commands_before
-    return count, now - start, writes, commands
+    return Sample(count, now - start, writes, commands, client_cpu, server)
 
 
 def run(server: RedisServer, *, rounds: int, seconds: float, warmup: int) -> list[CycleResult]:
     """Interleave the contenders for ``rounds`` rounds of ``seconds`` each."""
-    results = [CycleResult(name, what) for name, what, _ in CONTENDERS]
+    contenders = [entry for entry in CONTENDERS if installed(entry[3])]
+    results = [CycleResult(name, what) for name, what, _, _ in contenders]
     for round_no in range(rounds):
-        order = list(range(len(CONTENDERS)))
+        order = list(range(len(contenders)))
         shift = round_no % len(order)
         order = order[shift:] + order[:shift]
         for index in order:
-            _, _, make = CONTENDERS[index]
+            make = contenders[index][2]
             client = counting_client(server)
             cycle, close = make(client)
             try:
                 for _ in range(warmup):  # connect, load scripts, warm caches
                     cycle()
-                count, elapsed, writes, commands = _measure(cycle, client, seconds)
+                sample = _measure(cycle, client, seconds)
             finally:
                 close()
                 client.close()
             result = results[index]
-            result.rates.append(count / elapsed)
-            result.cycles += count
-            result.writes += writes
-            result.commands += commands
+            result.rates.append(sample.cycles / sample.elapsed)
+            result.cycles += sample.cycles
+            result.writes += sample.writes
+            result.commands += sample.commands
+            result.client_cpu += sample.client_cpu
+            result.server_cpu += sample.server_cpu
     return results
+
+
+class _InstantProtocol:
+    """A protocol that grants and completes every job at once, without any I/O.
+
+    Running ``Worker.process`` over it measures what lockworker itself costs per job in
+    Python (lease, job handle, heartbeat registration, logging calls), apart from Redis.
+    """
+
+    def acquire(
+        self, keys: JobKeys, owner: str, lease_ms: int, max_attempts: int, retention_ms: int
+    ) -> Grant | Snapshot:
+        return Grant(1, 1)
+
+    def complete(self, keys: JobKeys, held: LockValue, retention_ms: int) -> Settle:
+        held.encode()
+        return Settle.DONE
+
+
+def python_overhead(client: redis.Redis, jobs: int) -> float:
+    """Microseconds of lockworker's own Python per uncontended job (median of 3 runs)."""
+    worker = lockworker.Worker(
+        client, namespace="bench-overhead", lock_timeout=LEASE, retention=60.0,
+        protocol=_InstantProtocol(),  # type: ignore[arg-type]
+        handle_signals=False, on_acquired=_empty,
+    )
+    samples = []
+    try:
+        for run_no in range(3):
+            start = time.perf_counter()
+            for i in range(jobs):
+                worker.process(f"job-{run_no}-{i}")
+            samples.append((time.perf_counter() - start) / jobs * 1e6)
+    finally:
+        worker.close()
+    return median(samples)

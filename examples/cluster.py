@@ -25,8 +25,9 @@ import structlog
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import lockworker  # noqa: E402
-from _server import redis_url  # noqa: E402
+from _server import redis_url
+
+import lockworker
 
 SUCCESS_CHANCE = 0.15
 MAX_ATTEMPTS = 5
@@ -93,7 +94,10 @@ def main() -> int:
         print("\nSummary")
         for job_id in jobs:
             seen = worker.inspect(job_id)
-            print(f"  {job_id}: {seen.status.value} after {seen.attempt} attempt(s), last held by {seen.owner}")
+            print(
+                f"  {job_id}: {seen.status.value} after {seen.attempt} attempt(s), "
+                f"last held by {seen.owner}"
+            )
         worker.close()
     return 0 if all(p.exitcode == 0 for p in processes) else 1
 

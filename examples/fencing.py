@@ -30,8 +30,9 @@ import structlog
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import lockworker  # noqa: E402
-from _server import redis_url  # noqa: E402
+from _server import redis_url
+
+import lockworker
 
 # The downstream store: write only if this token is at least the highest seen so far.
 # KEYS[1] token key, KEYS[2] data key; ARGV[1] token, ARGV[2] value -> 1 written, 0 refused

@@ -22,6 +22,7 @@ from lockworker.errors import (
 )
 from lockworker.job import Job
 from lockworker.leader import Leader, LeaderInfo
+from lockworker.primitives import JSONCodec, Lock, Redlock, Semaphore, compute_once
 from lockworker.retry import RetryPolicy
 from lockworker.sources import Delivery, StreamSource, submit
 from lockworker.state import JobStatus, Outcome, Snapshot
@@ -37,17 +38,21 @@ __all__ = [
     "ForeignValueError",
     "InvalidConfig",
     "InvalidHook",
+    "JSONCodec",
     "Job",
     "JobStatus",
     "Leader",
     "LeaderInfo",
+    "Lock",
     "LockLost",
     "LockworkerError",
     "NotHeld",
     "Outcome",
     "QuorumNotReached",
     "RedisUnavailable",
+    "Redlock",
     "RetryPolicy",
+    "Semaphore",
     "Snapshot",
     "StopRequested",
     "StreamSource",
@@ -55,5 +60,6 @@ __all__ = [
     "Term",
     "Worker",
     "__version__",
+    "compute_once",
     "submit",
 ]

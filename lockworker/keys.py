@@ -15,7 +15,6 @@ because the keys differ only after the closing brace.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cached_property
 
 from lockworker.errors import InvalidConfig
 
@@ -48,21 +47,24 @@ class JobKeys:
         """Validated keys for ``job_id`` under ``namespace``."""
         return cls(check_name(namespace, "namespace"), check_name(job_id, "job_id"))
 
-    @cached_property
+    # Plain properties, not functools.cached_property: before Python 3.12 that takes a
+    # lock on every first access, which cost more than the f-strings it saves (the
+    # job-cycle benchmark builds keys for every job).
+    @property
     def base(self) -> str:
         return f"{PREFIX}:{self.namespace}:{{{self.job_id}}}"
 
-    @cached_property
+    @property
     def lock(self) -> str:
-        return f"{self.base}:lock"
+        return f"{PREFIX}:{self.namespace}:{{{self.job_id}}}:lock"
 
-    @cached_property
+    @property
     def state(self) -> str:
-        return f"{self.base}:state"
+        return f"{PREFIX}:{self.namespace}:{{{self.job_id}}}:state"
 
-    @cached_property
+    @property
     def wake(self) -> str:
-        return f"{self.base}:wake"
+        return f"{PREFIX}:{self.namespace}:{{{self.job_id}}}:wake"
 
     def extra(self, suffix: str) -> str:
         """Another key in the same slot, for primitives that need more than three."""

@@ -1,0 +1,128 @@
+"""The one command: ``python -m benchmarks [--quick] [--output PATH]``.
+
+Starts its own server on a free loopback port, runs the three benchmarks (job cycle,
+handover after a failure, takeover after SIGKILL) against it, prints a summary and
+writes the figures to ``docs/benchmarks.md`` (a full run) or ``--output``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import time
+import uuid
+from pathlib import Path
+
+from benchmarks import cycle, failover, report
+from benchmarks.common import counting_client, installed, machine, quiet_logging
+from lockworker.testing.server import RedisServer
+
+ROOT = Path(__file__).resolve().parent.parent
+DOC = ROOT / "docs" / "benchmarks.md"
+
+FULL = report.Settings(
+    command="python -m benchmarks",
+    rounds=5,
+    seconds=2.0,
+    handover_trials=20,
+    takeover_trials=10,
+    peer_takeover_trials=5,
+    takeover_lease=2.0,
+)
+QUICK = report.Settings(
+    command="python -m benchmarks --quick",
+    rounds=1,
+    seconds=0.2,
+    handover_trials=2,
+    takeover_trials=1,
+    peer_takeover_trials=1,
+    takeover_lease=1.0,
+)
+
+
+def measure(server: RedisServer, settings: report.Settings, *, log: bool = True) -> report.Run:
+    def say(text: str) -> None:
+        if log:
+            print(text, flush=True)
+
+    started = time.monotonic()
+    quick = settings.rounds == 1
+    say(f"server: {server.version()} on 127.0.0.1:{server.port}")
+    say(f"1/3 job cycle: {settings.rounds} rounds x {len(cycle.CONTENDERS)} contenders "
+        f"x {settings.seconds:g} s")
+    cycles = cycle.run(
+        server, rounds=settings.rounds, seconds=settings.seconds, warmup=20 if quick else 200
+    )
+    probe = counting_client(server)
+    try:
+        overhead = cycle.python_overhead(probe, 200 if quick else 5000)
+    finally:
+        probe.close()
+
+    namespace = f"bench-{uuid.uuid4().hex[:8]}"
+    rng = random.Random()
+    kinds = [kind for kind in failover.KINDS if installed(failover.NEEDS.get(kind))]
+    handovers = [failover.Handover(kind, failover.WAITS_BY[kind]) for kind in kinds]
+    takeovers = [
+        failover.Takeover(kind, failover.RENEWS[kind], failover.WAITS_BY[kind])
+        for kind in kinds
+    ]
+    pair = failover.Pair(server.port, namespace)
+    client = server.client()
+    try:
+        say(f"2/3 handover: {settings.handover_trials} trials x {len(handovers)} contenders")
+        for _ in range(settings.handover_trials):
+            for handover in handovers:
+                failover.handover_trial(pair, handover)
+        say(f"3/3 takeover after SIGKILL: {settings.takeover_trials} trials (lockworker), "
+            f"{settings.peer_takeover_trials} per peer, {settings.takeover_lease:g} s lease")
+        for trial in range(max(settings.takeover_trials, settings.peer_takeover_trials)):
+            for takeover in takeovers:
+                wanted = (
+                    settings.takeover_trials
+                    if takeover.kind == "lockworker"
+                    else settings.peer_takeover_trials
+                )
+                if trial < wanted:
+                    failover.takeover_trial(pair, client, takeover, settings.takeover_lease, rng)
+    finally:
+        client.close()
+        pair.close()
+    settings = report.Settings(
+        **{**settings.__dict__, "wall_seconds": time.monotonic() - started}
+    )
+    missing = [
+        name for name, _, _, module in cycle.CONTENDERS if not installed(module)
+    ]
+    return report.Run(
+        machine(server), settings, cycles, overhead, handovers, takeovers, missing
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks",
+        description="Measure lockworker against redis-py Lock, python-redis-lock and "
+        "pottery on a server this command starts on 127.0.0.1.",
+    )
+    parser.add_argument(
+        "--quick", action="store_true",
+        help="a smoke run of a few seconds; writes no file unless --output is given",
+    )
+    parser.add_argument(
+        "--output", type=Path, default=None,
+        help=f"where to write the report (default: {DOC.relative_to(ROOT)} for a full run)",
+    )
+    args = parser.parse_args(argv)
+    settings = QUICK if args.quick else FULL
+    output = args.output if args.output is not None else (None if args.quick else DOC)
+    quiet_logging()
+    with RedisServer() as server:
+        run = measure(server, settings)
+    print()
+    for line in report.summary(run):
+        print(line)
+    if output is not None:
+        output.write_text(report.render(run), encoding="utf-8")
+        print(f"wrote {output}")
+    return 0

@@ -1,0 +1,55 @@
+"""The worker the demo (and examples/supervisord) runs: ``lockworker.cli.demo_worker:DemoWorker``.
+
+Each job sleeps for ``payload["ms"]`` milliseconds (default 200) in short steps,
+checking ``job.check()`` between them, so a SIGTERM hands the job over at once and a
+lost lease stops it. ``payload["first_run_ms"]``, if given, is how long the job takes the
+first time anyone runs it (a marker in Redis says whether it ran before): the demo uses
+it to have the primary in the middle of a job when it is killed.
+
+When a job's work is done, the hook appends ``{"job", "owner", "attempt", "token"}`` to
+the Redis list :func:`records_key` before returning (after which the worker marks the
+job DONE). The demo and the tests read that list to check that every job was done, and
+none twice.
+"""
+
+from __future__ import annotations
+
+import json
+
+from lockworker.job import Job
+from lockworker.worker import Worker
+
+STEP = 0.02
+"""Seconds between two checks of ``job.check()`` while a job works."""
+
+
+def records_key(namespace: str) -> str:
+    """The Redis list of completed runs of jobs in ``namespace``."""
+    return f"lockworker-demo:{namespace}:records"
+
+
+def first_run_key(namespace: str, job_id: str) -> str:
+    """Set (NX) by the first run of a job that has ``first_run_ms``."""
+    return f"lockworker-demo:{namespace}:first-run:{job_id}"
+
+
+class DemoWorker(Worker):
+    """Pretends to work for a while, then records who did the job."""
+
+    def on_acquired(self, job: Job) -> None:
+        payload = job.payload if isinstance(job.payload, dict) else {}
+        ms = float(payload.get("ms", 200))
+        first = payload.get("first_run_ms")
+        if first is not None and self.client.set(
+            first_run_key(self.namespace, job.id), self.owner, nx=True, ex=86400
+        ):
+            ms = float(first)
+        remaining = ms / 1000.0
+        while remaining > 0:
+            job.check()  # raises StopRequested (hand over) or LockLost (stop working)
+            step = min(STEP, remaining)
+            self.clock.sleep(step)
+            remaining -= step
+        job.check()
+        record = {"job": job.id, "owner": self.owner, "attempt": job.attempt, "token": job.token}
+        self.client.rpush(records_key(self.namespace), json.dumps(record))

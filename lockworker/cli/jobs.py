@@ -1,0 +1,87 @@
+"""``lockworker submit`` and ``lockworker reset``: one job at a time, by hand."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any, TextIO
+
+from lockworker.cli.common import EXIT_FAILURE, EXIT_OK, CliError, connect, redis_url
+from lockworker.errors import InvalidConfig
+from lockworker.keys import JobKeys
+from lockworker.protocol import ScriptProtocol
+from lockworker.sources import submit
+from lockworker.state import JobStatus, Snapshot
+
+
+def parse_payload(text: str | None) -> Any:
+    """The job's payload from its JSON text (absent: None)."""
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise CliError(f"PAYLOAD_JSON is not valid JSON ({exc}): {text!r}") from None
+
+
+def submit_main(args: argparse.Namespace) -> int:
+    """Add the job to the stream; print the entry id (for scripts)."""
+    payload = parse_payload(args.payload)
+    client = connect(redis_url(args.redis))
+    try:
+        entry = submit(client, args.stream, args.job_id, payload)
+    except InvalidConfig as exc:
+        raise CliError(str(exc)) from exc
+    finally:
+        client.close()
+    print(entry)
+    return EXIT_OK
+
+
+def describe(job_id: str, seen: Snapshot) -> str:
+    """One line about a job, as the confirmation question shows it."""
+    if seen.holder is not None:
+        return f"job {job_id!r} is held by {seen.holder} (attempt {seen.attempt})"
+    if seen.status is JobStatus.PENDING and seen.attempt == 0 and not seen.owner:
+        return f"job {job_id!r} is pending with no attempt made"
+    by = f" by {seen.owner}" if seen.owner else ""
+    return f"job {job_id!r} is {seen.status.value} (attempt {seen.attempt}{by})"
+
+
+def confirm(question: str, stdin: TextIO, stdout: TextIO) -> bool:
+    """Ask on the terminal; anything but y/yes is a no."""
+    stdout.write(f"{question} [y/N] ")
+    stdout.flush()
+    answer = stdin.readline()
+    return answer.strip().lower() in ("y", "yes")
+
+
+def reset_main(args: argparse.Namespace) -> int:
+    """Make a resolved (or, with --force, held) job pending again, after asking."""
+    try:
+        keys = JobKeys.of(args.namespace, args.job_id)
+    except InvalidConfig as exc:
+        raise CliError(str(exc)) from exc
+    if not args.yes and not sys.stdin.isatty():
+        raise CliError("refusing to reset without a terminal to ask on: pass --yes")
+    client = connect(redis_url(args.redis))
+    try:
+        protocol = ScriptProtocol(client)
+        seen = protocol.inspect(keys)
+        if seen.holder is not None and not args.force:
+            raise CliError(
+                f"{describe(args.job_id, seen)}; wait for it, or pass --force to reset "
+                "it under a live holder (its completion will then be refused)", EXIT_FAILURE,
+            )
+        question = f"{describe(args.job_id, seen)} in namespace {args.namespace!r}. Reset it?"
+        if not args.yes and not confirm(question, sys.stdin, sys.stdout):
+            print("not reset")
+            return EXIT_FAILURE
+        done = protocol.reset(keys, round(args.retention * 1000), force=args.force)
+    finally:
+        client.close()
+    if not done:
+        raise CliError(f"job {args.job_id!r} was taken meanwhile; not reset", EXIT_FAILURE)
+    print(f"job {args.job_id!r} in namespace {args.namespace!r} is pending again")
+    return EXIT_OK

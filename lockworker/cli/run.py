@@ -1,0 +1,145 @@
+"""``lockworker run MODULE:CLASS``: one Worker (serving a stream) or Leader, as a daemon.
+
+Start-up checks everything it can before doing any work: the options, the class (its
+import and its kind), the constructor's arguments, and Redis (a PING). Each failure is
+one line on stderr and exit code 2 (or 1 for Redis).
+
+Stopping: the first SIGTERM or SIGINT stops taking work. Running hooks see
+``job.stopping`` / ``term.stopping``; a hook that checks it hands its job over at once
+(no attempt spent), others finish. When all ended the process exits 0. If that takes
+longer than ``--grace`` seconds the process exits 1 at once: the jobs still in hand are
+taken over by another process when their leases run out. supervisord's
+``stopwaitsecs`` must exceed ``--grace``, or supervisord SIGKILLs first. A second
+signal acts as it would without lockworker (SIGTERM ends the process, SIGINT raises
+KeyboardInterrupt).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import threading
+from typing import Any
+
+import redis
+import structlog
+
+from lockworker.cli.common import EXIT_OK, CliError, connect, redis_url, safe_url
+from lockworker.cli.target import load
+from lockworker.errors import InvalidConfig, InvalidHook
+from lockworker.leader import Leader
+from lockworker.signals import stop_on_signals
+from lockworker.sources import StreamSource
+from lockworker.worker import Worker
+
+EXIT_GRACE_EXPIRED = 1
+
+STARTED = "run.started"
+STOPPING = "run.stopping"
+STOPPED = "run.stopped"
+GRACE_EXPIRED = "run.grace_expired"
+NO_OWNER = "run.no_owner"
+
+WORKER_ONLY = ("max_attempts", "concurrency", "stream")
+
+
+def socket_timeout(lock_timeout: float) -> float:
+    """Socket timeout of the daemon's client: below the lease where possible (so a hung
+    connection cannot outlast it), above the stream's 0.25 s blocking read."""
+    return max(0.75, min(5.0, lock_timeout / 2))
+
+
+def build(cls: type[Worker] | type[Leader], client: redis.Redis, args: argparse.Namespace) -> Any:
+    """An instance of ``cls`` from the options; the CLI installs signal handlers itself."""
+    common: dict[str, Any] = {
+        "lock_timeout": args.lock_timeout, "owner": args.owner, "role": args.role,
+        "backup_delay": args.backup_delay, "handle_signals": False,
+    }
+    try:
+        if issubclass(cls, Leader):
+            return cls(client, name=args.namespace, **common)
+        return cls(
+            client, namespace=args.namespace,
+            max_attempts=args.max_attempts if args.max_attempts is not None else 3,
+            **common,
+        )
+    except (InvalidConfig, InvalidHook) as exc:
+        raise CliError(str(exc)) from exc
+    except TypeError as exc:  # a subclass whose constructor takes other arguments
+        raise CliError(f"cannot construct {cls.__qualname__}: {exc}") from exc
+
+
+class GraceTimer:
+    """Exits the process if the stop takes longer than the grace period.
+
+    Started by the signal handler; a daemon thread, so it never keeps a process alive
+    that stopped in time.
+    """
+
+    def __init__(self, grace: float, log: Any) -> None:
+        self.grace = grace
+        self.log = log
+        self._timer: threading.Timer | None = None
+
+    def start(self) -> None:
+        if self._timer is None:
+            self._timer = threading.Timer(self.grace, self._expire)
+            self._timer.daemon = True
+            self._timer.start()
+
+    def cancel(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+
+    def _expire(self) -> None:
+        self.log.error(GRACE_EXPIRED, grace=self.grace, exit_code=EXIT_GRACE_EXPIRED)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(EXIT_GRACE_EXPIRED)
+
+
+def main(args: argparse.Namespace) -> int:
+    cls = load(args.target, args.app_dir)
+    if issubclass(cls, Leader):
+        given = [name for name in WORKER_ONLY if getattr(args, name) is not None]
+        if given:
+            flags = ", ".join("--" + name.replace("_", "-") for name in given)
+            raise CliError(f"{flags}: only for Worker classes; {args.target} is a Leader")
+    url = redis_url(args.redis)
+    client = connect(url, socket_timeout=socket_timeout(args.lock_timeout))
+    daemon = build(cls, client, args)
+    kind = "leader" if isinstance(daemon, Leader) else "worker"
+    log = structlog.get_logger("lockworker.cli").bind(
+        kind=kind, target=args.target, owner=daemon.owner, role=args.role
+    )
+    grace = GraceTimer(args.grace, log)
+
+    def on_stop(signum: int) -> None:
+        log.info(STOPPING, signal=signum, grace=args.grace)
+        daemon.stop()
+        grace.start()
+
+    try:
+        with stop_on_signals(on_stop):
+            log.info(STARTED, redis=safe_url(url), namespace=args.namespace, pid=os.getpid())
+            if args.owner is None and kind == "worker":
+                log.warning(NO_OWNER, hint="pass a stable --owner so a restart resumes the stream")
+            if isinstance(daemon, Leader):
+                daemon.run()
+            else:
+                _serve(daemon, client, args)
+    finally:
+        grace.cancel()
+        daemon.close()
+        client.close()
+    log.info(STOPPED)
+    return EXIT_OK
+
+
+def _serve(worker: Worker, client: redis.Redis, args: argparse.Namespace) -> None:
+    try:
+        source = StreamSource(client, args.stream or args.namespace, owner=worker.owner)
+    except InvalidConfig as exc:
+        raise CliError(str(exc)) from exc
+    worker.serve(source, concurrency=args.concurrency or 4)

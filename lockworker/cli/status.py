@@ -1,0 +1,214 @@
+"""``lockworker status``: every job and leader Redis knows of, as a table or JSON.
+
+Jobs are found by SCAN over their state keys (never KEYS, which blocks the server),
+read in batches, each job's keys inside one MULTI so a row is one consistent moment.
+A job's age is how long ago its state key was last written: the workers write it with a
+time to live of ``retention`` (default one day), so age = retention - time left. Pass
+the workers' ``--retention`` if they use another. Leaders are read with
+:meth:`lockworker.Leader.current`, their age from the term's recorded start.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import redis
+
+from lockworker.cli.common import EXIT_OK, connect, redis_url
+from lockworker.clock import wall_time
+from lockworker.errors import ForeignValueError
+from lockworker.keys import PREFIX, JobKeys, namespace_pattern, parse_state_key
+from lockworker.leader import NAMESPACE as LEADERS
+from lockworker.leader import Leader
+from lockworker.protocol import snapshot_from, text
+
+BATCH = 200
+
+
+@dataclass(frozen=True)
+class Row:
+    """One job or leader as the table shows it (times in seconds)."""
+
+    kind: str
+    namespace: str
+    id: str
+    state: str
+    holder: str | None
+    attempt: int | None
+    token: int
+    lease_left: float | None
+    age: float | None
+
+
+def split_state_key(key: str) -> tuple[str, str] | None:
+    """``(namespace, id)`` of a state key ``lw:<ns>:{<id>}:state``, or None.
+
+    Without a namespace to go by, the first ``:{`` ends the namespace (so namespaces
+    containing ``:{`` are listed only with ``--namespace``).
+    """
+    head, tail = f"{PREFIX}:", "}:state"
+    if not key.startswith(head) or not key.endswith(tail):
+        return None
+    middle = key[len(head) : -len(tail)]
+    namespace, sep, job_id = middle.partition(":{")
+    if not sep or not namespace or not job_id:
+        return None
+    return namespace, job_id
+
+
+def state_keys(client: redis.Redis, namespace: str | None) -> Iterator[tuple[str, str, str]]:
+    """``(key, namespace, id)`` of every job state key (of ``namespace`` if given)."""
+    pattern = namespace_pattern(namespace) if namespace else f"{PREFIX}:*:{{*}}:state"
+    for raw in client.scan_iter(match=pattern, count=1000):
+        key = text(raw)
+        if namespace:
+            job_id = parse_state_key(key, namespace)
+            if job_id is not None:
+                yield key, namespace, job_id
+        else:
+            found = split_state_key(key)
+            if found is not None:
+                yield key, *found
+
+
+def job_rows(
+    client: redis.Redis, keys: list[tuple[str, str, str]], retention: float
+) -> list[Row]:
+    """Read ``keys`` (state key, namespace, id) in batches; one row each."""
+    rows: list[Row] = []
+    for start in range(0, len(keys), BATCH):
+        batch = keys[start : start + BATCH]
+        pipe = client.pipeline(transaction=True)  # one consistent moment per batch
+        for _key, namespace, job_id in batch:
+            jk = JobKeys(namespace, job_id)
+            pipe.get(jk.state)
+            pipe.get(jk.lock)
+            pipe.pttl(jk.lock)
+            pipe.pttl(jk.state)
+        replies = pipe.execute(raise_on_error=False)
+        for i, (_key, namespace, job_id) in enumerate(batch):
+            rows.append(_job_row(namespace, job_id, replies[4 * i : 4 * i + 4], retention))
+    return rows
+
+
+def _job_row(
+    namespace: str, job_id: str, replies: list[Any], retention: float
+) -> Row:
+    raw_state, raw_lock, lock_ttl, state_ttl = replies
+    age = None
+    if isinstance(state_ttl, int) and state_ttl >= 0:
+        age = round(max(0.0, retention - state_ttl / 1000.0), 3)
+    if any(isinstance(r, Exception) for r in (raw_state, raw_lock)):
+        return Row("job", namespace, job_id, "foreign", None, None, 0, None, age)
+    try:
+        pttl = int(lock_ttl) if isinstance(lock_ttl, int) and lock_ttl >= 0 else None
+        seen = snapshot_from(JobKeys(namespace, job_id), raw_state, raw_lock, pttl)
+    except ForeignValueError:
+        return Row("job", namespace, job_id, "foreign", None, None, 0, None, age)
+    state = "held" if seen.holder is not None else seen.status.value
+    holder = seen.holder if seen.holder is not None else (seen.owner or None)
+    lease = seen.pttl_ms / 1000.0 if seen.pttl_ms is not None else None
+    return Row("job", namespace, job_id, state, holder, seen.attempt, seen.token, lease, age)
+
+
+def leader_rows(client: redis.Redis) -> list[Row]:
+    """One row per leader name that ever had a term (its token counter exists)."""
+    rows = []
+    now = wall_time()
+    for raw in client.scan_iter(match=namespace_pattern(LEADERS), count=1000):
+        name = parse_state_key(text(raw), LEADERS)
+        if name is None:
+            continue
+        try:
+            info = Leader.current(client, name)
+        except ForeignValueError:
+            rows.append(Row("leader", LEADERS, name, "foreign", None, None, 0, None, None))
+            continue
+        if info is None:
+            state = client.get(text(raw))
+            token = int(text(state).split("|")[3]) if state and text(state).count("|") >= 4 else 0
+            rows.append(Row("leader", LEADERS, name, "vacant", None, None, token, None, None))
+            continue
+        age = round(max(0.0, now - info.since), 3) if info.since is not None else None
+        rows.append(
+            Row("leader", LEADERS, name, "leading", info.holder, None, info.token,
+                info.lease_left, age)
+        )
+    return sorted(rows, key=lambda r: r.id)
+
+
+def collect(client: redis.Redis, namespace: str | None, retention: float) -> list[Row]:
+    """Leaders (unless another namespace was asked for), then jobs, sorted."""
+    rows: list[Row] = []
+    if namespace in (None, LEADERS):
+        rows.extend(leader_rows(client))
+    if namespace != LEADERS:
+        keys = sorted((k for k in state_keys(client, namespace) if k[1] != LEADERS),
+                      key=lambda k: (k[1], k[2]))
+        rows.extend(job_rows(client, keys, retention))
+    return rows
+
+
+def duration(seconds: float | None) -> str:
+    """``850ms``, ``12.3s``, ``4m05s``, ``3h07m``, ``2d05h``; ``-`` when unknown."""
+    if seconds is None:
+        return "-"
+    if seconds < 1:
+        return f"{seconds * 1000:.0f}ms"
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    minutes, secs = divmod(int(seconds), 60)
+    if minutes < 60:
+        return f"{minutes}m{secs:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 48:
+        return f"{hours}h{minutes:02d}m"
+    days, hours = divmod(hours, 24)
+    return f"{days}d{hours:02d}h"
+
+
+HEADER = ("KIND", "NAMESPACE", "ID", "STATE", "HOLDER", "ATTEMPT", "TOKEN", "LEASE LEFT", "AGE")
+
+
+def table(rows: list[Row]) -> str:
+    """Aligned columns with a header; a line saying so when there is nothing."""
+    if not rows:
+        return "no jobs or leaders found"
+    cells = [HEADER] + [
+        (
+            r.kind, r.namespace, r.id, r.state, r.holder or "-",
+            "-" if r.attempt is None else str(r.attempt), str(r.token),
+            duration(r.lease_left), duration(r.age),
+        )
+        for r in rows
+    ]
+    widths = [max(len(line[i]) for line in cells) for i in range(len(HEADER))]
+    return "\n".join(
+        "  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)).rstrip()
+        for line in cells
+    )
+
+
+def main(args: argparse.Namespace) -> int:
+    client = connect(redis_url(args.redis))
+    try:
+        rows = collect(client, args.namespace, args.retention)
+    finally:
+        client.close()
+    if args.json:
+        json.dump(
+            {
+                "leaders": [asdict(r) for r in rows if r.kind == "leader"],
+                "jobs": [asdict(r) for r in rows if r.kind == "job"],
+            },
+            sys.stdout, indent=2,
+        )
+        sys.stdout.write("\n")
+    else:
+        print(table(rows))
+    return EXIT_OK

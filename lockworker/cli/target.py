@@ -1,0 +1,51 @@
+"""Turning ``MODULE:CLASS`` into a Worker or Leader subclass, or one clear error."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+
+from lockworker.cli.common import CliError
+from lockworker.leader import Leader
+from lockworker.worker import Worker
+
+
+def load(target: str, app_dir: str = ".") -> type[Worker] | type[Leader]:
+    """The class named by ``target`` (``package.module:Class``), checked for its kind.
+
+    ``app_dir`` goes first on ``sys.path`` (as the current directory does for
+    ``python -m``), so ``lockworker run jobs:Mailer`` finds ``./jobs.py`` whether the
+    command was started as a console script or as a module.
+    """
+    module_name, sep, attr = target.partition(":")
+    if not sep or not module_name or not attr or ":" in attr:
+        raise CliError(f"expected MODULE:CLASS (e.g. myapp.jobs:Mailer), got {target!r}")
+    path = os.path.abspath(app_dir)
+    if path not in sys.path:
+        sys.path.insert(0, path)
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        raise CliError(f"cannot import module {module_name!r}: {exc}") from exc
+    except Exception as exc:  # the module itself is broken: say how, in one line
+        raise CliError(
+            f"importing module {module_name!r} failed: {type(exc).__name__}: {exc}"
+        ) from exc
+    obj: object = module
+    for part in attr.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise CliError(f"module {module_name!r} has no attribute {attr!r}") from None
+    if isinstance(obj, type) and issubclass(obj, (Worker, Leader)):
+        return obj
+    raise CliError(
+        f"{target} is {_describe(obj)}, not a subclass of lockworker.Worker or lockworker.Leader"
+    )
+
+
+def _describe(obj: object) -> str:
+    if isinstance(obj, type):
+        return f"the class {obj.__module__}.{obj.__qualname__}"
+    return f"a {type(obj).__name__}"

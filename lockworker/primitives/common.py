@@ -1,0 +1,112 @@
+"""What the primitives share: argument checks, the wake hub's lifetime, event names.
+
+Every primitive is one holder: a :class:`~lockworker.primitives.lock.Lock` object holds
+the lock at most once at a time, and each acquisition gets a fresh owner id, so a
+retried request whose reply was lost recognises its own grant but never an earlier,
+abandoned one.
+"""
+
+from __future__ import annotations
+
+import uuid
+import weakref
+from typing import Any
+
+import redis
+
+from lockworker.clock import Clock
+from lockworker.errors import InvalidConfig, LockworkerError
+from lockworker.wake import WakeHub
+from lockworker.worker import _positive, default_owner
+
+ACQUIRED = "lock.acquired"
+RELEASED = "lock.released"
+LOST = "lock.lost"
+EXTENDED = "lock.extended"
+TIMED_OUT = "lock.timed_out"
+
+__all__ = [
+    "ACQUIRED",
+    "EXTENDED",
+    "LOST",
+    "RELEASED",
+    "TIMED_OUT",
+    "AlreadyHeld",
+    "check_client",
+    "check_timeout",
+    "default_owner",
+    "new_owner",
+    "positive",
+]
+
+
+class AlreadyHeld(LockworkerError, RuntimeError):
+    """``acquire`` was called on a primitive object that already holds it.
+
+    The primitives are not re-entrant: acquiring twice from one object would either
+    deadlock with itself or hide a double release, so it is refused at once.
+    """
+
+
+def positive(value: object, name: str, *, integer: bool = False) -> float:
+    """``value`` as a float if it is a number > 0 (or an int >= 1), else InvalidConfig."""
+    return _positive(value, name, integer=integer)
+
+
+def check_client(client: object, argument: str = "client") -> redis.Redis:
+    """Refuse anything that is not a redis-py client before any Redis call."""
+    if not hasattr(client, "register_script") or not hasattr(client, "pubsub"):
+        raise InvalidConfig(f"{argument} must be a redis.Redis client, got {client!r}")
+    return client  # type: ignore[return-value]
+
+
+def check_timeout(timeout: object, argument: str = "timeout") -> float | None:
+    """None (wait for ever) or a number of seconds >= 0."""
+    if timeout is None:
+        return None
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout < 0:
+        raise InvalidConfig(f"{argument} must be None or a number of seconds >= 0, got {timeout!r}")
+    return float(timeout)
+
+
+def check_bool(value: object, argument: str) -> bool:
+    if not isinstance(value, bool):
+        raise InvalidConfig(f"{argument} must be True or False, got {value!r}")
+    return value
+
+
+def new_owner(base: str) -> str:
+    """A fresh owner id for one acquisition: readable prefix, unique suffix."""
+    return f"{base}:{uuid.uuid4().hex[:12]}"
+
+
+class HubHolder:
+    """A :class:`WakeHub` created on first use and closed when its owner is collected.
+
+    A primitive used as ``with Lock(...)`` is often thrown away after one use; the
+    finaliser closes the hub's pub/sub connection and reader thread then, so contended
+    one-shot locks do not leak connections.
+    """
+
+    def __init__(self, owner: object, client: redis.Redis, clock: Clock) -> None:
+        self._client = client
+        self._clock = clock
+        self._hub: WakeHub | None = None
+        self._finalizer: Any = None
+        self._owner_ref = weakref.ref(owner)
+
+    def get(self) -> WakeHub:
+        if self._hub is None:
+            self._hub = WakeHub(self._client, self._clock)
+            owner = self._owner_ref()
+            if owner is not None:
+                self._finalizer = weakref.finalize(owner, self._hub.close)
+        return self._hub
+
+    def close(self) -> None:
+        if self._finalizer is not None:
+            self._finalizer()
+        elif self._hub is not None:
+            self._hub.close()
+        self._hub = None
+        self._finalizer = None

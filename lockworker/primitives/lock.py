@@ -1,0 +1,332 @@
+"""``Lock``: the SET NX + token + TTL recipe as a proper lock, with a fencing token.
+
+Built on the job-lock protocol (:mod:`lockworker.protocol`), as :mod:`lockworker.leader`
+is: a lock named ``report`` in namespace ``locks`` uses::
+
+    lw:locks:{report}:lock    holder's value lw1|<token>|<n>|<owner>, with the TTL
+    lw:locks:{report}:state   the fencing-token counter (kept a year after last use)
+    lw:locks:{report}:wake    pub/sub channel: published on every release
+
+Each step is one Lua script, one round trip: acquire (take it if free, INCR the token
+counter, set the TTL), release and extend (compare the caller's exact value and only
+then delete or PEXPIRE; never GET then DEL). Waiters subscribe to the wake channel
+and block until a release is published or, if the holder died, until the lock's own
+PTTL runs out on this process's clock; there is no polling sleep.
+
+Whether this process still holds the lock is judged by its own monotonic clock, taken
+before the request that granted or extended it (:mod:`lockworker.lease`). A lock that
+expired is *lost*: ``release``/``extend`` then raise :class:`~lockworker.LockLost`
+rather than report success, so the caller learns its critical section was not exclusive.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import redis
+
+from lockworker import events, retry
+from lockworker.clock import Clock, SystemClock
+from lockworker.codec import LockValue
+from lockworker.errors import AcquireTimeout, ForeignValueError, LockLost, NotHeld
+from lockworker.keys import JobKeys, check_name
+from lockworker.lease import Heartbeat, Lease, valid_until
+from lockworker.primitives import common
+from lockworker.protocol import ScriptProtocol
+from lockworker.state import Grant, Settle, Snapshot
+
+NAMESPACE = "locks"
+MAX_ACQUISITIONS = 10**15
+"""Attempt limit passed to the job protocol's acquire: never reached."""
+RETENTION = 365 * 86400.0
+"""Seconds the token counter outlives the last use, so fencing tokens never repeat."""
+MIN_WAIT = 0.001
+
+T = TypeVar("T")
+
+
+class Lock:
+    """A distributed mutual-exclusion lock on one Redis server, with a fencing token.
+
+    :param client: a ``redis.Redis`` client (``decode_responses`` either way).
+    :param name: the lock's name; every ``Lock`` with the same name and namespace
+        excludes the others.
+    :param ttl: seconds the lock lives unless released or extended: how long a crashed
+        holder blocks the others.
+    :param auto_renew: renew the lock every ``ttl / 3`` in a background thread while it
+        is held; renewal stops at release, or when it fails (the lock is then lost).
+    :param timeout: default for :meth:`acquire` and ``with``: seconds to wait, None for
+        ever.
+
+    One ``Lock`` object is one holder; it is not re-entrant (acquiring it again while
+    holding it raises :class:`~lockworker.primitives.common.AlreadyHeld`). Use one
+    object per thread or process that competes.
+    """
+
+    def __init__(
+        self,
+        client: redis.Redis,
+        name: str,
+        *,
+        ttl: float = 10.0,
+        auto_renew: bool = False,
+        timeout: float | None = None,
+        namespace: str = NAMESPACE,
+        clock: Clock | None = None,
+        logger: Any = None,
+        redis_retry: retry.RetryPolicy | None = None,
+    ) -> None:
+        self.client = common.check_client(client)
+        self.name = check_name(name, "name")
+        self.keys = JobKeys(check_name(namespace, "namespace"), self.name)
+        self.ttl = common.positive(ttl, "ttl")
+        self.auto_renew = common.check_bool(auto_renew, "auto_renew")
+        self.timeout = common.check_timeout(timeout)
+        self.clock: Clock = clock or SystemClock()
+        self.redis_retry = redis_retry or retry.RetryPolicy()
+        self.protocol = ScriptProtocol(client)
+        self._base = common.default_owner()
+        self._log = events.logger(logger, lock=self.name, namespace=self.keys.namespace)
+        self._ttl_ms = max(1, round(self.ttl * 1000))
+        self._retention_ms = round(RETENTION * 1000)
+        self._held: LockValue | None = None
+        self._valid_until = 0.0
+        self._lease: Lease | None = None
+        self._heartbeat: Heartbeat | None = None
+        self._hub = common.HubHolder(self, client, self.clock)
+
+    # -- state -----------------------------------------------------------------------
+
+    @property
+    def token(self) -> int | None:
+        """The fencing token of the current acquisition (None when not held).
+
+        It grows with every acquisition of this name by anyone, so a resource that
+        remembers the highest token it has seen can refuse a stale holder's writes.
+        """
+        held = self._held
+        return held.token if held is not None else None
+
+    @property
+    def held(self) -> bool:
+        """True between a successful :meth:`acquire` and :meth:`release` (local view)."""
+        return self._held is not None
+
+    @property
+    def lost(self) -> bool:
+        """True if this object acquired the lock but can no longer trust it.
+
+        Judged by the local clock (TTL since the last grant or renewal, minus a drift
+        allowance) or by a failed renewal; no Redis call.
+        """
+        if self._held is None:
+            return False
+        lease = self._lease
+        if lease is not None:
+            return not lease.is_valid(self.clock.monotonic())
+        return self.clock.monotonic() >= self._valid_until
+
+    def locked(self) -> bool:
+        """True if anyone holds the lock now (one Redis call)."""
+        return bool(self._call(lambda: self.client.exists(self.keys.lock), "read the lock"))
+
+    def owned(self) -> bool:
+        """True if this object holds the lock now, as Redis sees it (one Redis call)."""
+        held = self._held
+        if held is None:
+            return False
+        raw = self._call(lambda: self.client.get(self.keys.lock), "read the lock")
+        if isinstance(raw, bytes):
+            raw = raw.decode("utf-8", "replace")
+        return bool(raw == held.encode())
+
+    # -- acquire ---------------------------------------------------------------------
+
+    def acquire(self, blocking: bool = True, timeout: float | None = None) -> bool:
+        """Take the lock; True if taken, False if not within ``timeout``.
+
+        :param blocking: False: one try, no waiting.
+        :param timeout: seconds to wait (None: the ``timeout`` given to the constructor,
+            which is None, for ever, by default).
+        """
+        common.check_bool(blocking, "blocking")
+        wait = common.check_timeout(timeout)
+        if wait is None:
+            wait = self.timeout
+        if self._held is not None:
+            raise common.AlreadyHeld(f"lock {self.name!r} is already held by this Lock object")
+        owner = common.new_owner(self._base)
+        start = self.clock.monotonic()
+        deadline = None if wait is None else start + wait
+        seen = self._try(owner, deadline)
+        if seen is None:
+            return True
+        if not blocking or (deadline is not None and self.clock.monotonic() >= deadline):
+            return False
+        with self._hub.get().listen(self.keys.wake) as event:
+            while True:
+                event.clear()
+                seen = self._try(owner, deadline)
+                if seen is None:
+                    return True
+                now = self.clock.monotonic()
+                if deadline is not None and now >= deadline:
+                    self._log.debug(common.TIMED_OUT, holder=seen.holder, waited=now - start)
+                    return False
+                # Wake on a release message, or when the holder's TTL runs out on this
+                # process's clock (a dead holder publishes nothing).
+                pause = (seen.pttl_ms or 0) / 1000.0 + MIN_WAIT
+                if deadline is not None:
+                    pause = min(pause, deadline - now)
+                self.clock.wait(event, max(MIN_WAIT, pause))
+
+    def _try(self, owner: str, deadline: float | None) -> Snapshot | None:
+        """One acquire step; None if granted (state recorded), else what was seen."""
+        sent = self.clock.monotonic()
+        result = self._call(
+            lambda: self.protocol.acquire(
+                self.keys, owner, self._ttl_ms, MAX_ACQUISITIONS, self._retention_ms
+            ),
+            "acquire the lock",
+            deadline=deadline,
+        )
+        if isinstance(result, Grant):
+            self._granted(LockValue(result.token, result.attempt, owner), sent)
+            return None
+        if result.resolved:
+            # A job of the worker under this namespace, not a lock: refuse to touch it.
+            raise ForeignValueError(self.keys.state, result.status.value)
+        return result
+
+    def _granted(self, held: LockValue, sent: float) -> None:
+        self._held = held
+        self._valid_until = valid_until(sent, self.ttl)
+        if self.auto_renew:
+            self._start_renewing(held, sent)
+        self._log.debug(common.ACQUIRED, token=held.token, owner=held.owner)
+
+    def _start_renewing(self, held: LockValue, sent: float) -> None:
+        def renew(deadline: float) -> bool:
+            return bool(
+                self._call(
+                    lambda: self.protocol.renew(
+                        self.keys, held, self._ttl_ms, self._retention_ms
+                    ),
+                    "renew the lock",
+                    deadline=deadline,
+                )
+            )
+
+        def lost(_lease: Lease, reason: str) -> None:
+            self._log.warning(common.LOST, token=held.token, reason=reason)
+
+        interval = self.ttl / 3
+        lease = Lease(
+            renew=renew,
+            lease=self.ttl,
+            valid_until=valid_until(sent, self.ttl),
+            next_renewal=sent + interval,
+            on_lost=lost,
+        )
+        heartbeat = Heartbeat(self.clock, interval)
+        self._lease, self._heartbeat = lease, heartbeat
+        heartbeat.hold(lease)
+
+    def _stop_renewing(self) -> None:
+        lease, heartbeat = self._lease, self._heartbeat
+        self._lease = self._heartbeat = None
+        if heartbeat is not None:
+            if lease is not None:
+                heartbeat.drop(lease)
+            heartbeat.close()
+
+    # -- release and extend ----------------------------------------------------------
+
+    def _take_held(self) -> LockValue:
+        held, self._held = self._held, None
+        if held is None:
+            raise NotHeld(f"lock {self.name!r} is not held by this Lock object")
+        self._stop_renewing()
+        return held
+
+    def release(self) -> None:
+        """Release the lock and wake one waiting process at once.
+
+        Raises :class:`~lockworker.NotHeld` if this object does not hold it, and
+        :class:`~lockworker.LockLost` if it had expired (or was taken over) before the
+        release: another process may have held it meanwhile. Either way this object
+        no longer holds it afterwards.
+        """
+        held = self._take_held()
+        result = self._call(
+            lambda: self.protocol.release(self.keys, held, self._retention_ms),
+            "release the lock",
+        )
+        if result is Settle.NOT_HOLDER:
+            self._log.warning(common.LOST, token=held.token, reason="expired before release")
+            raise LockLost(
+                f"lock {self.name!r} expired or was taken over before it was released "
+                f"(token {held.token}); the critical section may not have been exclusive",
+                key=self.keys.lock,
+                token=held.token,
+            )
+        self._log.debug(common.RELEASED, token=held.token)
+
+    def extend(self, ttl: float | None = None) -> None:
+        """Reset the lock's remaining time to ``ttl`` seconds (default: the lock's ttl).
+
+        Atomic compare-and-set: only the holder's exact value is extended. Raises
+        :class:`~lockworker.NotHeld` if not held by this object and
+        :class:`~lockworker.LockLost` if it had already expired (then it is no longer
+        held). With ``auto_renew`` the heartbeat keeps renewing to the lock's ``ttl``.
+        """
+        held = self._held
+        if held is None:
+            raise NotHeld(f"lock {self.name!r} is not held by this Lock object")
+        seconds = self.ttl if ttl is None else common.positive(ttl, "ttl")
+        sent = self.clock.monotonic()
+        ok = self._call(
+            lambda: self.protocol.renew(
+                self.keys, held, max(1, round(seconds * 1000)), self._retention_ms
+            ),
+            "extend the lock",
+        )
+        if not ok:
+            self._take_held()
+            self._log.warning(common.LOST, token=held.token, reason="expired before extend")
+            raise LockLost(
+                f"lock {self.name!r} expired or was taken over before it was extended",
+                key=self.keys.lock,
+                token=held.token,
+            )
+        self._valid_until = valid_until(sent, seconds)
+        self._log.debug(common.EXTENDED, token=held.token, ttl=seconds)
+
+    # -- plumbing --------------------------------------------------------------------
+
+    def _call(self, fn: Callable[[], T], what: str, *, deadline: float | None = None) -> T:
+        return retry.call(
+            fn, clock=self.clock, policy=self.redis_retry, what=what, deadline=deadline
+        )
+
+    def close(self) -> None:
+        """Stop renewing and close the pub/sub connection used for waiting.
+
+        Does not release the lock; call :meth:`release` first if it is held.
+        """
+        self._stop_renewing()
+        self._hub.close()
+
+    def __enter__(self) -> Lock:
+        if not self.acquire(blocking=True, timeout=self.timeout):
+            raise AcquireTimeout(
+                f"could not acquire lock {self.name!r} within {self.timeout} s"
+            )
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+    def __repr__(self) -> str:
+        return f"<Lock {self.name!r} namespace={self.keys.namespace!r} token={self.token}>"

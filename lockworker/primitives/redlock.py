@@ -1,0 +1,391 @@
+"""``Redlock``: one lock over N independent Redis masters, held while a majority agrees.
+
+Each master runs the job-lock protocol of :mod:`lockworker.protocol` on its own keys
+(the same keys a :class:`~lockworker.primitives.lock.Lock` would use there), so one
+acquisition is, per master, one Lua script that takes the lock if free and counts a
+token. An attempt:
+
+1. note the local monotonic time; ask every master in turn (failures count as "no");
+2. with grants from a majority, take ``token = max(per-master tokens)`` and raise the
+   token counter of every granting master to it (:data:`~lockworker.primitives.lua.FENCE_RAISE`),
+   so any later majority, which shares at least one master with this one, hands out a
+   larger token;
+3. the lock is held if a majority granted and raised, and the *validity*
+   ``ttl - elapsed - (ttl * drift_factor + 2 ms)`` is still positive;
+4. otherwise release on every master (a grant whose reply was lost included) and,
+   if retrying, wait a random delay in ``[0, retry_delay]`` so competing clients do
+   not collide in lockstep.
+
+What this rests on (docs/primitives.md says more): bounded clock drift between the
+machines (TTLs run on each master's clock), no process pause longer than the
+validity going unnoticed, and masters that keep their keys across a restart
+(``appendfsync always``) or stay down for at least ``ttl`` after a crash. Fencing
+tokens (:attr:`Redlock.token`) are the defence when these assumptions fail.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+from redis.commands.core import Script
+
+from lockworker import events
+from lockworker.clock import Clock, SystemClock
+from lockworker.codec import LockValue
+from lockworker.errors import (
+    AcquireTimeout,
+    InvalidConfig,
+    LockLost,
+    NotHeld,
+    QuorumNotReached,
+)
+from lockworker.keys import JobKeys, check_name
+from lockworker.lease import DRIFT_FIXED, Heartbeat, Lease
+from lockworker.primitives import common, lua
+from lockworker.primitives.lock import MAX_ACQUISITIONS, RETENTION
+from lockworker.protocol import ScriptProtocol
+from lockworker.state import Grant
+
+NAMESPACE = "redlocks"
+FAILURES = (redis.RedisError, OSError)
+"""What counts as "this master said no": unreachable, timed out, or refused."""
+
+
+@dataclass(frozen=True)
+class _Held:
+    owner: str
+    token: int
+    values: dict[int, LockValue]
+    """Per master index: the lock value it granted."""
+    valid_until: float
+
+
+class Redlock:
+    """A lock held on a majority of independent masters; same interface as ``Lock``.
+
+    :param clients: one ``redis.Redis`` client per master (independent servers, not
+        replicas). Give them short socket timeouts and no client-side retries, e.g.
+        ``redis.Redis(..., socket_timeout=0.1, retry=Retry(NoBackoff(), 0))``: a dead
+        master must cost milliseconds, not seconds, of the validity time.
+    :param ttl: seconds the lock lives on each master.
+    :param retry_count: further attempts a blocking :meth:`acquire` without a timeout
+        makes after the first.
+    :param retry_delay: the upper bound of the random pause between attempts.
+    :param drift_factor: share of ``ttl`` allowed for clock drift between machines.
+
+    :meth:`acquire` returns False when the lock is held elsewhere and raises
+    :class:`~lockworker.QuorumNotReached` when too few masters answered to decide.
+    """
+
+    def __init__(
+        self,
+        clients: Sequence[redis.Redis],
+        name: str,
+        *,
+        ttl: float = 10.0,
+        retry_count: int = 3,
+        retry_delay: float = 0.2,
+        drift_factor: float = 0.01,
+        auto_renew: bool = False,
+        timeout: float | None = None,
+        namespace: str = NAMESPACE,
+        clock: Clock | None = None,
+        logger: Any = None,
+    ) -> None:
+        if isinstance(clients, (str, bytes)) or not isinstance(clients, Sequence):
+            raise InvalidConfig(f"clients must be a list of redis.Redis clients, got {clients!r}")
+        if not clients:
+            raise InvalidConfig("clients must name at least one master")
+        self.clients = [common.check_client(c, f"clients[{i}]") for i, c in enumerate(clients)]
+        self.name = check_name(name, "name")
+        self.keys = JobKeys(check_name(namespace, "namespace"), self.name)
+        self.ttl = common.positive(ttl, "ttl")
+        if isinstance(retry_count, bool) or not isinstance(retry_count, int) or retry_count < 0:
+            raise InvalidConfig(f"retry_count must be an int >= 0, got {retry_count!r}")
+        self.retry_count = retry_count
+        self.retry_delay = common.check_timeout(retry_delay, "retry_delay") or 0.0
+        if (
+            isinstance(drift_factor, bool)
+            or not isinstance(drift_factor, (int, float))
+            or not 0 <= drift_factor < 1
+        ):
+            raise InvalidConfig(f"drift_factor must be a number in [0, 1), got {drift_factor!r}")
+        self.drift_factor = float(drift_factor)
+        self.auto_renew = common.check_bool(auto_renew, "auto_renew")
+        self.timeout = common.check_timeout(timeout)
+        self.quorum = len(self.clients) // 2 + 1
+        self.clock: Clock = clock or SystemClock()
+        self._protocols = [ScriptProtocol(c) for c in self.clients]
+        self._raise: list[Script] = [c.register_script(lua.FENCE_RAISE) for c in self.clients]
+        self._release: list[Script] = [
+            c.register_script(lua.REDLOCK_RELEASE) for c in self.clients
+        ]
+        self._ttl_ms = max(1, round(self.ttl * 1000))
+        self._retention_ms = round(RETENTION * 1000)
+        self._base = common.default_owner()
+        self._log = events.logger(
+            logger, lock=self.name, namespace=self.keys.namespace, masters=len(self.clients)
+        )
+        self._held: _Held | None = None
+        self._lease: Lease | None = None
+        self._heartbeat: Heartbeat | None = None
+        self._random = random.Random()
+
+    # -- state -----------------------------------------------------------------------
+
+    @property
+    def token(self) -> int | None:
+        """Fencing token of this acquisition: grows with every acquisition of the name
+        (as long as the masters keep their data; see the module docstring)."""
+        return self._held.token if self._held is not None else None
+
+    @property
+    def held(self) -> bool:
+        return self._held is not None
+
+    @property
+    def validity(self) -> float:
+        """Seconds this acquisition can still be trusted, by the local clock (0 if none)."""
+        held = self._held
+        if held is None:
+            return 0.0
+        until = self._lease.valid_until if self._lease is not None else held.valid_until
+        return max(0.0, until - self.clock.monotonic())
+
+    @property
+    def lost(self) -> bool:
+        if self._held is None:
+            return False
+        if self._lease is not None and self._lease.lost:
+            return True
+        return self.validity <= 0
+
+    def _each(self, fn: Callable[[int], Any]) -> list[Any]:
+        """``fn(i)`` for every master; None where the master failed."""
+        out: list[Any] = []
+        for i in range(len(self.clients)):
+            try:
+                out.append(fn(i))
+            except FAILURES:
+                out.append(None)
+        return out
+
+    def locked(self) -> bool:
+        """True if a majority of the reachable masters show the lock held (anyone's)."""
+        found = self._each(lambda i: self.clients[i].exists(self.keys.lock))
+        return sum(1 for f in found if f) >= self.quorum
+
+    def owned(self) -> bool:
+        """True if this object holds the lock on a majority of masters now."""
+        held = self._held
+        if held is None:
+            return False
+
+        def check(i: int) -> bool:
+            raw = self.clients[i].get(self.keys.lock)
+            if isinstance(raw, bytes):
+                raw = raw.decode("utf-8", "replace")
+            return i in held.values and raw == held.values[i].encode()
+
+        return sum(1 for ok in self._each(check) if ok) >= self.quorum
+
+    # -- acquire ---------------------------------------------------------------------
+
+    def _drift(self, ttl: float) -> float:
+        return ttl * self.drift_factor + DRIFT_FIXED
+
+    def acquire(self, blocking: bool = True, timeout: float | None = None) -> bool:
+        """Take the lock on a majority of masters.
+
+        Non-blocking: one attempt. Blocking: attempts until ``timeout`` (None: the
+        constructor's; if that is None too, ``1 + retry_count`` attempts), a random
+        pause of at most ``retry_delay`` between them. Returns False if the lock is
+        held elsewhere; raises :class:`~lockworker.QuorumNotReached` if, in the last
+        attempt, fewer than a majority of masters could be reached.
+        """
+        common.check_bool(blocking, "blocking")
+        wait = common.check_timeout(timeout)
+        if wait is None:
+            wait = self.timeout
+        if self._held is not None:
+            raise common.AlreadyHeld(f"redlock {self.name!r} is already held by this object")
+        deadline = None if wait is None else self.clock.monotonic() + wait
+        tries = 0
+        while True:
+            tries += 1
+            reached = self._attempt()
+            if reached is None:
+                return True
+            now = self.clock.monotonic()
+            done = not blocking or (
+                now >= deadline if deadline is not None else tries > self.retry_count
+            )
+            if done:
+                if reached < self.quorum:
+                    raise QuorumNotReached(
+                        f"redlock {self.name!r}: only {reached} of {len(self.clients)} "
+                        f"masters reachable, {self.quorum} needed"
+                    )
+                self._log.debug(common.TIMED_OUT, tries=tries)
+                return False
+            pause = self._random.uniform(0, self.retry_delay)
+            if deadline is not None:
+                pause = min(pause, max(0.0, deadline - now))
+            self.clock.sleep(pause)
+
+    def _attempt(self) -> int | None:
+        """One Redlock attempt: None if held now, else how many masters answered."""
+        owner = common.new_owner(self._base)
+        start = self.clock.monotonic()
+        replies = self._each(
+            lambda i: self._protocols[i].acquire(
+                self.keys, owner, self._ttl_ms, MAX_ACQUISITIONS, self._retention_ms
+            )
+        )
+        reached = sum(1 for r in replies if r is not None)
+        values = {
+            i: LockValue(r.token, r.attempt, owner)
+            for i, r in enumerate(replies)
+            if isinstance(r, Grant)
+        }
+        if len(values) >= self.quorum:
+            token = max(v.token for v in values.values())
+            raised = self._each(
+                lambda i: int(
+                    self._raise[i](
+                        keys=[self.keys.lock, self.keys.state],
+                        args=[values[i].encode(), token, self._retention_ms],
+                        client=self.clients[i],
+                    )
+                ) if i in values else 0
+            )
+            confirmed = sum(1 for r in raised if r)
+            valid_until = start + self.ttl - self._drift(self.ttl)
+            if confirmed >= self.quorum and self.clock.monotonic() < valid_until:
+                self._held = _Held(owner, token, values, valid_until)
+                if self.auto_renew:
+                    self._start_renewing()
+                self._log.debug(common.ACQUIRED, token=token, granted=len(values))
+                return None
+        self._release_all(owner)
+        return reached
+
+    def _release_all(self, owner: str) -> int:
+        """Release ``owner``'s lock on every master; how many had it."""
+        done = self._each(
+            lambda i: int(
+                self._release[i](
+                    keys=[self.keys.lock], args=[owner, self.keys.wake], client=self.clients[i]
+                )
+            )
+        )
+        return sum(1 for d in done if d)
+
+    # -- extend, renew, release ------------------------------------------------------
+
+    def _renew_all(self, held: _Held, ttl: float) -> float | None:
+        """Extend on every granting master; the new local deadline, or None if < quorum."""
+        start = self.clock.monotonic()
+        ttl_ms = max(1, round(ttl * 1000))
+        ok = self._each(
+            lambda i: self._protocols[i].renew(
+                self.keys, held.values[i], ttl_ms, self._retention_ms
+            ) if i in held.values else False
+        )
+        until = start + ttl - self._drift(ttl)
+        if sum(1 for r in ok if r) >= self.quorum and self.clock.monotonic() < until:
+            return until
+        return None
+
+    def extend(self, ttl: float | None = None) -> None:
+        """Reset the remaining time to ``ttl`` on a majority; else :class:`LockLost`."""
+        held = self._held
+        if held is None:
+            raise NotHeld(f"redlock {self.name!r} is not held by this object")
+        seconds = self.ttl if ttl is None else common.positive(ttl, "ttl")
+        until = self._renew_all(held, seconds) if not self.lost else None
+        if until is None:
+            self._drop()
+            self._release_all(held.owner)
+            self._log.warning(common.LOST, token=held.token, reason="extend lacked a majority")
+            raise LockLost(
+                f"redlock {self.name!r} could not be extended on a majority of masters",
+                key=self.keys.lock, token=held.token,
+            )
+        self._held = _Held(held.owner, held.token, held.values, until)
+
+    def _start_renewing(self) -> None:
+        held = self._held
+        assert held is not None
+
+        def renew(_deadline: float) -> bool:
+            current = self._held
+            if current is None or current.owner != held.owner:
+                return False
+            return self._renew_all(current, self.ttl) is not None
+
+        def lost(_lease: Lease, reason: str) -> None:
+            self._log.warning(common.LOST, token=held.token, reason=reason)
+
+        interval = self.ttl / 3
+        self._lease = Lease(
+            renew=renew, lease=self.ttl, valid_until=held.valid_until,
+            next_renewal=self.clock.monotonic() + interval, on_lost=lost,
+        )
+        self._heartbeat = Heartbeat(self.clock, interval)
+        self._heartbeat.hold(self._lease)
+
+    def _drop(self) -> _Held | None:
+        held, self._held = self._held, None
+        self._stop_renewing()
+        return held
+
+    def _stop_renewing(self) -> None:
+        lease, heartbeat = self._lease, self._heartbeat
+        self._lease = self._heartbeat = None
+        if heartbeat is not None and lease is not None:
+            heartbeat.drop(lease)
+            heartbeat.close()
+
+    def release(self) -> None:
+        """Release on every master.
+
+        Raises :class:`~lockworker.NotHeld` if not held by this object, and
+        :class:`~lockworker.LockLost` if the validity had run out or fewer than a
+        majority still held this acquisition: mutual exclusion may have been broken.
+        """
+        was_lost = self.lost
+        held = self._drop()
+        if held is None:
+            raise NotHeld(f"redlock {self.name!r} is not held by this object")
+        confirmed = self._release_all(held.owner)
+        if was_lost or confirmed < self.quorum:
+            self._log.warning(
+                common.LOST, token=held.token, confirmed=confirmed, expired=was_lost
+            )
+            raise LockLost(
+                f"redlock {self.name!r} was no longer held on a majority at release "
+                f"({confirmed} of {len(self.clients)} masters; validity "
+                f"{'expired' if was_lost else 'left'})",
+                key=self.keys.lock, token=held.token,
+            )
+        self._log.debug(common.RELEASED, token=held.token)
+
+    def close(self) -> None:
+        """Stop renewing (does not release)."""
+        self._stop_renewing()
+
+    def __enter__(self) -> Redlock:
+        if not self.acquire(timeout=self.timeout):
+            raise AcquireTimeout(f"could not acquire redlock {self.name!r}")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+    def __repr__(self) -> str:
+        return f"<Redlock {self.name!r} masters={len(self.clients)} token={self.token}>"

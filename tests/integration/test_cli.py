@@ -1,0 +1,301 @@
+"""The lockworker command against the suite's own server: submit, status, reset, run.
+
+In-process calls of ``main()`` where the command does its work and returns; real
+subprocesses for ``run`` (signals, exit codes, stderr) and for bad input.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import structlog
+from helpers import wait_for
+
+import lockworker
+from lockworker.cli.demo_worker import records_key
+from lockworker.cli.main import main
+from lockworker.keys import JobKeys
+from lockworker.protocol import inspect
+from lockworker.sources import stream_keys
+from lockworker.state import JobStatus
+from lockworker.testing import RedisServer
+
+APP = textwrap.dedent(
+    """
+    import lockworker
+
+    class Stubborn(lockworker.Worker):
+        # Ignores job.stopping: a SIGTERM cannot end it, only the grace period.
+        def on_acquired(self, job):
+            self.client.set("stubborn:" + job.id, "started")
+            self.clock.sleep(60)
+
+    class Boss(lockworker.Leader):
+        def on_acquired(self, term):
+            while not term.wait(0.05):
+                pass
+
+    NOT_A_CLASS = 42
+
+    class Plain:
+        pass
+    """
+)
+
+
+@pytest.fixture(autouse=True)
+def _restore_structlog() -> Iterator[None]:
+    """In-process ``main()`` configures structlog for this process: undo it after."""
+    saved = structlog.get_config()
+    yield
+    structlog.configure(**saved)
+
+
+def lockworker_cmd(*args: str) -> list[str]:
+    return [sys.executable, "-m", "lockworker", *args]
+
+
+@pytest.fixture
+def app_dir(tmp_path: Path) -> Path:
+    (tmp_path / "cli_app.py").write_text(APP)
+    return tmp_path
+
+
+@pytest.fixture
+def procs() -> Iterator[list[subprocess.Popen[str]]]:
+    started: list[subprocess.Popen[str]] = []
+    yield started
+    for proc in started:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(timeout=10)
+
+
+def spawn(procs: list[subprocess.Popen[str]], *args: str) -> subprocess.Popen[str]:
+    proc = subprocess.Popen(
+        lockworker_cmd(*args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        stdin=subprocess.DEVNULL,
+    )
+    procs.append(proc)
+    return proc
+
+
+# -- bad input: one line on stderr, non-zero exit ----------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "fragment"),
+    [
+        (["run", "nope", "--namespace", "n"], 2, "expected MODULE:CLASS"),
+        (["run", "no_such_module_xyz:Worker", "--namespace", "n"], 2, "cannot import module"),
+        (["run", "cli_app:Missing", "--namespace", "n"], 2, "has no attribute"),
+        (["run", "cli_app:NOT_A_CLASS", "--namespace", "n"], 2, "a int, not a subclass"),
+        (["run", "cli_app:Plain", "--namespace", "n"], 2, "not a subclass of lockworker"),
+        (["run", "lockworker:Worker", "--namespace", "n"], 2, "on_acquired is required"),
+        (["run", "cli_app:Boss", "--namespace", "n", "--stream", "s"], 2, "only for Worker"),
+        (["run", "cli_app:Stubborn"], 2, "--namespace"),
+        (["run", "cli_app:Stubborn", "--namespace", "n", "--lock-timeout", "0"], 2, "> 0"),
+        (["run", "cli_app:Stubborn", "--namespace", "n", "--role", "boss"], 2, "invalid choice"),
+        (["run", "cli_app:Stubborn", "--namespace", "leaders"], 2, "reserved"),
+        (["submit", "s", "j", "{not json"], 2, "not valid JSON"),
+        (["frobnicate"], 2, "invalid choice"),
+    ],
+)
+def test_bad_input_is_one_line_and_an_exit_code(
+    redis_server: RedisServer, app_dir: Path, args: list[str], code: int, fragment: str
+) -> None:
+    if args[0] == "run":
+        args = [*args, "--app-dir", str(app_dir)]
+    out = subprocess.run(
+        lockworker_cmd(*args, "--redis", redis_server.url) if args[0] != "frobnicate"
+        else lockworker_cmd(*args),
+        capture_output=True, text=True, timeout=60, check=False,
+    )
+    assert out.returncode == code, out.stderr
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1, out.stderr
+    assert fragment in lines[0]
+    assert lines[0].startswith("lockworker")
+
+
+def test_unreachable_redis_is_one_line_before_anything_starts(app_dir: Path) -> None:
+    from lockworker.testing.server import free_port
+
+    url = f"redis://127.0.0.1:{free_port()}/0"  # nothing listens there
+    for args in (
+        ["run", "cli_app:Stubborn", "--namespace", "n", "--app-dir", str(app_dir)],
+        ["submit", "s", "j"],
+        ["status"],
+    ):
+        out = subprocess.run(
+            lockworker_cmd(*args), capture_output=True, text=True, timeout=60, check=False,
+            env={**os.environ, "LOCKWORKER_REDIS_URL": url},
+        )
+        assert out.returncode == 1, out.stderr
+        assert out.stderr.strip().splitlines() == [
+            f"lockworker {args[0]}: cannot reach Redis at {url}: "
+            + out.stderr.split(f"{url}: ", 1)[1].strip()
+        ]
+
+
+# -- submit, status, reset -----------------------------------------------------------------
+
+
+def test_submit_prints_the_entry_id_and_status_shows_jobs_and_leaders(
+    redis_server: RedisServer, namespace: str, capsys: pytest.CaptureFixture[str],
+) -> None:
+    client = redis_server.client(decode_responses=True)
+    stream = f"{namespace}-jobs"
+    assert main(["submit", stream, "j1", '{"n": 1}', "--redis", redis_server.url]) == 0
+    entry = capsys.readouterr().out.strip()
+    stored = client.xrange(stream_keys(stream).extra("entries"))
+    assert stored == [(entry, {"job_id": "j1", "payload": '{"n":1}'})]
+
+    worker = lockworker.Worker(client, namespace=namespace, on_acquired=lambda job: None)
+    assert worker.process("done-job") is lockworker.Outcome.DONE
+    failing = lockworker.Worker(
+        client, namespace=namespace, max_attempts=1, on_acquired=lambda job: 1 / 0
+    )
+    assert failing.process("bad-job") is lockworker.Outcome.GAVE_UP
+    held = client.set(
+        JobKeys.of(namespace, "held-job").lock, "lw1|7|2|somebody", px=60_000
+    )
+    assert held
+
+    assert main(["status", "--namespace", namespace, "--json", "--redis", redis_server.url]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    rows = {r["id"]: r for r in doc["jobs"]}
+    assert rows["done-job"]["state"] == "done" and rows["done-job"]["attempt"] == 1
+    assert rows["done-job"]["holder"] == worker.owner
+    assert rows["bad-job"]["state"] == "gave_up"
+    assert 0 <= rows["done-job"]["age"] < 30
+    assert "held-job" not in rows  # no state key yet: only a lock (written by hand here)
+
+    assert main(["status", "--namespace", namespace, "--redis", redis_server.url]) == 0
+    table = capsys.readouterr().out.splitlines()
+    assert table[0].split()[:4] == ["KIND", "NAMESPACE", "ID", "STATE"]
+    assert any("bad-job" in line and "gave_up" in line for line in table)
+    worker.close()
+    failing.close()
+    client.close()
+
+
+def test_reset_asks_unless_yes_and_refuses_without_a_terminal(
+    redis_server: RedisServer, namespace: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    client = redis_server.client(decode_responses=True)
+    failing = lockworker.Worker(
+        client, namespace=namespace, max_attempts=1, on_acquired=lambda job: 1 / 0
+    )
+    assert failing.process("j") is lockworker.Outcome.GAVE_UP
+    url = redis_server.url
+    out = subprocess.run(
+        lockworker_cmd("reset", "j", "--namespace", namespace, "--redis", url),
+        capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=60, check=False,
+    )
+    assert out.returncode == 2
+    assert "pass --yes" in out.stderr
+    assert inspect(client, JobKeys.of(namespace, "j")).status is JobStatus.GAVE_UP
+
+    assert main(["reset", "j", "--namespace", namespace, "--yes", "--redis", url]) == 0
+    assert "pending again" in capsys.readouterr().out
+    seen = inspect(client, JobKeys.of(namespace, "j"))
+    assert seen.status is JobStatus.PENDING and seen.attempt == 0
+    failing.close()
+    client.close()
+
+
+# -- run --------------------------------------------------------------------------------------
+
+
+def test_run_serves_a_stream_and_exits_0_on_sigterm(
+    redis_server: RedisServer, namespace: str, procs: list[subprocess.Popen[str]]
+) -> None:
+    client = redis_server.client(decode_responses=True)
+    stream = f"{namespace}-jobs"
+    proc = spawn(
+        procs, "run", "lockworker.cli.demo_worker:DemoWorker", "--redis", redis_server.url,
+        "--namespace", namespace, "--stream", stream, "--owner", "w1", "--lock-timeout", "2",
+        "--log-format", "json",
+    )
+    readers = stream_keys(stream).extra("readers")
+    wait_for(lambda: client.zscore(readers, "w1") is not None, timeout=30)
+    for i in range(3):
+        lockworker.submit(client, stream, f"j{i}", {"ms": 10})
+    wait_for(lambda: client.llen(records_key(namespace)) == 3, timeout=20)
+    proc.send_signal(signal.SIGTERM)
+    _out, err = proc.communicate(timeout=20)
+    assert proc.returncode == 0, err
+    events = [json.loads(line)["event"] for line in err.splitlines() if line.startswith("{")]
+    assert events[0] == "run.started"
+    assert events.count("job.done") == 3
+    assert events[-1] == "run.stopped"
+    assert "run.stopping" in events
+    client.close()
+
+
+def test_run_exits_1_when_the_grace_period_runs_out(
+    redis_server: RedisServer, namespace: str, app_dir: Path,
+    procs: list[subprocess.Popen[str]],
+) -> None:
+    client = redis_server.client(decode_responses=True)
+    stream = f"{namespace}-jobs"
+    proc = spawn(
+        procs, "run", "cli_app:Stubborn", "--app-dir", str(app_dir), "--redis",
+        redis_server.url, "--namespace", namespace, "--stream", stream, "--owner", "w1",
+        "--grace", "0.5", "--log-format", "json",
+    )
+    lockworker.submit(client, stream, "slow")
+    wait_for(lambda: client.get("stubborn:slow") == "started", timeout=30)
+    proc.send_signal(signal.SIGTERM)
+    _out, err = proc.communicate(timeout=20)
+    assert proc.returncode == 1
+    assert '"run.grace_expired"' in err
+    client.close()
+
+
+def test_run_leads_and_status_shows_the_leader(
+    redis_server: RedisServer, app_dir: Path, procs: list[subprocess.Popen[str]],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    name = f"boss-{uuid.uuid4().hex[:8]}"
+    client = redis_server.client(decode_responses=True)
+    proc = spawn(
+        procs, "run", "cli_app:Boss", "--app-dir", str(app_dir), "--redis", redis_server.url,
+        "--name", name, "--owner", "leader-1", "--lock-timeout", "2",
+    )
+    wait_for(lambda: lockworker.Leader.current(client, name) is not None, timeout=30)
+    assert main(["status", "--namespace", "leaders", "--json", "--redis", redis_server.url]) == 0
+    leaders = {r["id"]: r for r in json.loads(capsys.readouterr().out)["leaders"]}
+    assert leaders[name]["state"] == "leading" and leaders[name]["holder"] == "leader-1"
+    assert leaders[name]["token"] >= 1
+    proc.send_signal(signal.SIGTERM)
+    _out, err = proc.communicate(timeout=20)
+    assert proc.returncode == 0, err
+    assert lockworker.Leader.current(client, name) is None  # resigned on the way out
+    assert main(["status", "--namespace", "leaders", "--json", "--redis", redis_server.url]) == 0
+    leaders = {r["id"]: r for r in json.loads(capsys.readouterr().out)["leaders"]}
+    assert leaders[name]["state"] == "vacant" and leaders[name]["token"] >= 1
+    client.close()
+
+
+def test_console_script_and_python_dash_m_are_the_same_command() -> None:
+    script = Path(sys.executable).parent / "lockworker"
+    commands = [[sys.executable, "-m", "lockworker"], [sys.executable, "-m", "lockworker.cli"]]
+    if script.exists():  # installed (pip install -e .): the console script too
+        commands.append([str(script)])
+    for cmd in commands:
+        out = subprocess.run(
+            [*cmd, "--version"], capture_output=True, text=True, timeout=60, check=False
+        )
+        assert out.returncode == 0
+        assert out.stdout.strip() == f"lockworker {lockworker.__version__}"

@@ -1,0 +1,229 @@
+"""Redlock over five real servers: quorum, dead masters, killed and restarted masters.
+
+The masters keep their keys across a crash (``appendfsync always``), which is one of
+the two ways Redlock's safety survives a restart (the other: stay down for ``ttl``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import random
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from lockworker import AcquireTimeout, InvalidConfig, LockLost, NotHeld, QuorumNotReached
+from lockworker.primitives import Redlock
+from lockworker.testing import RedisServer, capture_events
+
+DURABLE = ("--appendonly", "yes", "--appendfsync", "always")
+
+
+class Masters:
+    def __init__(self, count: int) -> None:
+        self.servers = [RedisServer(extra_args=DURABLE).start() for _ in range(count)]
+
+    def clients(self) -> list[redis.Redis]:
+        """Fresh clients: a dead master costs a refused connection, never a retry."""
+        return [
+            s.client(
+                decode_responses=True, socket_timeout=0.5, socket_connect_timeout=0.5,
+                retry=Retry(NoBackoff(), 0),
+            )
+            for s in self.servers
+        ]
+
+    def heal(self) -> None:
+        for s in self.servers:
+            if not s.running:
+                s.start(port=s.port)
+
+    def close(self) -> None:
+        for s in self.servers:
+            s.close()
+
+
+@pytest.fixture(scope="module")
+def masters() -> Iterator[Masters]:
+    m = Masters(5)
+    yield m
+    m.close()
+
+
+@pytest.fixture
+def healed(masters: Masters) -> Iterator[Masters]:
+    masters.heal()
+    yield masters
+    masters.heal()
+
+
+def test_acquire_release_and_exclusion(healed: Masters, namespace: str) -> None:
+    a = Redlock(healed.clients(), "r", ttl=5.0, namespace=namespace)
+    b = Redlock(healed.clients(), "r", ttl=5.0, namespace=namespace, retry_count=0)
+    assert a.acquire()
+    first = a.token
+    assert first is not None and a.owned() and a.locked() and 0 < a.validity <= 5.0
+    assert not b.acquire(blocking=False)
+    assert not b.acquire()  # one attempt, retry_count=0
+    a.release()
+    assert not a.locked()
+    assert b.acquire(blocking=False)
+    assert b.token is not None and b.token > first
+    b.extend(3.0)
+    b.release()
+    with pytest.raises(NotHeld):
+        b.release()
+
+
+def test_works_with_two_masters_killed(healed: Masters, namespace: str) -> None:
+    healed.servers[0].kill()
+    healed.servers[3].kill()
+    lock = Redlock(healed.clients(), "r", ttl=5.0, namespace=namespace)
+    with lock:
+        assert lock.owned() and lock.token is not None
+
+
+def test_three_masters_down_is_a_clear_error(healed: Masters, namespace: str) -> None:
+    for i in (1, 2, 4):
+        healed.servers[i].kill()
+    lock = Redlock(healed.clients(), "r", ttl=5.0, namespace=namespace, retry_delay=0.01)
+    with pytest.raises(QuorumNotReached, match="only 2 of 5"):
+        lock.acquire(blocking=False)
+    with pytest.raises(QuorumNotReached):
+        lock.acquire(timeout=0.2)
+    assert not lock.held
+
+
+def test_failed_attempt_releases_what_it_took(healed: Masters, namespace: str) -> None:
+    """Holding the lock on 3 masters by hand, an attempt gets 2 and must give them back."""
+    clients = healed.clients()
+    other = Redlock(clients[:3], "r", ttl=5.0, namespace=namespace)
+    assert other.acquire()
+    lock = Redlock(clients, "r", ttl=5.0, namespace=namespace)
+    assert not lock.acquire(blocking=False)
+    assert [c.exists(lock.keys.lock) for c in clients] == [1, 1, 1, 0, 0]
+    other.release()
+
+
+def test_release_after_expiry_raises_lock_lost(healed: Masters, namespace: str) -> None:
+    lock = Redlock(healed.clients(), "r", ttl=0.2, namespace=namespace)
+    assert lock.acquire()
+    other = Redlock(healed.clients(), "r", ttl=5.0, namespace=namespace)
+    assert other.acquire(timeout=5.0)
+    with capture_events() as logged, pytest.raises(LockLost):
+        lock.release()
+    assert logged[0]["event"] == "lock.lost"
+    assert not lock.held
+    other.extend(5.0)
+    other.release()
+
+
+def test_auto_renew(healed: Masters, namespace: str) -> None:
+    lock = Redlock(healed.clients(), "r", ttl=0.8, namespace=namespace, auto_renew=True)
+    other = Redlock(healed.clients(), "r", ttl=0.8, namespace=namespace, retry_delay=0.05)
+    assert lock.acquire()
+    assert not other.acquire(timeout=2.0)
+    assert not lock.lost
+    lock.release()
+    with pytest.raises(AcquireTimeout), Redlock(
+        healed.clients()[:1], "held", namespace=namespace, timeout=0.0
+    ), Redlock(healed.clients()[:1], "held", namespace=namespace, timeout=0.1):
+        pytest.fail("two holders")
+
+
+def test_never_two_holders_while_masters_die_and_return(
+    healed: Masters, namespace: str
+) -> None:
+    """Three clients hammer one Redlock while masters are SIGKILLed and restarted.
+
+    At most two masters are down at a time. Every critical section is recorded with
+    the monotonic clock (one clock for the whole machine) and its fencing token.
+    """
+    duration = 4.0
+    stop = threading.Event()
+    sections: list[tuple[float, float, int]] = []
+    record = threading.Lock()
+    errors: list[BaseException] = []
+    rng = random.Random(5)
+
+    def client_loop() -> None:
+        lock = Redlock(healed.clients(), "chaos", ttl=2.0, namespace=namespace,
+                       retry_delay=0.01)
+        try:
+            while not stop.is_set():
+                try:
+                    if not lock.acquire(timeout=0.5):
+                        continue
+                except QuorumNotReached:
+                    continue
+                enter = time.monotonic()
+                token = lock.token
+                exit_ = time.monotonic()
+                # As a real holder must: act only while the validity lasts. A section
+                # the scheduler stalled past it is not protected, so it is not counted.
+                still_valid = lock.validity > 0
+                # LockLost: a master holding it died, so the release could not confirm.
+                with contextlib.suppress(LockLost):
+                    lock.release()
+                assert token is not None
+                if not still_valid:
+                    continue
+                with record:
+                    sections.append((enter, exit_, token))
+        except BaseException as exc:
+            errors.append(exc)
+
+    def chaos() -> None:
+        end = time.monotonic() + duration
+        while time.monotonic() < end:
+            down = [s for s in healed.servers if not s.running]
+            if len(down) >= 2 or (down and rng.random() < 0.5):
+                server = rng.choice(down)
+                server.start(port=server.port)
+            else:
+                rng.choice([s for s in healed.servers if s.running]).kill()
+            stop.wait(0.15)  # pacing of the fault schedule, not a wait for a result
+        stop.set()
+
+    threads = [threading.Thread(target=client_loop) for _ in range(3)]
+    for t in threads:
+        t.start()
+    chaos()
+    for t in threads:
+        t.join(30)
+    assert not errors, errors
+    assert len(sections) > 20, len(sections)
+    by_token = sorted(sections, key=lambda s: s[2])
+    assert len({s[2] for s in sections}) == len(sections)
+    for before, after in itertools.pairwise(by_token):
+        assert before[1] <= after[0], f"two holders: {before} and {after}"
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "argument"),
+    [
+        ({"ttl": 0}, "ttl"),
+        ({"retry_count": -1}, "retry_count"),
+        ({"retry_delay": -1}, "retry_delay"),
+        ({"drift_factor": 1.5}, "drift_factor"),
+    ],
+)
+def test_bad_arguments(healed: Masters, kwargs: dict[str, Any], argument: str) -> None:
+    with pytest.raises(InvalidConfig, match=argument):
+        Redlock(healed.clients(), "x", **kwargs)
+
+
+def test_bad_clients() -> None:
+    with pytest.raises(InvalidConfig, match="clients"):
+        Redlock([], "x")
+    with pytest.raises(InvalidConfig, match="clients"):
+        Redlock("redis://x", "x")  # type: ignore[arg-type]
+    with pytest.raises(InvalidConfig, match=r"clients\[0\]"):
+        Redlock([object()], "x")  # type: ignore[list-item]
