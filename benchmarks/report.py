@@ -62,12 +62,12 @@ def summary(run: Run) -> list[str]:
     base = run.baseline().rate
     script = run.cycle("lockworker script")
     txn = run.cycle("lockworker txn")
-    low, high = spread(
-        [rate / b for rate, b in zip(script.rates, run.baseline().rates, strict=True)]
-    )
+    ratios = [rate / b for rate, b in zip(script.rates, run.baseline().rates, strict=True)]
+    low, high = spread(ratios)
     lines = [
         f"job cycle, script protocol: {_n(script.rate)} jobs/s = {script.rate / base:.2f}x "
-        f"redis-py Lock ({_n(base)} cycles/s; per round {low:.2f}-{high:.2f}x); "
+        f"redis-py Lock ({_n(base)} cycles/s; round by round: median {median(ratios):.2f}x, "
+        f"range {low:.2f}-{high:.2f}x); "
         f"target >= {CYCLE_TARGET}x: {_verdict(script.rate / base >= CYCLE_TARGET)}",
         f"job cycle, txn protocol: {_n(txn.rate)} jobs/s = {txn.rate / base:.2f}x redis-py Lock",
     ]
@@ -146,7 +146,9 @@ def render(run: Run) -> str:
     add("")
     add(
         f"One client runs cycles back to back for {s.seconds:g} s per contender and round; "
-        f"{s.rounds} rounds, the contenders interleaved in a rotating order. Each asks for a "
+        f"{s.rounds} short rounds rather than a few long ones, the contenders interleaved "
+        "in a rotating order, so that a burst of other work on the machine hits all of "
+        "them alike and a median over many rounds shrugs it off. Each asks for a "
         "10 s lease. jobs/s is the median over the rounds, with the range over the rounds "
         "beside it; the ratio divides the medians, and \"per round\" gives the range of "
         "the ratios taken round by round (contenders close in time). Round "

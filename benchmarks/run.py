@@ -22,8 +22,8 @@ DOC = ROOT / "docs" / "benchmarks.md"
 
 FULL = report.Settings(
     command="python -m benchmarks",
-    rounds=5,
-    seconds=2.0,
+    rounds=10,
+    seconds=1.0,
     handover_trials=20,
     takeover_trials=10,
     peer_takeover_trials=5,

@@ -25,6 +25,7 @@ when its permit had already expired).
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
@@ -34,7 +35,7 @@ from redis.commands.core import Script
 
 from lockworker import events, retry
 from lockworker.clock import Clock, SystemClock
-from lockworker.errors import AcquireTimeout, InvalidConfig, LockLost, NotHeld
+from lockworker.errors import AcquireTimeout, InvalidConfig, LockLost, LockworkerError, NotHeld
 from lockworker.keys import JobKeys, check_name
 from lockworker.lease import Heartbeat, Lease, valid_until
 from lockworker.primitives import common, lua
@@ -161,7 +162,12 @@ class Semaphore:
         finally:
             if not granted:
                 # Leave the queue (even on KeyboardInterrupt), so nobody waits behind us.
-                self._call(lambda: self._run(self._leave, (member, self.keys.wake)), "leave")
+                # If Redis is unreachable the entry expires after ttl anyway; do not let
+                # that hide the error already on its way out.
+                with contextlib.suppress(LockworkerError, redis.RedisError):
+                    self._call(
+                        lambda: self._run(self._leave, (member, self.keys.wake)), "leave"
+                    )
 
     def _run(self, script: Script, args: Sequence[str | int]) -> Any:
         keys = self._all_keys if script is self._acquire else self._zsets
