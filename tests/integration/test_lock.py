@@ -13,7 +13,7 @@ from helpers import wait_for
 
 from lockworker import AcquireTimeout, InvalidConfig, LockLost, NotHeld
 from lockworker.primitives import AlreadyHeld, Lock
-from lockworker.testing import capture_events
+from lockworker.testing import RedisServer, capture_events
 
 
 def make(client: redis.Redis, namespace: str, **kwargs: Any) -> Lock:
@@ -249,3 +249,22 @@ def test_five_clients_ten_seconds(redis_server: Any, namespace: str) -> None:
     # Tokens in order of entry are strictly increasing, too.
     by_entry = [s[2] for s in sorted(sections)]
     assert by_entry == sorted(by_entry)
+
+
+def test_uncontended_cycle_is_two_round_trips(namespace: str) -> None:
+    """Acquire and release are one script each: a regression to three fails here."""
+    with RedisServer() as server:  # its own server: no other test's commands counted
+        client = server.client(decode_responses=True)
+        lock = Lock(client, "rt", namespace=namespace)
+        assert lock.acquire()
+        lock.release()  # loads the scripts
+        client.config_resetstat()
+        assert lock.acquire()
+        lock.release()
+        stats = client.info("commandstats")
+        calls = {k.removeprefix("cmdstat_"): v["calls"] for k, v in stats.items()}
+        calls.pop("config|resetstat", None)
+        assert calls.pop("evalsha") == 2
+        # What remains ran inside the two scripts.
+        assert set(calls) <= {"get", "set", "del", "publish"}
+        client.close()

@@ -114,7 +114,8 @@ def test_waiter_computes_when_the_computing_caller_fails(
         )
     )
     second.start()
-    wait_for(lambda: client.pubsub_numsub(f"lw:{namespace}:{{k}}:wake")[0][1] >= 1, timeout=10)
+    # Both are subscribed: the failing computer and the waiter behind it.
+    wait_for(lambda: client.pubsub_numsub(f"lw:{namespace}:{{k}}:wake")[0][1] >= 2, timeout=10)
     fail.set()
     thread.join(20)
     second.join(20)
