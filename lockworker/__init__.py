@@ -10,6 +10,7 @@ from __future__ import annotations
 from lockworker.clock import Clock, SystemClock
 from lockworker.errors import (
     AcquireTimeout,
+    AlreadyHeld,
     ForeignValueError,
     InvalidConfig,
     InvalidHook,
@@ -33,6 +34,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "AcquireTimeout",
+    "AlreadyHeld",
     "Clock",
     "Delivery",
     "ForeignValueError",

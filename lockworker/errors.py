@@ -76,3 +76,11 @@ class AcquireTimeout(LockworkerError, TimeoutError):
 
 class QuorumNotReached(LockworkerError):
     """Redlock could not take the lock on a majority of masters in time."""
+
+
+class AlreadyHeld(LockworkerError, RuntimeError):
+    """``acquire`` was called on a primitive object that already holds it.
+
+    The primitives are not re-entrant: acquiring twice from one object would either
+    deadlock with itself or hide a double release, so it is refused at once.
+    """

@@ -35,6 +35,7 @@ import redis
 from lockworker import events, policy, retry
 from lockworker.clock import Clock, SystemClock, wall_time
 from lockworker.codec import LockValue, decode_lock
+from lockworker.config import default_owner, positive
 from lockworker.errors import ForeignValueError, InvalidConfig, StopRequested
 from lockworker.hooks import check_hooks
 from lockworker.keys import JobKeys, check_name
@@ -44,7 +45,6 @@ from lockworker.signals import stop_on_signals
 from lockworker.state import Grant, Settle, Snapshot
 from lockworker.term import Term
 from lockworker.wake import WakeHub
-from lockworker.worker import _positive, default_owner
 
 T = TypeVar("T")
 
@@ -118,7 +118,7 @@ class Leader:
             raise InvalidConfig(f"client must be a redis.Redis client, got {client!r}")
         self.keys = leader_keys(name)
         self.name = name
-        self.lock_timeout = _positive(lock_timeout, "lock_timeout")
+        self.lock_timeout = positive(lock_timeout, "lock_timeout")
         self.owner = check_name(owner, "owner") if owner is not None else default_owner()
         self.role, self.backup_delay = policy.check_role(role, backup_delay)
         self._hooks = check_hooks(

@@ -12,10 +12,7 @@ to hooks, logs and signals.
 from __future__ import annotations
 
 import contextlib
-import os
-import socket
 import threading
-import uuid
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -24,6 +21,7 @@ import redis
 from lockworker import events, policy, retry
 from lockworker.clock import Clock, SystemClock
 from lockworker.codec import check_payload
+from lockworker.config import default_owner, positive
 from lockworker.errors import InvalidConfig
 from lockworker.hooks import check_hooks
 from lockworker.job import Job
@@ -43,22 +41,6 @@ DAY = 86400.0
 
 RESERVED_NAMESPACES = frozenset({"leaders"})
 """Namespaces lockworker uses itself (``leaders``: :class:`lockworker.Leader`)."""
-
-
-def default_owner() -> str:
-    """``host:pid:random``: unique per worker, readable in logs and status."""
-    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-
-
-def _positive(value: object, name: str, *, integer: bool = False) -> float:
-    kinds: tuple[type, ...] = (int,) if integer else (int, float)
-    if isinstance(value, bool) or not isinstance(value, kinds):
-        expected = "an int >= 1" if integer else "a number of seconds > 0"
-        raise InvalidConfig(f"{name} must be {expected}, got {value!r}")
-    if (integer and value < 1) or (not integer and not value > 0):  # type: ignore[operator]
-        expected = "an int >= 1" if integer else "a number of seconds > 0"
-        raise InvalidConfig(f"{name} must be {expected}, got {value!r}")
-    return float(value)  # type: ignore[arg-type]
 
 
 def make_protocol(client: redis.Redis, protocol: str | LockProtocol) -> LockProtocol:
@@ -134,10 +116,10 @@ class Worker:
                 f"namespace {namespace!r} is reserved (used by lockworker.Leader); choose another"
             )
         self.role, self.backup_delay = policy.check_role(role, backup_delay)
-        self.lock_timeout = _positive(lock_timeout, "lock_timeout")
-        self.max_attempts = int(_positive(max_attempts, "max_attempts", integer=True))
+        self.lock_timeout = positive(lock_timeout, "lock_timeout")
+        self.max_attempts = int(positive(max_attempts, "max_attempts", integer=True))
         self.owner = check_name(owner, "owner") if owner is not None else default_owner()
-        self.retention = _positive(retention, "retention")
+        self.retention = positive(retention, "retention")
         if self.retention <= self.lock_timeout:
             raise InvalidConfig(
                 f"retention must be longer than lock_timeout ({self.lock_timeout}s), "

@@ -15,9 +15,9 @@ from typing import Any
 import redis
 
 from lockworker.clock import Clock
-from lockworker.errors import InvalidConfig, LockworkerError
+from lockworker.config import default_owner, positive
+from lockworker.errors import AlreadyHeld, InvalidConfig
 from lockworker.wake import WakeHub
-from lockworker.worker import _positive, default_owner
 
 ACQUIRED = "lock.acquired"
 RELEASED = "lock.released"
@@ -38,19 +38,6 @@ __all__ = [
     "new_owner",
     "positive",
 ]
-
-
-class AlreadyHeld(LockworkerError, RuntimeError):
-    """``acquire`` was called on a primitive object that already holds it.
-
-    The primitives are not re-entrant: acquiring twice from one object would either
-    deadlock with itself or hide a double release, so it is refused at once.
-    """
-
-
-def positive(value: object, name: str, *, integer: bool = False) -> float:
-    """``value`` as a float if it is a number > 0 (or an int >= 1), else InvalidConfig."""
-    return _positive(value, name, integer=integer)
 
 
 def check_client(client: object, argument: str = "client") -> redis.Redis:
