@@ -136,7 +136,36 @@ def _foreign_on_wrongtype(keys: JobKeys, exc: redis.ResponseError) -> Exception:
     return exc
 
 
-class ScriptProtocol:
+class SettleSteps:
+    """complete, fail, release and inspect, shared by both implementations.
+
+    Each implementation supplies ``client`` and ``_settle_step(keys, held, kind,
+    retention_ms, max_attempts)``, the one atomic step behind the three endings.
+    """
+
+    client: redis.Redis
+
+    def _settle_step(
+        self, keys: JobKeys, held: LockValue, kind: str, retention_ms: int, max_attempts: int = 0
+    ) -> Settle:
+        raise NotImplementedError
+
+    def complete(self, keys: JobKeys, held: LockValue, retention_ms: int) -> Settle:
+        return self._settle_step(keys, held, "complete", retention_ms)
+
+    def fail(
+        self, keys: JobKeys, held: LockValue, max_attempts: int, retention_ms: int
+    ) -> Settle:
+        return self._settle_step(keys, held, "fail", retention_ms, max_attempts)
+
+    def release(self, keys: JobKeys, held: LockValue, retention_ms: int) -> Settle:
+        return self._settle_step(keys, held, "release", retention_ms)
+
+    def inspect(self, keys: JobKeys) -> Snapshot:
+        return inspect(self.client, keys)
+
+
+class ScriptProtocol(SettleSteps):
     """The protocol as Lua scripts: one round trip per step.
 
     Scripts are registered on this object (not globally) and run by EVALSHA, falling
@@ -177,20 +206,6 @@ class ScriptProtocol:
             (held.encode(), new_state.encode(), retention_ms, keys.wake, message),
         )
         return settle_result(int(reply) != 0, new_state)
-
-    def complete(self, keys: JobKeys, held: LockValue, retention_ms: int) -> Settle:
-        return self._settle_step(keys, held, "complete", retention_ms)
-
-    def fail(
-        self, keys: JobKeys, held: LockValue, max_attempts: int, retention_ms: int
-    ) -> Settle:
-        return self._settle_step(keys, held, "fail", retention_ms, max_attempts)
-
-    def release(self, keys: JobKeys, held: LockValue, retention_ms: int) -> Settle:
-        return self._settle_step(keys, held, "release", retention_ms)
-
-    def inspect(self, keys: JobKeys) -> Snapshot:
-        return inspect(self.client, keys)
 
     def reset(self, keys: JobKeys, retention_ms: int, *, force: bool = False) -> bool:
         reply = self._run(self._reset, keys, (1 if force else 0, retention_ms, keys.wake))

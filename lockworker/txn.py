@@ -18,11 +18,17 @@ from redis.client import Pipeline
 from lockworker.codec import LockValue, StateValue
 from lockworker.errors import ForeignValueError
 from lockworker.keys import JobKeys
-from lockworker.protocol import inspect, settle_plan, settle_result, snapshot_from, text
+from lockworker.protocol import (
+    SettleSteps,
+    settle_plan,
+    settle_result,
+    snapshot_from,
+    text,
+)
 from lockworker.state import Grant, JobStatus, Settle, Snapshot
 
 
-class TxnProtocol:
+class TxnProtocol(SettleSteps):
     """The protocol as WATCH/MULTI/EXEC transactions."""
 
     def __init__(self, client: redis.Redis) -> None:
@@ -111,20 +117,6 @@ class TxnProtocol:
 
         settled: Settle = self._watched(keys, step)
         return settled
-
-    def complete(self, keys: JobKeys, held: LockValue, retention_ms: int) -> Settle:
-        return self._settle_step(keys, held, "complete", retention_ms)
-
-    def fail(
-        self, keys: JobKeys, held: LockValue, max_attempts: int, retention_ms: int
-    ) -> Settle:
-        return self._settle_step(keys, held, "fail", retention_ms, max_attempts)
-
-    def release(self, keys: JobKeys, held: LockValue, retention_ms: int) -> Settle:
-        return self._settle_step(keys, held, "release", retention_ms)
-
-    def inspect(self, keys: JobKeys) -> Snapshot:
-        return inspect(self.client, keys)
 
     def reset(self, keys: JobKeys, retention_ms: int, *, force: bool = False) -> bool:
         def step(pipe: Pipeline) -> bool:
