@@ -1,0 +1,83 @@
+"""Typed usage of the public API, checked by mypy strict (never run).
+
+If a public signature changes in a way that breaks callers, mypy fails here.
+"""
+
+from __future__ import annotations
+
+import redis
+
+import lockworker
+from lockworker.testing import FakeClock
+
+
+class Digest(lockworker.Worker):
+    def on_acquired(self, job: lockworker.Job) -> None:
+        token: int = job.token
+        attempt: int = job.attempt
+        last: bool = job.is_last_attempt
+        lost: bool = job.lost
+        job.check()
+        del token, attempt, last, lost
+
+    def on_locked(self, job: lockworker.Job) -> None:
+        holder: str | None = job.holder
+        del holder
+
+    def on_failed(self, job: lockworker.Job, exc: BaseException) -> None: ...
+
+    def on_lost(self, job: lockworker.Job) -> None: ...
+
+    def on_gave_up(self, job: lockworker.Job) -> None: ...
+
+
+def use_worker(client: redis.Redis) -> lockworker.Outcome:
+    worker = Digest(
+        client, namespace="digest", lock_timeout=5.0, max_attempts=5, owner="a",
+        retention=3600.0, clock=FakeClock(),
+    )
+    outcome = worker.process("2026-11-22", payload={"list": "weekly"})
+    seen: lockworker.Snapshot = worker.inspect("2026-11-22")
+    status: lockworker.JobStatus = seen.status
+    del status
+    worker.stop()
+    worker.close()
+    return outcome
+
+
+def use_functional(client: redis.Redis) -> None:
+    def work(job: lockworker.Job) -> None: ...
+
+    with lockworker.Worker(client, namespace="x", on_acquired=work) as worker:
+        worker.serve([("a", None), ("b", {"n": 1})], concurrency=2)
+
+
+def use_leader(client: redis.Redis) -> None:
+    class Scheduler(lockworker.Leader):
+        def on_acquired(self, term: lockworker.Term) -> None:
+            while not term.lost:
+                term.wait(1.0)
+
+    Scheduler(client, name="scheduler", lock_timeout=5.0, role="primary").run()
+    info = lockworker.Leader.current(client, "scheduler")
+    if info is not None:
+        holder: str = info.holder
+        del holder
+
+
+def use_primitives(client: redis.Redis) -> None:
+    with lockworker.Lock(client, "report", ttl=10.0) as lock:
+        fencing: int | None = lock.token
+        del fencing
+    with lockworker.Semaphore(client, "pool", 3):
+        pass
+    value: object = lockworker.compute_once(client, "k", lambda: {"a": 1}, ttl=60.0)
+    del value
+    lockworker.submit(client, "stream", "job-1", {"a": 1})
+
+
+def errors() -> None:
+    try:
+        raise lockworker.LockLost("gone")
+    except lockworker.LockworkerError:
+        pass
