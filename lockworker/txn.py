@@ -54,7 +54,7 @@ class TxnProtocol(SettleSteps):
         self, keys: JobKeys, owner: str, lease_ms: int, max_attempts: int, retention_ms: int
     ) -> Grant | Snapshot:
         def step(pipe: Pipeline) -> Grant | Snapshot:
-            raw_state, raw_lock = pipe.mget(keys.state, keys.lock)
+            raw_state, raw_lock = read_strings(pipe, keys, keys.state, keys.lock)
             if raw_lock is not None:
                 pttl = int(pipe.pttl(keys.lock))
                 seen = snapshot_from(keys, raw_state, raw_lock, max(0, pttl))
@@ -104,7 +104,7 @@ class TxnProtocol(SettleSteps):
         new_state, message = settle_plan(held, kind, max_attempts)
 
         def step(pipe: Pipeline) -> Settle:
-            raw_lock, raw_state = pipe.mget(keys.lock, keys.state)
+            raw_lock, raw_state = read_strings(pipe, keys, keys.lock, keys.state)
             if text_or_none(raw_lock) != held.encode():
                 already = text_or_none(raw_state) == new_state.encode()
                 return settle_result(already, new_state)
@@ -120,7 +120,7 @@ class TxnProtocol(SettleSteps):
 
     def reset(self, keys: JobKeys, retention_ms: int, *, force: bool = False) -> bool:
         def step(pipe: Pipeline) -> bool:
-            raw_state, raw_lock = pipe.mget(keys.state, keys.lock)
+            raw_state, raw_lock = read_strings(pipe, keys, keys.state, keys.lock)
             seen = snapshot_from(keys, raw_state, raw_lock, None)
             if seen.holder is not None and not force:
                 return False
@@ -136,6 +136,20 @@ class TxnProtocol(SettleSteps):
 
         done: bool = self._watched(keys, step)
         return done
+
+
+def read_strings(pipe: Pipeline, keys: JobKeys, *names: str) -> list[Any]:
+    """MGET ``names``; raise ForeignValueError if a missing value is a key of another type.
+
+    MGET answers nil for a key that holds a list or a hash, which would let the
+    transaction overwrite somebody else's data; one EXISTS, only when a value is
+    missing, tells an absent key from a foreign one.
+    """
+    values: list[Any] = pipe.mget(*names)
+    missing = [name for name, value in zip(names, values, strict=True) if value is None]
+    if missing and int(pipe.exists(*missing)) > 0:
+        raise ForeignValueError(f"{keys.lock} or {keys.state}", "a value of another type")
+    return values
 
 
 def text_or_none(raw: Any) -> str | None:

@@ -1,0 +1,203 @@
+"""The lock protocol's atomic steps on a real server, for both implementations."""
+
+from __future__ import annotations
+
+import pytest
+import redis
+from helpers import wait_for
+from redis.crc import key_slot
+
+from lockworker.codec import LockValue
+from lockworker.errors import ForeignValueError
+from lockworker.keys import JobKeys
+from lockworker.protocol import LockProtocol, ScriptProtocol
+from lockworker.state import Grant, JobStatus, Settle, Snapshot
+from lockworker.txn import TxnProtocol
+
+LEASE = 5000
+RETENTION = 60_000
+
+
+@pytest.fixture(params=["script", "txn"])
+def protocol(request: pytest.FixtureRequest, redis_client: redis.Redis) -> LockProtocol:
+    return ScriptProtocol(redis_client) if request.param == "script" else TxnProtocol(redis_client)
+
+
+@pytest.fixture
+def keys(namespace: str) -> JobKeys:
+    return JobKeys.of(namespace, "job")
+
+
+def grant(protocol: LockProtocol, keys: JobKeys, owner: str, max_attempts: int = 3,
+          lease_ms: int = LEASE) -> Grant:
+    result = protocol.acquire(keys, owner, lease_ms, max_attempts, RETENTION)
+    assert isinstance(result, Grant), result
+    return result
+
+
+def held(g: Grant, owner: str) -> LockValue:
+    return LockValue(g.token, g.attempt, owner)
+
+
+def test_attempts_count_up_and_tokens_grow(protocol: LockProtocol, keys: JobKeys) -> None:
+    tokens = []
+    for expected_attempt in (1, 2, 3):
+        g = grant(protocol, keys, f"owner-{expected_attempt}")
+        assert g.attempt == expected_attempt
+        tokens.append(g.token)
+        assert protocol.fail(keys, held(g, f"owner-{expected_attempt}"), 5, RETENTION) is (
+            Settle.RELEASED
+        )
+    assert tokens == sorted(set(tokens))
+
+
+def test_a_second_owner_sees_the_holder_and_its_remaining_lease(
+    protocol: LockProtocol, keys: JobKeys
+) -> None:
+    grant(protocol, keys, "a")
+    seen = protocol.acquire(keys, "b", LEASE, 3, RETENTION)
+    assert isinstance(seen, Snapshot)
+    assert seen.holder == "a" and seen.attempt == 1 and seen.status is JobStatus.PENDING
+    assert seen.pttl_ms is not None and 0 < seen.pttl_ms <= LEASE
+
+
+def test_acquire_retried_after_a_lost_reply_is_recognised(
+    protocol: LockProtocol, keys: JobKeys
+) -> None:
+    first = grant(protocol, keys, "a")
+    again = grant(protocol, keys, "a")
+    assert (again.attempt, again.token, again.reentered) == (first.attempt, first.token, True)
+
+
+def test_complete_marks_done_once_and_is_idempotent(
+    protocol: LockProtocol, keys: JobKeys, redis_client: redis.Redis
+) -> None:
+    g = grant(protocol, keys, "a")
+    assert protocol.complete(keys, held(g, "a"), RETENTION) is Settle.DONE
+    assert protocol.complete(keys, held(g, "a"), RETENTION) is Settle.DONE  # lost reply
+    seen = protocol.acquire(keys, "b", LEASE, 3, RETENTION)
+    assert isinstance(seen, Snapshot) and seen.status is JobStatus.DONE and seen.owner == "a"
+    # DONE is kept for the retention period, the lease is gone
+    assert 0 < redis_client.pttl(keys.state) <= RETENTION
+    assert redis_client.exists(keys.lock) == 0
+
+
+def test_a_stale_holder_cannot_complete_fail_release_or_renew(
+    protocol: LockProtocol, keys: JobKeys
+) -> None:
+    g1 = grant(protocol, keys, "a", lease_ms=100)
+    wait_for(lambda: not protocol.client.exists(keys.lock), timeout=5)  # type: ignore[attr-defined]
+    g2 = grant(protocol, keys, "b")
+    stale = held(g1, "a")
+    assert protocol.renew(keys, stale, LEASE, RETENTION) is False
+    assert protocol.complete(keys, stale, RETENTION) is Settle.NOT_HOLDER
+    assert protocol.fail(keys, stale, 3, RETENTION) is Settle.NOT_HOLDER
+    assert protocol.release(keys, stale, RETENTION) is Settle.NOT_HOLDER
+    assert protocol.renew(keys, held(g2, "b"), LEASE, RETENTION) is True
+
+
+def test_an_expired_lease_counts_as_an_attempt_not_as_completion(
+    protocol: LockProtocol, keys: JobKeys
+) -> None:
+    grant(protocol, keys, "a", lease_ms=100)
+    wait_for(lambda: isinstance(protocol.acquire(keys, "b", LEASE, 3, RETENTION), Grant),
+             timeout=5)
+    seen = protocol.inspect(keys)
+    assert seen.status is JobStatus.PENDING and seen.attempt == 2 and seen.holder == "b"
+
+
+def test_failing_the_last_attempt_gives_up(protocol: LockProtocol, keys: JobKeys) -> None:
+    g = grant(protocol, keys, "a", max_attempts=1)
+    assert protocol.fail(keys, held(g, "a"), 1, RETENTION) is Settle.GAVE_UP
+    seen = protocol.acquire(keys, "b", LEASE, 1, RETENTION)
+    assert isinstance(seen, Snapshot) and seen.status is JobStatus.GAVE_UP
+
+
+def test_a_dead_last_attempt_gives_up_at_the_next_acquire(
+    protocol: LockProtocol, keys: JobKeys
+) -> None:
+    grant(protocol, keys, "a", max_attempts=1, lease_ms=100)
+    seen = wait_for(
+        lambda: (r := protocol.acquire(keys, "b", LEASE, 1, RETENTION)) and isinstance(
+            r, Snapshot) and r.status is JobStatus.GAVE_UP and r,
+        timeout=5,
+    )
+    assert seen.attempt == 1
+
+
+def test_release_refunds_the_attempt_but_not_the_token(
+    protocol: LockProtocol, keys: JobKeys
+) -> None:
+    g = grant(protocol, keys, "a")
+    assert protocol.release(keys, held(g, "a"), RETENTION) is Settle.RELEASED
+    again = grant(protocol, keys, "b")
+    assert again.attempt == g.attempt and again.token > g.token
+
+
+def test_reset_keeps_tokens_growing_and_refuses_a_held_job(
+    protocol: LockProtocol, keys: JobKeys
+) -> None:
+    g = grant(protocol, keys, "a", max_attempts=1)
+    assert protocol.reset(keys, RETENTION) is False  # held
+    protocol.fail(keys, held(g, "a"), 1, RETENTION)
+    assert protocol.reset(keys, RETENTION) is True
+    after = grant(protocol, keys, "b", max_attempts=1)
+    assert after.attempt == 1 and after.token > g.token
+
+
+@pytest.mark.parametrize("which", ["lock", "state"])
+def test_foreign_values_raise_and_are_never_overwritten(
+    protocol: LockProtocol, keys: JobKeys, redis_client: redis.Redis, which: str
+) -> None:
+    key = keys.lock if which == "lock" else keys.state
+    redis_client.set(key, "somebody else's value")
+    with pytest.raises(ForeignValueError) as info:
+        protocol.acquire(keys, "a", LEASE, 3, RETENTION)
+    assert key in str(info.value)
+    assert redis_client.get(key) == "somebody else's value"
+
+
+def test_a_key_of_another_type_is_foreign(
+    protocol: LockProtocol, keys: JobKeys, redis_client: redis.Redis
+) -> None:
+    redis_client.rpush(keys.state, "x")
+    with pytest.raises(ForeignValueError):
+        protocol.acquire(keys, "a", LEASE, 3, RETENTION)
+    assert redis_client.lrange(keys.state, 0, -1) == ["x"]
+
+
+def test_all_keys_of_a_job_share_one_cluster_slot() -> None:
+    for job_id in ("job", "a}b", "{x}", "2026-11-22"):
+        k = JobKeys.of("name{space", job_id)
+        assert len({key_slot(k.lock.encode()), key_slot(k.state.encode()),
+                    key_slot(k.wake.encode())}) == 1
+
+
+def commands(client: redis.Redis) -> int:
+    stats = client.info("commandstats")
+    return sum(int(v["calls"]) for v in stats.values())
+
+
+def test_the_uncontended_job_cycle_is_two_round_trips_with_scripts(
+    redis_client: redis.Redis, keys: JobKeys
+) -> None:
+    """Counts the commands the client sends (an EVALSHA is one round trip)."""
+    protocol = ScriptProtocol(redis_client)
+    grant(protocol, JobKeys.of(keys.namespace, "warm-up"), "a")  # load the scripts
+    sent: list[tuple[object, ...]] = []
+    pool = redis_client.connection_pool
+    conn = pool.get_connection()
+    original = conn.send_command
+
+    def counting(*args: object, **kwargs: object) -> None:
+        sent.append(args)
+        original(*args, **kwargs)
+
+    conn.send_command = counting  # type: ignore[method-assign]
+    pool.release(conn)
+    try:
+        g = grant(protocol, keys, "a")
+        assert protocol.complete(keys, held(g, "a"), RETENTION) is Settle.DONE
+    finally:
+        conn.send_command = original  # type: ignore[method-assign]
+    assert [args[0] for args in sent] == ["EVALSHA", "EVALSHA"]
