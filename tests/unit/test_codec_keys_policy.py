@@ -1,0 +1,64 @@
+"""Value encoding, key names and the worker's pure decisions."""
+
+from __future__ import annotations
+
+import pytest
+
+from lockworker import policy
+from lockworker.codec import LockValue, StateValue, decode_lock, decode_state
+from lockworker.keys import JobKeys, namespace_pattern, parse_state_key
+from lockworker.state import JobStatus, Snapshot
+
+
+@pytest.mark.parametrize("owner", ["a", "host:12:ab", "with|pipes|inside", "ü"])
+def test_lock_and_state_values_round_trip(owner: str) -> None:
+    lock = LockValue(token=12, attempt=3, owner=owner)
+    assert decode_lock(lock.encode()) == lock
+    assert decode_lock(lock.encode().encode()) == lock
+    state = StateValue(JobStatus.GAVE_UP, 3, 12, owner)
+    assert decode_state(state.encode()) == state
+
+
+@pytest.mark.parametrize(
+    "raw", ["", "hello", "lw1|", "lw1|x|1|o", "lw2|1|1|o", "lw1|1|o"]
+)
+def test_values_lockworker_did_not_write_are_recognised(raw: str) -> None:
+    assert decode_lock(raw) is None
+    assert decode_state(raw) is None
+
+
+def test_keys_are_namespaced_and_parse_back() -> None:
+    keys = JobKeys.of("digest", "2026-11-22")
+    assert keys.lock == "lw:digest:{2026-11-22}:lock"
+    assert keys.state == "lw:digest:{2026-11-22}:state"
+    assert parse_state_key(keys.state, "digest") == "2026-11-22"
+    assert parse_state_key(keys.lock, "digest") is None
+    assert parse_state_key(keys.state, "other") is None
+    assert namespace_pattern("a*b") == "lw:a\\*b:{*}:state"
+
+
+def seen(pttl_ms: int | None, holder: str = "b", token: int = 1) -> Snapshot:
+    return Snapshot(JobStatus.PENDING, 1, token, holder, holder=holder, pttl_ms=pttl_ms)
+
+
+TIMING = policy.Timing(lock_timeout=5.0, retry_delay=0.5)
+
+
+def test_a_waiter_looks_again_when_the_holders_lease_ends() -> None:
+    assert policy.recheck_at(seen(1200), 100.0, TIMING) == pytest.approx(
+        100.0 + 1.2 + policy.EXPIRY_MARGIN)
+
+
+def test_a_lease_of_unknown_length_is_rechecked_after_a_full_lock_timeout() -> None:
+    assert policy.recheck_at(seen(None), 100.0, TIMING) == 105.0
+
+
+def test_a_failed_process_steps_back_for_retry_delay() -> None:
+    assert policy.compete_after_failure(100.0, TIMING) == 100.5
+
+
+def test_on_locked_news_is_a_new_holder_or_attempt() -> None:
+    assert policy.is_news(None, seen(100))
+    assert not policy.is_news(seen(100), seen(50))
+    assert policy.is_news(seen(100), seen(100, holder="c"))
+    assert policy.is_news(seen(100), seen(100, token=2))

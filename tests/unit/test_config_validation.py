@@ -1,0 +1,69 @@
+"""Bad arguments are refused before any Redis call, naming the argument."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import fakeredis
+import pytest
+
+import lockworker
+
+
+def ok(job: lockworker.Job) -> None:
+    """A valid on_acquired."""
+
+
+GOOD: dict[str, Any] = {"namespace": "ns", "on_acquired": ok}
+
+CASES: list[tuple[dict[str, Any], type[Exception], str]] = [
+    ({"namespace": ""}, lockworker.InvalidConfig, "namespace"),
+    ({"namespace": "   "}, lockworker.InvalidConfig, "namespace"),
+    ({"namespace": 3}, lockworker.InvalidConfig, "namespace"),
+    ({"lock_timeout": 0}, lockworker.InvalidConfig, "lock_timeout"),
+    ({"lock_timeout": -1.5}, lockworker.InvalidConfig, "lock_timeout"),
+    ({"lock_timeout": "5"}, lockworker.InvalidConfig, "lock_timeout"),
+    ({"lock_timeout": True}, lockworker.InvalidConfig, "lock_timeout"),
+    ({"max_attempts": 0}, lockworker.InvalidConfig, "max_attempts"),
+    ({"max_attempts": 2.5}, lockworker.InvalidConfig, "max_attempts"),
+    ({"owner": ""}, lockworker.InvalidConfig, "owner"),
+    ({"retention": 5.0, "lock_timeout": 10.0}, lockworker.InvalidConfig, "retention"),
+    ({"retry_delay": -1}, lockworker.InvalidConfig, "retry_delay"),
+    ({"protocol": "lua"}, lockworker.InvalidConfig, "protocol"),
+    ({"role": "leader"}, lockworker.InvalidConfig, "role"),
+    ({"on_acquired": "not callable"}, lockworker.InvalidHook, "on_acquired"),
+    ({"on_locked": 42}, lockworker.InvalidHook, "on_locked"),
+    ({"on_acquired": None}, lockworker.InvalidConfig, "on_acquired"),
+]
+
+
+@pytest.mark.parametrize(("change", "error", "named"), CASES)
+def test_bad_worker_arguments_raise_a_clear_error(
+    change: dict[str, Any], error: type[Exception], named: str
+) -> None:
+    with pytest.raises(error, match=named):
+        lockworker.Worker(fakeredis.FakeRedis(), **{**GOOD, **change})
+
+
+def test_errors_are_also_the_stdlib_types_callers_catch() -> None:
+    assert issubclass(lockworker.InvalidConfig, ValueError)
+    assert issubclass(lockworker.InvalidHook, TypeError)
+    for error in (lockworker.InvalidConfig, lockworker.LockLost, lockworker.RedisUnavailable,
+                  lockworker.ForeignValueError, lockworker.StopRequested):
+        assert issubclass(error, lockworker.LockworkerError)
+
+
+@pytest.mark.parametrize("job_id", ["", "  ", None, 7])
+def test_bad_job_ids_are_refused(job_id: Any) -> None:
+    worker = lockworker.Worker(fakeredis.FakeRedis(), **GOOD)
+    with pytest.raises(lockworker.InvalidConfig, match="job_id"):
+        worker.process(job_id)
+
+
+@pytest.mark.parametrize("payload", [object(), {1, 2}, float("nan"), {"a": b"bytes"}])
+def test_payloads_that_cannot_be_serialised_are_refused(payload: Any) -> None:
+    redis = fakeredis.FakeRedis()
+    worker = lockworker.Worker(redis, **GOOD)
+    with pytest.raises(lockworker.InvalidConfig, match="payload"):
+        worker.process("j", payload)
+    assert redis.keys() == []  # refused before any Redis call

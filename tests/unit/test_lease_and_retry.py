@@ -1,0 +1,121 @@
+"""Leases, the heartbeat and bounded retries, driven by a FakeClock."""
+
+from __future__ import annotations
+
+import pytest
+import redis
+
+from lockworker.errors import RedisUnavailable
+from lockworker.lease import DRIFT_FIXED, Heartbeat, Lease, valid_until
+from lockworker.retry import RetryPolicy, call
+from lockworker.testing import FakeClock
+
+
+def make_lease(clock: FakeClock, renew: object, lease: float = 3.0) -> tuple[Lease, list[str]]:
+    lost: list[str] = []
+    now = clock.monotonic()
+    held = Lease(
+        renew=renew,  # type: ignore[arg-type]
+        lease=lease, valid_until=valid_until(now, lease), next_renewal=now + lease / 3,
+        on_lost=lambda _lease, reason: lost.append(reason),
+    )
+    return held, lost
+
+
+def test_validity_ends_before_the_server_lease_by_the_drift_margin() -> None:
+    assert valid_until(100.0, 10.0) == pytest.approx(100.0 + 10.0 * 0.99 - DRIFT_FIXED)
+    assert valid_until(100.0, 10.0) < 110.0
+
+
+def test_a_renewal_extends_validity_from_the_time_it_was_sent() -> None:
+    clock = FakeClock()
+    beat = Heartbeat(clock, interval=1.0)
+    lease, lost = make_lease(clock, lambda deadline: True)
+    clock.advance(1.0)
+    sent = clock.monotonic()
+    beat.beat(lease)
+    assert lease.valid_until == pytest.approx(valid_until(sent, 3.0))
+    assert lease.next_renewal == pytest.approx(sent + 1.0)
+    assert not lost and lease.is_valid(clock.monotonic())
+
+
+def test_a_lease_past_its_validity_is_lost_without_asking_redis() -> None:
+    clock = FakeClock()
+    calls: list[float] = []
+    lease, lost = make_lease(clock, lambda deadline: calls.append(deadline) or True)
+    clock.advance(3.0)  # a pause longer than the lease
+    Heartbeat(clock, interval=1.0).beat(lease)
+    assert lease.lost and calls == [] and "paused" in lost[0]
+
+
+def test_a_refused_renewal_loses_the_lease() -> None:
+    clock = FakeClock()
+    lease, lost = make_lease(clock, lambda deadline: False)
+    Heartbeat(clock, interval=1.0).beat(lease)
+    assert lease.lost and not lease.is_valid(clock.monotonic()) and len(lost) == 1
+
+
+def test_an_unreachable_redis_loses_the_lease() -> None:
+    clock = FakeClock()
+
+    def unreachable(deadline: float) -> bool:
+        raise RedisUnavailable("down")
+
+    lease, lost = make_lease(clock, unreachable)
+    Heartbeat(clock, interval=1.0).beat(lease)
+    assert lease.lost and "down" in lost[0]
+
+
+def test_a_dropped_lease_is_never_reported_lost() -> None:
+    clock = FakeClock()
+    lease, lost = make_lease(clock, lambda deadline: False)
+    heartbeat = Heartbeat(clock, interval=1.0)
+    heartbeat.drop(lease)
+    heartbeat.beat(lease)
+    assert not lost
+
+
+def test_retry_retries_connection_errors_then_succeeds() -> None:
+    clock = FakeClock()
+    tries: list[int] = []
+
+    def flaky() -> str:
+        tries.append(1)
+        if len(tries) < 3:
+            raise redis.ConnectionError("refused")
+        return "ok"
+
+    assert call(flaky, clock=clock, policy=RetryPolicy(), what="test") == "ok"
+    assert len(tries) == 3 and clock.sleeps  # it backed off between tries
+
+
+def test_retry_gives_up_at_the_deadline_with_redis_unavailable() -> None:
+    clock = FakeClock()
+    start = clock.monotonic()
+
+    def down() -> None:
+        raise redis.TimeoutError("timeout")
+
+    with pytest.raises(RedisUnavailable, match="renew lease"):
+        call(down, clock=clock, policy=RetryPolicy(budget=10.0), what="renew lease",
+             deadline=start + 1.0)
+    assert clock.monotonic() - start < 1.0 + RetryPolicy().maximum + RetryPolicy().initial
+
+
+def test_retry_does_not_retry_errors_in_the_reply() -> None:
+    clock = FakeClock()
+    tries: list[int] = []
+
+    def bad() -> None:
+        tries.append(1)
+        raise redis.ResponseError("ERR wrong")
+
+    with pytest.raises(redis.ResponseError):
+        call(bad, clock=clock, policy=RetryPolicy(), what="test")
+    assert tries == [1]
+
+
+@pytest.mark.parametrize("field", ["budget", "initial", "maximum"])
+def test_retry_policy_refuses_non_positive_values(field: str) -> None:
+    with pytest.raises(ValueError, match=field):
+        RetryPolicy(**{field: 0})
