@@ -8,11 +8,11 @@ from typing import Any
 
 from lockworker.clock import Clock
 from lockworker.errors import LockLost, StopRequested
-from lockworker.lease import Lease
+from lockworker.lease import Lease, LeaseView
 
 
 @dataclass(eq=False)
-class Job:
+class Job(LeaseView):
     """One job as one process sees it.
 
     In ``on_acquired`` it describes this process's attempt (``holder`` is this
@@ -38,23 +38,6 @@ class Job:
     def is_last_attempt(self) -> bool:
         """True if failing this attempt gives the job up."""
         return self.attempt >= self.max_attempts
-
-    @property
-    def lost(self) -> bool:
-        """True once this process can no longer be sure it holds the lock.
-
-        Judged by the local monotonic clock, so it turns true when the lease's validity
-        ends even if the heartbeat thread is stuck in a network call.
-        """
-        lease = self._lease
-        if lease is None or self._clock is None:
-            return False
-        return not lease.is_valid(self._clock.monotonic())
-
-    @property
-    def stopping(self) -> bool:
-        """True once the worker was asked to stop (``stop()``, SIGTERM, SIGINT)."""
-        return self._stopping is not None and self._stopping.is_set()
 
     def check(self) -> None:
         """Raise if this process should not go on with the job.

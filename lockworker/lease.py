@@ -168,3 +168,31 @@ class Heartbeat:
         thread, self._thread = self._thread, None
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout=5.0)
+
+
+class LeaseView:
+    """``lost`` and ``stopping`` for the handles hooks receive (``Job``, ``Term``).
+
+    Both are judged locally: ``lost`` from the lease's validity on the monotonic clock,
+    so it turns true on time even while the heartbeat is stuck in a network call;
+    ``stopping`` from the owner's stop event. A handle without a lease (one describing
+    another process's hold) is never lost.
+    """
+
+    _clock: Clock | None
+    _lease: Lease | None
+    _stopping: threading.Event | None
+
+    @property
+    def lost(self) -> bool:
+        """True once this process can no longer be sure it holds the lease."""
+        lease = self._lease
+        if lease is None or self._clock is None:
+            return False
+        return not lease.is_valid(self._clock.monotonic())
+
+    @property
+    def stopping(self) -> bool:
+        """True once the owner was asked to stop (``stop()``, SIGTERM, SIGINT)."""
+        return self._stopping is not None and self._stopping.is_set()
+

@@ -7,14 +7,14 @@ from dataclasses import dataclass, field
 
 from lockworker.clock import Clock, SystemClock
 from lockworker.errors import LockLost, StopRequested
-from lockworker.lease import Lease
+from lockworker.lease import Lease, LeaseView
 
 WAKE_MARGIN = 0.0005
 """Seconds past a lease's validity at which :meth:`Term.wait` looks again."""
 
 
 @dataclass(eq=False)
-class Term:
+class Term(LeaseView):
     """One term of leadership of ``name``.
 
     In ``on_acquired`` and ``on_lost`` it is this process's own term; in ``on_locked``
@@ -39,24 +39,6 @@ class Term:
     def leading(self) -> bool:
         """True for this process's own term (also after it was lost)."""
         return self._lease is not None
-
-    @property
-    def lost(self) -> bool:
-        """True once this process can no longer trust its lease.
-
-        Judged by the local monotonic clock against the lease's validity (which ends
-        before the server's expiry by the drift margin), so it turns true before any
-        other process can be elected, even if the renewal thread is stuck.
-        """
-        lease = self._lease
-        if lease is None or self._clock is None:
-            return False
-        return not lease.is_valid(self._clock.monotonic())
-
-    @property
-    def stopping(self) -> bool:
-        """True once the leader was asked to stop (``stop()``, SIGTERM, SIGINT)."""
-        return self._stopping is not None and self._stopping.is_set()
 
     def wait(self, seconds: float) -> bool:
         """Sleep up to ``seconds``; return early once the term is lost or stopping.
