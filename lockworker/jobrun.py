@@ -19,7 +19,7 @@ from lockworker.codec import LockValue
 from lockworker.errors import LockworkerError, StopRequested
 from lockworker.job import Job
 from lockworker.keys import JobKeys
-from lockworker.lease import Lease, valid_until
+from lockworker.lease import Lease
 from lockworker.state import Grant, JobStatus, Outcome, Settle, Snapshot
 
 if TYPE_CHECKING:
@@ -181,13 +181,9 @@ class JobRun:
             log.warning(events.LOST, reason=reason)
             w._hook(log, "on_lost", job)
 
-        lease = Lease(
-            renew=renew,
-            lease=w.lock_timeout,
-            valid_until=valid_until(sent_at, w.lock_timeout),
-            next_renewal=sent_at + w.lock_timeout / 3,
-            on_renewed=lambda _lease: log.debug(events.RENEWED),
-            on_lost=lost,
+        lease = Lease.granted(
+            renew, w.lock_timeout, sent_at,
+            on_lost=lost, on_renewed=lambda _lease: log.debug(events.RENEWED),
         )
         job._lease = lease
         log.info(events.ACQUIRED, reentered=grant.reentered)

@@ -39,7 +39,7 @@ from lockworker.config import default_owner, positive
 from lockworker.errors import ForeignValueError, InvalidConfig, StopRequested
 from lockworker.hooks import check_hooks
 from lockworker.keys import JobKeys, check_name
-from lockworker.lease import Heartbeat, Lease, valid_until
+from lockworker.lease import Heartbeat, Lease
 from lockworker.protocol import ScriptProtocol, text
 from lockworker.signals import stop_on_signals
 from lockworker.state import Grant, Settle, Snapshot
@@ -315,13 +315,7 @@ class _Campaign:
             term._wake.set()
             lead._hook(log, "on_lost", term)
 
-        lease = Lease(
-            renew=renew,
-            lease=lead.lock_timeout,
-            valid_until=valid_until(sent_at, lead.lock_timeout),
-            next_renewal=sent_at + lead.lock_timeout / 3,
-            on_lost=lost,
-        )
+        lease = Lease.granted(renew, lead.lock_timeout, sent_at, on_lost=lost)
         term = Term(
             lead.name, grant.token, lead.owner, since,
             _clock=lead.clock, _lease=lease, _stopping=lead._stop,

@@ -50,6 +50,23 @@ class Lease:
     on_renewed: Callable[[Lease], None] | None = None
     on_lost: Callable[[Lease, str], None] | None = None
 
+    @classmethod
+    def granted(
+        cls,
+        renew: Callable[[float], bool],
+        lease: float,
+        sent_at: float,
+        *,
+        on_lost: Callable[[Lease, str], None] | None = None,
+        on_renewed: Callable[[Lease], None] | None = None,
+    ) -> Lease:
+        """A lease granted by a request sent at ``sent_at``: trusted until its validity,
+        renewed first a third of the lease later."""
+        return cls(
+            renew=renew, lease=lease, valid_until=valid_until(sent_at, lease),
+            next_renewal=sent_at + lease / 3, on_renewed=on_renewed, on_lost=on_lost,
+        )
+
     def is_valid(self, now: float) -> bool:
         return not self.lost and now < self.valid_until
 
