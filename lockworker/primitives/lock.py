@@ -221,15 +221,8 @@ class Lock:
         def lost(_lease: Lease, reason: str) -> None:
             self._log.warning(common.LOST, token=held.token, reason=reason)
 
-        interval = self.ttl / 3
-        lease = Lease(
-            renew=renew,
-            lease=self.ttl,
-            valid_until=valid_until(sent, self.ttl),
-            next_renewal=sent + interval,
-            on_lost=lost,
-        )
-        heartbeat = Heartbeat(self.clock, interval)
+        lease = Lease.granted(renew, self.ttl, sent, on_lost=lost)
+        heartbeat = Heartbeat(self.clock, self.ttl / 3)
         self._lease, self._heartbeat = lease, heartbeat
         heartbeat.hold(lease)
 
