@@ -33,6 +33,12 @@ SUCCESS_CHANCE = 0.15
 MAX_ATTEMPTS = 5
 
 
+def say(line: str) -> None:
+    """One whole line per write, so lines of concurrent processes never interleave."""
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+
 class FlakyWorker(lockworker.Worker):
     """Succeeds with a 15 % chance per attempt, and says what it sees."""
 
@@ -42,19 +48,19 @@ class FlakyWorker(lockworker.Worker):
         self.rng = random.Random(f"{seed}:{name}")
 
     def on_acquired(self, job: lockworker.Job) -> None:
-        print(f"  {self.name}: acquired {job.id} (attempt {job.attempt}, token {job.token})")
+        say(f"  {self.name}: acquired {job.id} (attempt {job.attempt}, token {job.token})")
         if self.rng.random() >= SUCCESS_CHANCE:
             raise RuntimeError("simulated failure")
-        print(f"  {self.name}: finished {job.id}")
+        say(f"  {self.name}: finished {job.id}")
 
     def on_locked(self, job: lockworker.Job) -> None:
-        print(f"  {self.name}: {job.id} is locked by {job.holder} (attempt {job.attempt})")
+        say(f"  {self.name}: {job.id} is locked by {job.holder} (attempt {job.attempt})")
 
     def on_failed(self, job: lockworker.Job, exc: BaseException) -> None:
-        print(f"  {self.name}: attempt {job.attempt} of {job.id} failed: {exc}")
+        say(f"  {self.name}: attempt {job.attempt} of {job.id} failed: {exc}")
 
     def on_gave_up(self, job: lockworker.Job) -> None:
-        print(f"  {self.name}: {job.id} given up after {job.attempt} attempts")
+        say(f"  {self.name}: {job.id} given up after {job.attempt} attempts")
 
 
 def run_process(url: str, name: str, namespace: str, jobs: list[str], seed: int) -> None:
@@ -66,7 +72,7 @@ def run_process(url: str, name: str, namespace: str, jobs: list[str], seed: int)
     ) as worker:
         for job_id in jobs:
             outcome = worker.process(job_id)
-            print(f"  {name}: {job_id} -> {outcome.value}")
+            say(f"  {name}: {job_id} -> {outcome.value}")
 
 
 def main() -> int:

@@ -1,0 +1,48 @@
+"""The examples run, against the suite's own server, and say what they promise."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from lockworker.testing import RedisServer
+
+pytestmark = pytest.mark.processes
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def run(script: str, server: RedisServer, *args: str) -> str:
+    env = {**os.environ, "REDIS_URL": server.url}
+    done = subprocess.run(  # noqa: S603
+        [sys.executable, str(EXAMPLES / script), *args],
+        env=env, capture_output=True, text=True, timeout=120, check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout
+
+
+def test_cluster_example_resolves_every_job_the_same_way_everywhere(
+    redis_server: RedisServer,
+) -> None:
+    out = run("cluster.py", redis_server, "--processes", "3", "--jobs", "4")
+    summary = out.split("Summary", 1)[1].strip().splitlines()
+    assert len(summary) == 4
+    for line in summary:
+        assert ": done after" in line or ": gave_up after 5 attempt(s)" in line
+    # every process reports one outcome per job, and they agree with the summary
+    for job in range(1, 5):
+        outcomes = {line.rsplit("-> ", 1)[1] for line in out.splitlines()
+                    if f"job-{job} -> " in line}
+        assert outcomes <= {"done", "done_elsewhere"} or outcomes == {"gave_up"}
+
+
+def test_fencing_example_refuses_the_stale_holders_write(redis_server: RedisServer) -> None:
+    out = run("fencing.py", redis_server)
+    assert "backup: took over with token 2, store accepted write: True" in out
+    assert "holder: token 1, lost=True, store accepted write: False" in out
+    assert "store holds: written by the backup" in out
