@@ -24,7 +24,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from lockworker.clock import Clock
-from lockworker.errors import LockworkerError
 
 DRIFT_FACTOR = 0.01
 DRIFT_FIXED = 0.002
@@ -158,8 +157,11 @@ class Heartbeat:
             return
         try:
             held = lease.renew(lease.valid_until)
-        except LockworkerError as exc:
-            self._lose(lease, f"could not renew: {exc}")
+        except Exception as exc:
+            # RedisUnavailable after bounded retries, or an unexpected reply: either way
+            # this process can no longer vouch for the lease, and the thread must live on
+            # to renew the others.
+            self._lose(lease, f"could not renew: {exc!r}")
             return
         if lease.released:
             return
