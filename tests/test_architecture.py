@@ -19,6 +19,8 @@ MODULES = sorted(p for p in PACKAGE.rglob("*.py"))
 
 LEAF = {"errors", "clock", "keys", "codec", "state", "config"}
 CORE = {"protocol", "scripts", "txn", "policy"}
+MECHANISMS = {"lease", "wake", "retry", "hooks", "job", "events", "signals", "term"}
+PRODUCTS = {"worker", "jobrun", "serve", "sources", "leader", "primitives"}
 MAX_LINES = 400
 
 
@@ -70,6 +72,19 @@ def test_leaf_modules_import_only_leaf_modules(path: Path) -> None:
 def test_the_core_knows_no_threads_waiting_or_hooks(path: Path) -> None:
     assert lockworker_modules(path) <= LEAF | CORE
     assert "threading" not in imports(path)
+
+
+@pytest.mark.parametrize(
+    "path", [p for p in MODULES if p.stem in MECHANISMS and p.parent == PACKAGE], ids=name_of
+)
+def test_mechanisms_never_import_the_products_built_on_them(path: Path) -> None:
+    assert not lockworker_modules(path) & PRODUCTS
+
+
+def test_the_layer_tables_name_modules_that_exist() -> None:
+    """A renamed module must not silently drop out of the layer rules."""
+    present = {p.stem for p in MODULES if p.parent == PACKAGE}
+    assert (LEAF | CORE | MECHANISMS) - present == set()
 
 
 def test_decisions_know_nothing_of_redis() -> None:

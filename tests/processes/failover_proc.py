@@ -4,7 +4,8 @@
 
 MODE: ``ok`` (finish at once), ``fail`` (always raise), ``hold`` (run until the parent
 signals it: SIGKILL/SIGSTOP scenarios), ``slow`` (run 0.3 s), ``fail_on_go``
-(hold until the key ``NAMESPACE:go`` exists, then raise).
+(hold until the key ``NAMESPACE:go`` exists, then raise), ``slow_fail`` (run 0.2 s,
+then raise), ``hold_check`` (hold, calling ``job.check()``: SIGTERM hands it over).
 Every hook appends a JSON record to the Redis list ``NAMESPACE:events`` with this
 process's monotonic time (system-wide on Linux, so the test can compare processes);
 the outcome is recorded the same way, so the test never parses stdout.
@@ -40,6 +41,14 @@ def main() -> int:
     class Proc(lockworker.Worker):
         def on_acquired(self, job: lockworker.Job) -> None:
             record("acquired", job)
+            if mode == "slow_fail":
+                time.sleep(0.2)
+                record("ending", job)
+                raise RuntimeError("attempt failed on purpose")
+            if mode == "hold_check":
+                while True:  # until SIGTERM: check() raises StopRequested
+                    job.check()
+                    time.sleep(0.005)
             if mode == "fail":
                 raise RuntimeError("attempt failed on purpose")
             if mode == "hold":

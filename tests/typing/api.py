@@ -5,6 +5,8 @@ If a public signature changes in a way that breaks callers, mypy fails here.
 
 from __future__ import annotations
 
+from typing import NoReturn
+
 import redis
 
 import lockworker
@@ -81,3 +83,43 @@ def errors() -> None:
         raise lockworker.LockLost("gone")
     except lockworker.LockworkerError:
         pass
+
+
+def use_every_hook_in_functional_form(client: redis.Redis) -> str:
+    """The functional form takes each hook with the same signature as the method."""
+
+    def failed(job: lockworker.Job, exc: BaseException) -> None: ...
+
+    def noted(job: lockworker.Job) -> None: ...
+
+    worker = lockworker.Worker(
+        client, namespace="x", lock_timeout=1.5, max_attempts=2, retry_delay=0.1,
+        protocol="txn", handle_signals=False, role="backup", backup_delay=0.2,
+        on_acquired=noted, on_locked=noted, on_failed=failed, on_lost=noted,
+        on_gave_up=noted,
+    )
+    outcome = worker.process("job")
+    return describe(outcome)
+
+
+def assert_never(value: NoReturn) -> NoReturn:
+    """typing.assert_never arrived in 3.11; this package supports 3.10."""
+    raise AssertionError(f"unhandled: {value!r}")
+
+
+def describe(outcome: lockworker.Outcome) -> str:
+    """Outcome is an enum mypy can check exhaustively."""
+    if outcome is lockworker.Outcome.DONE:
+        return "done here"
+    if outcome is lockworker.Outcome.DONE_ELSEWHERE:
+        return "done elsewhere"
+    if outcome is lockworker.Outcome.GAVE_UP:
+        return "gave up"
+    if outcome is lockworker.Outcome.STOPPED:
+        return "stopped"
+    assert_never(outcome)
+
+
+def fencing_check(job: lockworker.Job, last_token_seen: int) -> bool:
+    """How a downstream store rejects a stale holder: tokens only grow."""
+    return job.token > last_token_seen

@@ -26,14 +26,23 @@ CASES: list[tuple[dict[str, Any], type[Exception], str]] = [
     ({"lock_timeout": True}, lockworker.InvalidConfig, "lock_timeout"),
     ({"max_attempts": 0}, lockworker.InvalidConfig, "max_attempts"),
     ({"max_attempts": 2.5}, lockworker.InvalidConfig, "max_attempts"),
+    ({"max_attempts": True}, lockworker.InvalidConfig, "max_attempts"),
+    ({"max_attempts": "3"}, lockworker.InvalidConfig, "max_attempts"),
+    ({"lock_timeout": None}, lockworker.InvalidConfig, "lock_timeout"),
+    ({"lock_timeout": float("inf")}, lockworker.InvalidConfig, "lock_timeout"),
     ({"owner": ""}, lockworker.InvalidConfig, "owner"),
     ({"retention": 5.0, "lock_timeout": 10.0}, lockworker.InvalidConfig, "retention"),
+    ({"retention": 10.0, "lock_timeout": 10.0}, lockworker.InvalidConfig, "retention"),
+    ({"retention": True}, lockworker.InvalidConfig, "retention"),
     ({"retry_delay": -1}, lockworker.InvalidConfig, "retry_delay"),
     ({"protocol": "lua"}, lockworker.InvalidConfig, "protocol"),
     ({"role": "leader"}, lockworker.InvalidConfig, "role"),
     ({"on_acquired": "not callable"}, lockworker.InvalidHook, "on_acquired"),
     ({"on_locked": 42}, lockworker.InvalidHook, "on_locked"),
     ({"on_acquired": None}, lockworker.InvalidConfig, "on_acquired"),
+    ({"on_gave_up": "x"}, lockworker.InvalidHook, "on_gave_up"),
+    ({"on_lost": 1}, lockworker.InvalidHook, "on_lost"),
+    ({"on_failed": object()}, lockworker.InvalidHook, "on_failed"),
 ]
 
 
@@ -43,6 +52,11 @@ def test_bad_worker_arguments_raise_a_clear_error(
 ) -> None:
     with pytest.raises(error, match=named):
         lockworker.Worker(fakeredis.FakeRedis(), **{**GOOD, **change})
+
+
+def test_a_worker_without_on_acquired_is_refused() -> None:
+    with pytest.raises(lockworker.InvalidConfig, match="on_acquired"):
+        lockworker.Worker(fakeredis.FakeRedis(), namespace="ns")
 
 
 def test_errors_are_also_the_stdlib_types_callers_catch() -> None:

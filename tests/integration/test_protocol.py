@@ -1,0 +1,154 @@
+"""Protocol properties the step-by-step tests leave implicit: server-side command counts,
+retention of resolved states, and tokens across every way an attempt ends."""
+
+from __future__ import annotations
+
+import pytest
+import redis
+from helpers import wait_for
+
+from lockworker.codec import LockValue
+from lockworker.keys import JobKeys
+from lockworker.protocol import LockProtocol, ScriptProtocol
+from lockworker.state import Grant, JobStatus, Settle, Snapshot
+from lockworker.txn import TxnProtocol
+
+LEASE = 5000
+RETENTION = 60_000
+
+
+@pytest.fixture(params=["script", "txn"])
+def protocol(request: pytest.FixtureRequest, redis_client: redis.Redis) -> LockProtocol:
+    return ScriptProtocol(redis_client) if request.param == "script" else TxnProtocol(redis_client)
+
+
+@pytest.fixture
+def keys(namespace: str) -> JobKeys:
+    return JobKeys.of(namespace, "job")
+
+
+def grant(protocol: LockProtocol, keys: JobKeys, owner: str, max_attempts: int = 3,
+          lease_ms: int = LEASE) -> Grant:
+    result = protocol.acquire(keys, owner, lease_ms, max_attempts, RETENTION)
+    assert isinstance(result, Grant), result
+    return result
+
+
+def held(g: Grant, owner: str) -> LockValue:
+    return LockValue(g.token, g.attempt, owner)
+
+
+def warm_up(protocol: ScriptProtocol, namespace: str) -> None:
+    """Run every step once, so the server has all scripts cached (no NOSCRIPT reloads)."""
+    keys = JobKeys.of(namespace, "warm-up")
+    g = grant(protocol, keys, "a")
+    protocol.renew(keys, held(g, "a"), LEASE, RETENTION)
+    protocol.fail(keys, held(g, "a"), 3, RETENTION)
+    g = grant(protocol, keys, "a")
+    protocol.complete(keys, held(g, "a"), RETENTION)
+
+
+def client_calls(ran: dict[str, int]) -> dict[str, int]:
+    """The commands a client sent: commandstats also counts the ``redis.call``s a script
+    makes, which cost no round trip."""
+    sent = {"evalsha", "eval", "script|load", "multi", "exec", "watch", "unwatch"}
+    return {name: n for name, n in ran.items() if name in sent}
+
+
+def calls(client: redis.Redis) -> dict[str, int]:
+    """Commands the server has run so far, by name (INFO commandstats). The server is
+    this test session's own and tests run one at a time, so deltas are one test's."""
+    stats = client.info("commandstats")
+    return {name.removeprefix("cmdstat_"): int(v["calls"]) for name, v in stats.items()}
+
+
+def server_commands(client: redis.Redis, before: dict[str, int]) -> dict[str, int]:
+    """Commands run since ``before``, leaving out the INFO calls that measure them."""
+    after = calls(client)
+    delta = {name: n - before.get(name, 0) for name, n in after.items()}
+    return {name: n for name, n in delta.items() if n and name != "info"}
+
+
+def test_the_script_job_cycle_runs_exactly_two_commands_on_the_server(
+    redis_client: redis.Redis, keys: JobKeys
+) -> None:
+    protocol = ScriptProtocol(redis_client)
+    warm_up(protocol, keys.namespace)
+    before = calls(redis_client)
+    g = grant(protocol, keys, "a")
+    assert protocol.complete(keys, held(g, "a"), RETENTION) is Settle.DONE
+    assert client_calls(server_commands(redis_client, before)) == {"evalsha": 2}
+
+
+def test_each_script_step_is_one_command(redis_client: redis.Redis, keys: JobKeys) -> None:
+    protocol = ScriptProtocol(redis_client)
+    warm_up(protocol, keys.namespace)
+    g = grant(protocol, keys, "a")
+    for step in (
+        lambda: protocol.renew(keys, held(g, "a"), LEASE, RETENTION),
+        lambda: protocol.acquire(keys, "b", LEASE, 3, RETENTION),
+        lambda: protocol.fail(keys, held(g, "a"), 3, RETENTION),
+    ):
+        before = calls(redis_client)
+        step()
+        assert client_calls(server_commands(redis_client, before)) == {"evalsha": 1}
+
+
+def test_the_transaction_cycle_is_bounded(redis_client: redis.Redis, keys: JobKeys) -> None:
+    """TxnProtocol is the reference design, not the hot path; its cost must not creep."""
+    protocol = TxnProtocol(redis_client)
+    before = calls(redis_client)
+    g = grant(protocol, keys, "a")
+    assert protocol.complete(keys, held(g, "a"), RETENTION) is Settle.DONE
+    ran = server_commands(redis_client, before)
+    assert ran.get("watch") == 2 and ran.get("exec") == 2 and ran.get("multi") == 2
+    assert sum(ran.values()) <= 16, ran
+
+
+def test_gave_up_is_kept_for_retention_and_the_lease_is_gone(
+    protocol: LockProtocol, keys: JobKeys, redis_client: redis.Redis
+) -> None:
+    g = grant(protocol, keys, "a", max_attempts=1)
+    assert protocol.fail(keys, held(g, "a"), 1, RETENTION) is Settle.GAVE_UP
+    assert RETENTION - 5000 < redis_client.pttl(keys.state) <= RETENTION
+    assert redis_client.exists(keys.lock) == 0
+
+
+def test_done_keeps_its_retention_not_the_lease(
+    protocol: LockProtocol, keys: JobKeys, redis_client: redis.Redis
+) -> None:
+    g = grant(protocol, keys, "a", lease_ms=LEASE)
+    assert protocol.complete(keys, held(g, "a"), RETENTION) is Settle.DONE
+    assert redis_client.pttl(keys.state) > LEASE  # retention, far beyond the lease
+
+
+def test_a_held_state_outlives_its_lease(
+    protocol: LockProtocol, keys: JobKeys, redis_client: redis.Redis
+) -> None:
+    """The count must survive a dead holder: the state key is never tied to the lease."""
+    grant(protocol, keys, "a", lease_ms=100)
+    wait_for(lambda: redis_client.exists(keys.lock) == 0, timeout=5)
+    seen = protocol.inspect(keys)
+    assert seen.holder is None and seen.status is JobStatus.PENDING
+    assert redis_client.exists(keys.state) == 1
+    assert grant(protocol, keys, "b").attempt == 2
+
+
+def test_tokens_grow_across_release_fail_expiry_and_reset(
+    protocol: LockProtocol, keys: JobKeys, redis_client: redis.Redis
+) -> None:
+    tokens = []
+    g = grant(protocol, keys, "a", max_attempts=2)
+    tokens.append(g.token)
+    assert protocol.release(keys, held(g, "a"), RETENTION) is Settle.RELEASED
+    g = grant(protocol, keys, "b", max_attempts=2)
+    tokens.append(g.token)
+    assert protocol.fail(keys, held(g, "b"), 2, RETENTION) is Settle.RELEASED
+    g = grant(protocol, keys, "c", max_attempts=2, lease_ms=100)
+    tokens.append(g.token)
+    wait_for(lambda: redis_client.exists(keys.lock) == 0, timeout=5)
+    seen = protocol.acquire(keys, "d", LEASE, 2, RETENTION)
+    assert isinstance(seen, Snapshot) and seen.status is JobStatus.GAVE_UP
+    assert protocol.reset(keys, RETENTION) is True
+    tokens.append(grant(protocol, keys, "e", max_attempts=2).token)
+    assert tokens == sorted(set(tokens)), tokens
