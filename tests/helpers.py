@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, TypeVar
+
+from lockworker.codec import LockValue
+from lockworker.keys import JobKeys
+from lockworker.protocol import LockProtocol
+from lockworker.state import Grant
 
 T = TypeVar("T")
 
@@ -19,3 +25,35 @@ def wait_for(predicate: Callable[[], T], timeout: float = 10.0, interval: float 
         if time.monotonic() >= deadline:
             raise AssertionError(f"condition not met within {timeout}s: {predicate}")
         time.sleep(interval)
+
+
+def in_thread(fn: Callable[[], Any]) -> tuple[threading.Thread, dict[str, Any]]:
+    """Run ``fn`` in a daemon thread; its result (or exception) lands in the dict."""
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            box["result"] = fn()
+        except BaseException as exc:  # reported to the test, not lost in the thread
+            box["error"] = exc
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread, box
+
+
+LEASE = 5000
+RETENTION = 60_000
+
+
+def grant(protocol: LockProtocol, keys: JobKeys, owner: str, max_attempts: int = 3,
+          lease_ms: int = LEASE) -> Grant:
+    """Acquire, asserting the lease was granted."""
+    result = protocol.acquire(keys, owner, lease_ms, max_attempts, RETENTION)
+    assert isinstance(result, Grant), result
+    return result
+
+
+def held(g: Grant, owner: str) -> LockValue:
+    """The lock value ``owner`` holds after ``g``."""
+    return LockValue(g.token, g.attempt, owner)

@@ -4,46 +4,17 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Callable
 
 import pytest
 import redis
-from helpers import wait_for
+from helpers import in_thread, wait_for
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 import lockworker
 from lockworker import events
 from lockworker.testing import RedisServer, capture_events
-
-Hook = Callable[[lockworker.Job], None]
-
-
-@pytest.fixture
-def make(redis_client: redis.Redis, namespace: str) -> Iterator[Callable[..., lockworker.Worker]]:
-    made: list[lockworker.Worker] = []
-
-    def factory(on_acquired: Hook, **kwargs: Any) -> lockworker.Worker:
-        kwargs.setdefault("lock_timeout", 2.0)
-        kwargs.setdefault("handle_signals", False)
-        worker = lockworker.Worker(
-            redis_client, namespace=namespace, on_acquired=on_acquired, **kwargs
-        )
-        made.append(worker)
-        return worker
-
-    yield factory
-    for worker in made:
-        worker.stop()
-        worker.close()
-
-
-def in_thread(fn: Callable[[], Any]) -> tuple[threading.Thread, dict[str, Any]]:
-    box: dict[str, Any] = {}
-    thread = threading.Thread(target=lambda: box.setdefault("result", fn()), daemon=True)
-    thread.start()
-    return thread, box
 
 
 def test_outcomes_done_and_done_elsewhere(make: Callable[..., lockworker.Worker]) -> None:

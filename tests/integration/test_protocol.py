@@ -3,39 +3,13 @@ retention of resolved states, and tokens across every way an attempt ends."""
 
 from __future__ import annotations
 
-import pytest
 import redis
-from helpers import wait_for
+from helpers import LEASE, RETENTION, grant, held, wait_for
 
-from lockworker.codec import LockValue
 from lockworker.keys import JobKeys
 from lockworker.protocol import LockProtocol, ScriptProtocol
-from lockworker.state import Grant, JobStatus, Settle, Snapshot
+from lockworker.state import JobStatus, Settle, Snapshot
 from lockworker.txn import TxnProtocol
-
-LEASE = 5000
-RETENTION = 60_000
-
-
-@pytest.fixture(params=["script", "txn"])
-def protocol(request: pytest.FixtureRequest, redis_client: redis.Redis) -> LockProtocol:
-    return ScriptProtocol(redis_client) if request.param == "script" else TxnProtocol(redis_client)
-
-
-@pytest.fixture
-def keys(namespace: str) -> JobKeys:
-    return JobKeys.of(namespace, "job")
-
-
-def grant(protocol: LockProtocol, keys: JobKeys, owner: str, max_attempts: int = 3,
-          lease_ms: int = LEASE) -> Grant:
-    result = protocol.acquire(keys, owner, lease_ms, max_attempts, RETENTION)
-    assert isinstance(result, Grant), result
-    return result
-
-
-def held(g: Grant, owner: str) -> LockValue:
-    return LockValue(g.token, g.attempt, owner)
 
 
 def warm_up(protocol: ScriptProtocol, namespace: str) -> None:

@@ -6,12 +6,11 @@ from __future__ import annotations
 import re
 import threading
 import time
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Callable
 
 import pytest
 import redis
-from helpers import wait_for
+from helpers import in_thread, wait_for
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
@@ -19,40 +18,11 @@ import lockworker
 from lockworker import events
 from lockworker.testing import RedisServer, capture_events
 
-Hook = Callable[[lockworker.Job], None]
-
 
 @pytest.fixture
-def make(redis_client: redis.Redis, namespace: str) -> Iterator[Callable[..., lockworker.Worker]]:
-    made: list[lockworker.Worker] = []
-
-    def factory(on_acquired: Hook, **kwargs: Any) -> lockworker.Worker:
-        kwargs.setdefault("lock_timeout", 5.0)
-        kwargs.setdefault("handle_signals", False)
-        worker = lockworker.Worker(
-            redis_client, namespace=namespace, on_acquired=on_acquired, **kwargs
-        )
-        made.append(worker)
-        return worker
-
-    yield factory
-    for worker in made:
-        worker.stop()
-        worker.close()
-
-
-def in_thread(fn: Callable[[], Any]) -> tuple[threading.Thread, dict[str, Any]]:
-    box: dict[str, Any] = {}
-
-    def run() -> None:
-        try:
-            box["result"] = fn()
-        except BaseException as exc:  # reported to the test, not lost in the thread
-            box["error"] = exc
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    return thread, box
+def default_lock_timeout() -> float:
+    """This module's workers hold 5 s leases, so a fast handover is surely a wake-up."""
+    return 5.0
 
 
 def test_the_failing_process_steps_back_and_a_waiter_takes_attempt_two(
@@ -73,7 +43,7 @@ def test_the_failing_process_steps_back_and_a_waiter_takes_attempt_two(
         failed_at.append(time.monotonic())
         raise RuntimeError("attempt fails")
 
-    def waiter(name: str) -> Hook:
+    def waiter(name: str) -> Callable[[lockworker.Job], None]:
         def hook(job: lockworker.Job) -> None:
             started_at.append(time.monotonic())
             with lock:

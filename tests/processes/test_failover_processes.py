@@ -7,73 +7,15 @@ system-wide on Linux, so times from different processes compare directly.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
-import subprocess
-import sys
 import time
-from collections.abc import Iterator
-from pathlib import Path
-from typing import Any
 
 import pytest
-import redis
+from cluster import Cluster
 from helpers import wait_for
 
-from lockworker.testing import RedisServer
-
 pytestmark = pytest.mark.processes
-
-PROC = str(Path(__file__).with_name("failover_proc.py"))
-
-
-class Cluster:
-    """Worker processes for one job, and what they recorded."""
-
-    def __init__(self, server: RedisServer, client: redis.Redis, namespace: str) -> None:
-        self.server = server
-        self.client = client
-        self.namespace = namespace
-        self.procs: dict[str, subprocess.Popen[bytes]] = {}
-
-    def start(
-        self, owner: str, mode: str, *, job: str = "job", lock_timeout: float = 1.0,
-        max_attempts: int = 3, wait_ready: bool = True,
-    ) -> subprocess.Popen[bytes]:
-        args = [sys.executable, PROC, self.server.url, self.namespace, job, owner, mode,
-                str(lock_timeout), str(max_attempts)]
-        proc = subprocess.Popen(args, stdout=subprocess.DEVNULL)
-        self.procs[owner] = proc
-        if wait_ready:
-            wait_for(lambda: self.find(owner=owner, event="ready"), timeout=20)
-        return proc
-
-    def events(self) -> list[dict[str, Any]]:
-        raw = self.client.lrange(f"{self.namespace}:events", 0, -1)
-        return [json.loads(item) for item in raw]
-
-    def find(self, **match: object) -> list[dict[str, Any]]:
-        return [e for e in self.events() if all(e.get(k) == v for k, v in match.items())]
-
-    def outcome(self, owner: str, timeout: float = 20) -> str:
-        found = wait_for(lambda: self.find(owner=owner, event="outcome"), timeout=timeout)
-        return str(found[0]["outcome"])
-
-    def stop_all(self) -> None:
-        for proc in self.procs.values():
-            if proc.poll() is None:
-                proc.kill()
-            proc.wait(10)
-
-
-@pytest.fixture
-def cluster(
-    redis_server: RedisServer, redis_client: redis.Redis, namespace: str
-) -> Iterator[Cluster]:
-    c = Cluster(redis_server, redis_client, namespace)
-    yield c
-    c.stop_all()
 
 
 def test_racing_processes_run_each_attempt_exactly_once(cluster: Cluster) -> None:

@@ -1,32 +1,21 @@
 """More failover promises with real processes: mutual exclusion across every attempt of
 a contended job, and a SIGTERM'd holder handing its job over without spending an attempt.
 
-Uses the worker process and the ``Cluster`` driver of test_failover_processes.
+Uses the worker process and the ``Cluster`` driver in cluster.py.
 """
 
 from __future__ import annotations
 
 import itertools
 import signal
-from collections.abc import Iterator
 
 import pytest
-import redis
+from cluster import Cluster
 from helpers import wait_for
-from test_failover_processes import Cluster
-
-from lockworker.testing import RedisServer
 
 pytestmark = pytest.mark.processes
 
 
-@pytest.fixture
-def cluster(
-    redis_server: RedisServer, redis_client: redis.Redis, namespace: str
-) -> Iterator[Cluster]:
-    c = Cluster(redis_server, redis_client, namespace)
-    yield c
-    c.stop_all()
 
 
 def test_four_processes_run_every_attempt_once_and_never_overlap(cluster: Cluster) -> None:
