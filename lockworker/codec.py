@@ -77,6 +77,14 @@ def decode_state(raw: str | bytes) -> StateValue | None:
     return StateValue(status, int(parts[1]), int(parts[2]), parts[3])
 
 
+def to_json(value: Any) -> str:
+    """Compact, strict JSON (no NaN or infinities, which other languages cannot read).
+
+    Raises TypeError or ValueError for values JSON cannot hold.
+    """
+    return json.dumps(value, separators=(",", ":"), allow_nan=False)
+
+
 def check_payload(payload: Any) -> str:
     """JSON text of ``payload``; raise a clear error if it cannot be serialised.
 
@@ -86,7 +94,7 @@ def check_payload(payload: Any) -> str:
     if payload is None:
         return "null"
     try:
-        return json.dumps(payload, separators=(",", ":"), allow_nan=False)
+        return to_json(payload)
     except (TypeError, ValueError) as exc:
         raise InvalidConfig(
             f"payload must be JSON-serialisable (dict, list, str, int, float, bool, None), "

@@ -33,6 +33,7 @@ import redis
 
 from lockworker import events, retry
 from lockworker.clock import Clock, SystemClock
+from lockworker.codec import to_json
 from lockworker.errors import AcquireTimeout, LockLost
 from lockworker.keys import JobKeys, check_name
 from lockworker.primitives import common
@@ -63,7 +64,7 @@ class JSONCodec:
 
     def encode(self, value: Any) -> str:
         try:
-            return json.dumps(value, separators=(",", ":"), allow_nan=False)
+            return to_json(value)
         except (TypeError, ValueError) as exc:
             raise TypeError(
                 f"compute_once: the value of fn() is not JSON-serialisable "
