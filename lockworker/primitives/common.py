@@ -14,9 +14,11 @@ from typing import Any
 
 import redis
 
-from lockworker.clock import Clock
+from lockworker.clock import Clock, SystemClock
 from lockworker.config import default_owner, positive
 from lockworker.errors import AlreadyHeld, InvalidConfig
+from lockworker.keys import JobKeys, check_name
+from lockworker.lease import Heartbeat, Lease
 from lockworker.wake import WakeHub
 
 ACQUIRED = "lock.acquired"
@@ -32,6 +34,7 @@ __all__ = [
     "RELEASED",
     "TIMED_OUT",
     "AlreadyHeld",
+    "Primitive",
     "check_client",
     "check_timeout",
     "default_owner",
@@ -97,3 +100,36 @@ class HubHolder:
             self._hub.close()
         self._hub = None
         self._finalizer = None
+
+
+class Primitive:
+    """The settings and local state every primitive shares, checked the same way.
+
+    A subclass calls :meth:`_configure` first in its constructor, then adds its own.
+    """
+
+    name: str
+    keys: JobKeys
+    ttl: float
+    auto_renew: bool
+    timeout: float | None
+    clock: Clock
+    _ttl_ms: int
+    _base: str
+    _lease: Lease | None
+    _heartbeat: Heartbeat | None
+
+    def _configure(
+        self, name: str, *, namespace: str, ttl: object, auto_renew: object,
+        timeout: object, clock: Clock | None,
+    ) -> None:
+        self.name = check_name(name, "name")
+        self.keys = JobKeys(check_name(namespace, "namespace"), self.name)
+        self.ttl = positive(ttl, "ttl")
+        self.auto_renew = check_bool(auto_renew, "auto_renew")
+        self.timeout = check_timeout(timeout)
+        self.clock = clock or SystemClock()
+        self._ttl_ms = max(1, round(self.ttl * 1000))
+        self._base = default_owner()
+        self._lease = None
+        self._heartbeat = None

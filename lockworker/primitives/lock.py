@@ -27,10 +27,9 @@ from typing import Any, TypeVar
 import redis
 
 from lockworker import events, retry
-from lockworker.clock import Clock, SystemClock
+from lockworker.clock import Clock
 from lockworker.codec import LockValue
 from lockworker.errors import AcquireTimeout, ForeignValueError, LockLost, NotHeld
-from lockworker.keys import JobKeys, check_name
 from lockworker.lease import Heartbeat, Lease, valid_until
 from lockworker.primitives import common
 from lockworker.protocol import ScriptProtocol
@@ -46,7 +45,7 @@ MIN_WAIT = 0.001
 T = TypeVar("T")
 
 
-class Lock:
+class Lock(common.Primitive):
     """A distributed mutual-exclusion lock on one Redis server, with a fencing token.
 
     :param client: a ``redis.Redis`` client (``decode_responses`` either way).
@@ -78,22 +77,16 @@ class Lock:
         redis_retry: retry.RetryPolicy | None = None,
     ) -> None:
         self.client = common.check_client(client)
-        self.name = check_name(name, "name")
-        self.keys = JobKeys(check_name(namespace, "namespace"), self.name)
-        self.ttl = common.positive(ttl, "ttl")
-        self.auto_renew = common.check_bool(auto_renew, "auto_renew")
-        self.timeout = common.check_timeout(timeout)
-        self.clock: Clock = clock or SystemClock()
+        self._configure(
+            name, namespace=namespace, ttl=ttl, auto_renew=auto_renew, timeout=timeout,
+            clock=clock,
+        )
         self.redis_retry = redis_retry or retry.RetryPolicy()
         self.protocol = ScriptProtocol(client)
-        self._base = common.default_owner()
         self._log = events.logger(logger, lock=self.name, namespace=self.keys.namespace)
-        self._ttl_ms = max(1, round(self.ttl * 1000))
         self._retention_ms = round(RETENTION * 1000)
         self._held: LockValue | None = None
         self._valid_until = 0.0
-        self._lease: Lease | None = None
-        self._heartbeat: Heartbeat | None = None
         self._hub = common.HubHolder(self, client, self.clock)
 
     # -- state -----------------------------------------------------------------------

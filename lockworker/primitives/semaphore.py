@@ -34,9 +34,8 @@ import redis
 from redis.commands.core import Script
 
 from lockworker import events, retry
-from lockworker.clock import Clock, SystemClock
+from lockworker.clock import Clock
 from lockworker.errors import AcquireTimeout, InvalidConfig, LockLost, LockworkerError, NotHeld
-from lockworker.keys import JobKeys, check_name
 from lockworker.lease import Heartbeat, Lease, valid_until
 from lockworker.primitives import common, lua
 from lockworker.protocol import text
@@ -50,7 +49,7 @@ MIN_WAIT = 0.001
 T = TypeVar("T")
 
 
-class Semaphore:
+class Semaphore(common.Primitive):
     """At most ``limit`` holders at once across processes; waiters served in arrival order.
 
     :param client: a ``redis.Redis`` client.
@@ -82,26 +81,20 @@ class Semaphore:
         redis_retry: retry.RetryPolicy | None = None,
     ) -> None:
         self.client = common.check_client(client)
-        self.name = check_name(name, "name")
+        self._configure(
+            name, namespace=namespace, ttl=ttl, auto_renew=auto_renew, timeout=timeout,
+            clock=clock,
+        )
         self.limit = int(common.positive(limit, "limit", integer=True))
-        self.keys = JobKeys(check_name(namespace, "namespace"), self.name)
-        self.ttl = common.positive(ttl, "ttl")
-        self.auto_renew = common.check_bool(auto_renew, "auto_renew")
-        self.timeout = common.check_timeout(timeout)
-        self.clock: Clock = clock or SystemClock()
         self.redis_retry = redis_retry or retry.RetryPolicy()
         self._acquire: Script = client.register_script(lua.SEM_ACQUIRE)
         self._renew: Script = client.register_script(lua.SEM_RENEW)
         self._leave: Script = client.register_script(lua.SEM_LEAVE)
         self._zsets = [self.keys.extra(k) for k in ("holders", "queue", "waiting")]
         self._all_keys = [*self._zsets, self.keys.extra("tickets"), self.keys.extra("limit")]
-        self._ttl_ms = max(1, round(self.ttl * 1000))
-        self._base = common.default_owner()
         self._log = events.logger(logger, semaphore=self.name, namespace=self.keys.namespace)
         self._held: str | None = None
         self._valid_until = 0.0
-        self._lease: Lease | None = None
-        self._heartbeat: Heartbeat | None = None
         self._hub = common.HubHolder(self, client, self.clock)
 
     @property
