@@ -31,26 +31,27 @@ class Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"{self.prog}: {message} (see {self.prog} --help)\n")
 
 
-def positive_float(text: str) -> float:
-    """A number of seconds > 0."""
+def _seconds(text: str, *, allow_zero: bool) -> float:
+    """A finite number of seconds, > 0 (or >= 0 with ``allow_zero``)."""
+    bound = ">= 0" if allow_zero else "> 0"
     try:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
-    if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"expected a number of seconds > 0, got {text!r}")
+    low_ok = value >= 0 if allow_zero else value > 0
+    if not low_ok or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a number of seconds {bound}, got {text!r}")
     return value
+
+
+def positive_float(text: str) -> float:
+    """A number of seconds > 0."""
+    return _seconds(text, allow_zero=False)
 
 
 def non_negative_float(text: str) -> float:
     """A number of seconds >= 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
-    if not value >= 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"expected a number of seconds >= 0, got {text!r}")
-    return value
+    return _seconds(text, allow_zero=True)
 
 
 def positive_int(text: str) -> int:
