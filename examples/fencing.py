@@ -35,10 +35,13 @@ from _server import redis_url
 import lockworker
 
 # The downstream store: write only if this token is at least the highest seen so far.
+# Tokens are compared as decimal strings (length, then text): exact at any size, where
+# Lua's numbers would round past 2^53.
 # KEYS[1] token key, KEYS[2] data key; ARGV[1] token, ARGV[2] value -> 1 written, 0 refused
 FENCED_WRITE = """
-local seen = tonumber(redis.call('GET', KEYS[1]) or '0')
-if tonumber(ARGV[1]) < seen then return 0 end
+local seen = redis.call('GET', KEYS[1]) or '0'
+local t = ARGV[1]
+if #t < #seen or (#t == #seen and t < seen) then return 0 end
 redis.call('SET', KEYS[1], ARGV[1])
 redis.call('SET', KEYS[2], ARGV[2])
 return 1
@@ -61,7 +64,7 @@ def holder(url: str, namespace: str, acquired: Event) -> None:
         # The parent freezes this process here, past the lease; when it thaws:
         os.kill(os.getpid(), signal.SIGSTOP)
         ok = fenced_write(client, job.id, job.token, "written by the stale holder")
-        print(f"holder: token {job.token}, lost={job.lost}, store accepted write: {ok}")
+        print(f"holder: attempt {job.attempt}, lost={job.lost}, store accepted write: {ok}")
 
     with lockworker.Worker(client, namespace=namespace, lock_timeout=1.0,
                            owner="holder", on_acquired=work) as worker:
@@ -80,7 +83,8 @@ def main() -> int:
 
         def takeover(job: lockworker.Job) -> None:
             ok = fenced_write(client, job.id, job.token, "written by the backup")
-            print(f"backup: took over with token {job.token}, store accepted write: {ok}")
+            print(f"backup: took over attempt {job.attempt} with a larger token, "
+                  f"store accepted write: {ok}")
 
         with lockworker.Worker(client, namespace=namespace, lock_timeout=1.0, owner="backup",
                                on_acquired=takeover) as backup:

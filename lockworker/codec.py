@@ -1,80 +1,169 @@
-"""Value encoding of the lock and state keys, and of payloads.
+"""The one format of the lock and state values, and of payloads.
 
-The lock value says who holds which attempt::
+The lock value says which run of which owner holds which attempt::
 
-    lw1|<token>|<attempt>|<owner>
+    lw2|<token>|<attempt>|<run>|<owner>
 
-and the state value what became of the job::
+and the state value what became of the job, and who touched it last::
 
-    lw1|<status>|<attempt>|<token>|<owner>
+    lw2|<status>|<attempt>|<token>|<run>|<owner>
 
-Both start with the version tag ``lw1|``. A value without it was not written by
-lockworker: it is reported as foreign and never overwritten. The owner comes last so it
-may contain any character, ``|`` included. The Lua scripts in :mod:`lockworker.protocol`
-parse the same format; the two are tested against each other.
+``token`` and ``attempt`` are decimal integers of any length, without sign or leading
+zeros (so each number has exactly one spelling and a value can be compared as a
+string); ``status`` is ``pending``, ``done`` or ``gave_up``; ``run`` is lowercase hex,
+unique per process run (a :class:`~lockworker.Worker`, a :class:`~lockworker.Leader`,
+one acquisition of a :class:`~lockworker.Lock`), and is what tells a restarted process
+with a stable ``owner`` label from its dead predecessor. The owner comes last so it may
+hold any bytes, ``|`` included.
+
+A value that does not match this grammar exactly was not written by lockworker: it is
+reported as :class:`~lockworker.errors.ForeignValueError` and never overwritten. The
+Lua scripts parse the same grammar with :data:`LUA_PROLOGUE`; property tests feed both
+sides the same values and check that they agree on every one.
 """
 
 from __future__ import annotations
 
 import json
+import re
+import secrets
 from dataclasses import dataclass
 from typing import Any
 
 from lockworker.errors import InvalidConfig
 from lockworker.state import JobStatus
 
-TAG = "lw1|"
+TAG = "lw2|"
+
+_NUM = rb"(0|[1-9][0-9]*)"
+_RUN = rb"([0-9a-f]*)"
+_LOCK = re.compile(rb"lw2\|" + _NUM + rb"\|" + _NUM + rb"\|" + _RUN + rb"\|(.*)", re.DOTALL)
+_STATE = re.compile(
+    rb"lw2\|(pending|done|gave_up)\|" + _NUM + rb"\|" + _NUM + rb"\|" + _RUN + rb"\|(.*)",
+    re.DOTALL,
+)
+_RUN_TEXT = re.compile(r"[0-9a-f]{1,32}")
+
+
+@dataclass(frozen=True)
+class Holder:
+    """Who asks for a lease: a readable ``owner`` label and the ``run`` that makes it
+    unique (a restarted process keeps its label and gets a new run)."""
+
+    owner: str
+    run: str
+
+    def value(self, token: int, attempt: int) -> LockValue:
+        """The lock value this holder writes for ``attempt``, fenced by ``token``."""
+        return LockValue(token, attempt, self.run, self.owner)
 
 
 @dataclass(frozen=True)
 class LockValue:
+    """Who holds which attempt of a job: the value of its lock key."""
+
     token: int
     attempt: int
+    run: str
     owner: str
 
     def encode(self) -> str:
-        return f"{TAG}{self.token}|{self.attempt}|{self.owner}"
+        return f"{TAG}{self.token}|{self.attempt}|{self.run}|{self.owner}"
 
 
 @dataclass(frozen=True)
 class StateValue:
+    """What became of a job, and which run touched it last: the value of its state key."""
+
     status: JobStatus
     attempt: int
     token: int
+    run: str
     owner: str
 
     def encode(self) -> str:
-        return f"{TAG}{self.status.value}|{self.attempt}|{self.token}|{self.owner}"
+        return f"{TAG}{self.status.value}|{self.attempt}|{self.token}|{self.run}|{self.owner}"
 
 
-def _text(raw: str | bytes) -> str:
-    return raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
+def _raw(value: str | bytes) -> bytes:
+    # A client that decodes responses hands us str; the grammar is defined on bytes.
+    return value.encode("utf-8", "surrogateescape") if isinstance(value, str) else value
+
+
+def _owner(raw: bytes) -> str:
+    return raw.decode("utf-8", "replace")
 
 
 def decode_lock(raw: str | bytes) -> LockValue | None:
-    """The lock value, or None if lockworker did not write it."""
-    text = _text(raw)
-    if not text.startswith(TAG):
+    """The lock value, or None if it does not follow the grammar exactly."""
+    m = _LOCK.fullmatch(_raw(raw))
+    if m is None:
         return None
-    parts = text[len(TAG) :].split("|", 2)
-    if len(parts) != 3 or not parts[0].isdigit() or not parts[1].isdigit():
-        return None
-    return LockValue(int(parts[0]), int(parts[1]), parts[2])
+    return LockValue(int(m[1]), int(m[2]), m[3].decode("ascii"), _owner(m[4]))
 
 
 def decode_state(raw: str | bytes) -> StateValue | None:
-    """The state value, or None if lockworker did not write it."""
-    text = _text(raw)
-    if not text.startswith(TAG):
+    """The state value, or None if it does not follow the grammar exactly."""
+    m = _STATE.fullmatch(_raw(raw))
+    if m is None:
         return None
-    parts = text[len(TAG) :].split("|", 3)
-    if len(parts) != 4 or not parts[1].isdigit() or not parts[2].isdigit():
-        return None
-    try:
-        status = JobStatus(parts[0])
-    except ValueError:
-        return None
-    return StateValue(status, int(parts[1]), int(parts[2]), parts[3])
+    status = JobStatus(m[1].decode("ascii"))
+    return StateValue(status, int(m[2]), int(m[3]), m[4].decode("ascii"), _owner(m[5]))
+
+
+def new_run() -> str:
+    """A fresh run id: 16 random hex digits, unique per process run or acquisition."""
+    return secrets.token_hex(8)
+
+
+def check_run(run: str) -> str:
+    """``run`` if it is 1-32 lowercase hex digits (what :func:`new_run` makes)."""
+    if not isinstance(run, str) or not _RUN_TEXT.fullmatch(run):
+        raise InvalidConfig(f"run must be 1-32 lowercase hex digits, got {run!r}")
+    return run
+
+
+# The Lua side of the grammar: every script that reads a lock or state value starts
+# with this prologue, so there is one parser per language and both follow the rules
+# above. Numbers stay decimal strings (Lua numbers are doubles: 10^15 would be written
+# back as 1e+15, and integers past 2^53 would round), compared by length then text and
+# incremented digit by digit.
+LUA_PROLOGUE = r"""
+local function lw_num(s)
+  return s ~= nil and (s == '0' or string.find(s, '^[1-9][0-9]*$') ~= nil)
+end
+local LW_STATUS = {pending = true, done = true, gave_up = true}
+local function lw_lock(v)
+  local t, a, r, o = string.match(v, '^lw2|([0-9]+)|([0-9]+)|([0-9a-f]*)|(.*)$')
+  if not (lw_num(t) and lw_num(a)) then return nil end
+  return {token = t, attempt = a, run = r, owner = o}
+end
+local function lw_state(v)
+  local s, a, t, r, o = string.match(v, '^lw2|([a-z_]+)|([0-9]+)|([0-9]+)|([0-9a-f]*)|(.*)$')
+  if not (s and LW_STATUS[s] and lw_num(a) and lw_num(t)) then return nil end
+  return {status = s, attempt = a, token = t, run = r, owner = o}
+end
+local function lw_lock_value(token, attempt, run, owner)
+  return 'lw2|' .. token .. '|' .. attempt .. '|' .. run .. '|' .. owner
+end
+local function lw_state_value(status, attempt, token, run, owner)
+  return 'lw2|' .. status .. '|' .. attempt .. '|' .. token .. '|' .. run .. '|' .. owner
+end
+local function lw_gt(a, b)
+  if #a ~= #b then return #a > #b end
+  return a > b
+end
+local function lw_incr(s)
+  local i = #s
+  while i > 0 and string.byte(s, i) == 57 do i = i - 1 end
+  if i == 0 then return '1' .. string.rep('0', #s) end
+  return string.sub(s, 1, i - 1) .. string.char(string.byte(s, i) + 1) .. string.rep('0', #s - i)
+end
+local function lw_now_us()
+  local t = redis.call('TIME')
+  return t[1] .. string.format('%06d', tonumber(t[2]))
+end
+"""
 
 
 def to_json(value: Any) -> str:

@@ -1,17 +1,34 @@
 """Checks of constructor arguments shared by every product, and the default owner id.
 
 A leaf module: each check raises :class:`~lockworker.errors.InvalidConfig` naming the
-argument and the rule, before any Redis call.
+argument, the value given and what was expected, before any Redis call.
+
+Every numeric setting goes through :func:`number`, so they all refuse the same things:
+booleans (``True`` is an ``int`` to Python, never a duration to lockworker), values
+that are not real numbers (strings, ``None`` where None means nothing), NaN, the
+infinities (no setting has a use for them: a wait for ever is ``timeout=None``), and
+values out of the setting's range, including the absolute caps :data:`MAX_SECONDS`
+and :data:`MAX_COUNT`, past which timers and Redis expiry times overflow.
 """
 
 from __future__ import annotations
 
 import math
+import numbers
+import operator
 import os
 import socket
 import uuid
+from typing import cast
 
 from lockworker.errors import InvalidConfig
+
+MAX_SECONDS = 1e9
+"""The longest duration a setting accepts (about 31 years). Longer ones overflow the
+waits of :mod:`threading` and Redis expiry times, so they are refused up front."""
+
+MAX_COUNT = 2**53
+"""The largest count a setting accepts: the largest integer Redis's Lua counts exactly."""
 
 
 def default_owner() -> str:
@@ -19,13 +36,99 @@ def default_owner() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
+def _bound(limit: float) -> str:
+    return str(int(limit)) if float(limit).is_integer() else repr(limit)
+
+
+def _shown(value: object) -> str:
+    """``repr(value)``, cut short: a message must stay one readable line."""
+    text = repr(value)
+    return text if len(text) <= 60 else f"{text[:57]}..."
+
+
+def _expected(
+    *, minimum: float, strict_min: bool, maximum: float | None, strict_max: bool,
+    integer: bool, unit: str, allow_none: bool,
+) -> str:
+    """What :func:`number` asked for, in words: ``a finite number of seconds >= 0``."""
+    kind = "an int" if integer else "a finite number"
+    if unit and not integer:
+        kind += f" of {unit}"
+    text = f"{kind} {'>' if strict_min else '>='} {_bound(minimum)}"
+    if maximum is not None:
+        text += f" and {'<' if strict_max else '<='} {_bound(maximum)}"
+    return f"None or {text}" if allow_none else text
+
+
+def number(
+    value: object,
+    name: str,
+    *,
+    minimum: float = 0.0,
+    strict_min: bool = False,
+    maximum: float | None = None,
+    strict_max: bool = False,
+    integer: bool = False,
+    unit: str = "seconds",
+    allow_none: bool = False,
+) -> float | int | None:
+    """``value`` checked as the numeric setting ``name``: the one check they all use.
+
+    Accepted: a real number (an integer with ``integer``; never a bool), finite, at
+    least ``minimum`` (above it with ``strict_min``), at most ``maximum`` (below it with
+    ``strict_max``) and never above :data:`MAX_SECONDS` (:data:`MAX_COUNT` for an
+    integer); ``None`` too with ``allow_none``. Returns it as a float (an int with
+    ``integer``; None for None). Anything else raises
+    :class:`~lockworker.errors.InvalidConfig`, e.g. ``retry_delay must be a finite
+    number of seconds >= 0, got nan``.
+    """
+    if value is None and allow_none:
+        return None
+    expected = _expected(
+        minimum=minimum, strict_min=strict_min, maximum=maximum, strict_max=strict_max,
+        integer=integer, unit=unit, allow_none=allow_none,
+    )
+    refused = InvalidConfig(f"{name} must be {expected}, got {_shown(value)}")
+    kind = numbers.Integral if integer else numbers.Real
+    if isinstance(value, bool) or not isinstance(value, kind):
+        raise refused
+    checked: float | int
+    try:
+        checked = operator.index(value) if integer else float(value)  # type: ignore[arg-type]
+    except (OverflowError, TypeError, ValueError):
+        raise refused from None
+    if not integer and not math.isfinite(checked):
+        raise refused
+    low_ok = checked > minimum if strict_min else checked >= minimum
+    high_ok = maximum is None or (checked < maximum if strict_max else checked <= maximum)
+    if not (low_ok and high_ok):
+        raise refused
+    cap = MAX_COUNT if integer else MAX_SECONDS
+    if checked > cap:
+        unit_text = f" {unit}" if unit and not integer else ""
+        raise InvalidConfig(
+            f"{name} must be at most {_bound(cap)}{unit_text}, got {_shown(value)}"
+        )
+    return checked
+
+
+def seconds(value: object, name: str, *, positive: bool = True) -> float:
+    """A duration: a finite number of seconds > 0 (>= 0 unless ``positive``)."""
+    return cast(float, number(value, name, strict_min=positive))
+
+
+def optional_seconds(value: object, name: str) -> float | None:
+    """A timeout: None (no limit) or a finite number of seconds >= 0."""
+    return cast("float | None", number(value, name, allow_none=True))
+
+
+def count(value: object, name: str, *, minimum: int = 1) -> int:
+    """A count: an int >= ``minimum`` (1 by default)."""
+    return cast(int, number(value, name, minimum=minimum, integer=True))
+
+
 def positive(value: object, name: str, *, integer: bool = False) -> float:
     """``value`` as a float if it is a finite number > 0 (an int >= 1 with ``integer``)."""
-    kinds: tuple[type, ...] = (int,) if integer else (int, float)
-    expected = "an int >= 1" if integer else "a finite number of seconds > 0"
-    if isinstance(value, bool) or not isinstance(value, kinds):
-        raise InvalidConfig(f"{name} must be {expected}, got {value!r}")
-    number = float(value)  # type: ignore[arg-type]
-    if (integer and number < 1) or (not integer and not 0 < number < math.inf):
-        raise InvalidConfig(f"{name} must be {expected}, got {value!r}")
-    return number
+    if integer:
+        return float(count(value, name))
+    return seconds(value, name)

@@ -66,6 +66,22 @@ class RedisUnavailable(LockworkerError):
     """Redis could not be reached within the retry budget (bounded backoff ran out)."""
 
 
+class Contended(LockworkerError):
+    """An optimistic transaction kept losing its WATCH race to other clients.
+
+    Raised after a bounded number of tries of one step; the caller's retry policy
+    retries it like a connection error, within the same deadline, so a renewal under
+    contention can never outlive the lease it is meant to extend.
+    """
+
+
+class JobNotFound(LockworkerError, KeyError):
+    """The server knows no such job (never seen, or forgotten after ``retention``)."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
 class NotHeld(LockworkerError):
     """An operation that needs the lock (release, extend) was called by a non-holder."""
 
@@ -74,8 +90,9 @@ class AcquireTimeout(LockworkerError, TimeoutError):
     """A blocking acquire did not succeed within its timeout."""
 
 
-class QuorumNotReached(LockworkerError):
-    """Redlock could not take the lock on a majority of masters in time."""
+class QuorumNotReached(RedisUnavailable):
+    """Redlock could not reach a majority of its masters (the message names the failed
+    ones and their errors); a :class:`RedisUnavailable`, as it is the servers' fault."""
 
 
 class AlreadyHeld(LockworkerError, RuntimeError):

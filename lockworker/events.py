@@ -24,10 +24,14 @@ GAVE_UP = "job.gave_up"
 STOPPED = "job.stopped"
 REDIS_UNAVAILABLE = "redis.unavailable"
 HOOK_ERROR = "hook.error"
+STATE_LOST = "server.state_lost"
+"""A lease's job state vanished while the lease was held: the server lost its data
+(a restart without persistence, a failover to a replica that had not received it).
+Work finished before the loss may run again; see docs/guarantees.md."""
 
 ALL = (
     ACQUIRED, LOCKED, RENEWED, DONE, DONE_ELSEWHERE, FAILED, LOST, RELEASED, GAVE_UP,
-    STOPPED, REDIS_UNAVAILABLE, HOOK_ERROR,
+    STOPPED, REDIS_UNAVAILABLE, HOOK_ERROR, STATE_LOST,
 )
 
 

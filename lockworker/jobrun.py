@@ -20,7 +20,7 @@ from lockworker.errors import LockworkerError, StopRequested
 from lockworker.job import Job
 from lockworker.keys import JobKeys
 from lockworker.lease import Lease
-from lockworker.state import Grant, JobStatus, Outcome, Settle, Snapshot
+from lockworker.state import Grant, JobStatus, Outcome, Renewal, Settle, Snapshot
 
 if TYPE_CHECKING:
     from lockworker.worker import Worker
@@ -70,7 +70,7 @@ class JobRun:
                 sent_at = now
                 result = self.w._call(
                     lambda: self.w.protocol.acquire(
-                        self.keys, self.w.owner, self.w._lease_ms, self.w.max_attempts,
+                        self.keys, self.w._who, self.w._lease_ms, self.w.max_attempts,
                         self.w._retention_ms,
                     ),
                     "acquire job",
@@ -140,7 +140,9 @@ class JobRun:
         """React to a job this process does not hold: resolved, or held by another."""
         w = self.w
         if seen.status is JobStatus.DONE:
-            mine = seen.owner == w.owner
+            # This run's own completion, not merely its owner label's: a restarted
+            # daemon with a stable owner did not run what its predecessor finished.
+            mine = (seen.owner, seen.run) == (w.owner, w.run_id)
             self.log.info(
                 events.DONE if mine else events.DONE_ELSEWHERE,
                 attempt=seen.attempt, token=seen.token, by=seen.owner,
@@ -166,16 +168,19 @@ class JobRun:
         or was lost and the job is still pending).
         """
         w = self.w
-        held = LockValue(grant.token, grant.attempt, w.owner)
+        held = w._who.value(grant.token, grant.attempt)
         log = self.log.bind(attempt=grant.attempt, token=grant.token)
         job = self.job(grant.attempt, grant.token, w.owner)
 
         def renew(deadline: float) -> bool:
-            return w._call(
+            renewal = w._call(
                 lambda: w.protocol.renew(self.keys, held, w._lease_ms, w._retention_ms),
                 "renew lease",
                 deadline=deadline,
             )
+            if renewal is Renewal.STATE_LOST:
+                log.error(events.STATE_LOST, step="renew")
+            return renewal is Renewal.RENEWED
 
         def lost(_lease: Lease, reason: str) -> None:
             log.warning(events.LOST, reason=reason)
@@ -208,11 +213,13 @@ class JobRun:
         if settled is Settle.DONE:
             log.info(events.DONE)
             return Outcome.DONE
-        self.refused(lease, job, log)
+        self.refused(lease, job, log, settled)
         return None
 
-    def refused(self, lease: Lease, job: Job, log: Any) -> None:
+    def refused(self, lease: Lease, job: Job, log: Any, settled: Settle) -> None:
         """The server refused to settle: the lease was lost; step back and watch."""
+        if settled is Settle.STATE_LOST:
+            log.error(events.STATE_LOST, step="settle")
         if not lease.lost:
             lease.lost = True
             log.warning(events.LOST, reason="completion refused: lease lost on the server")
@@ -237,7 +244,7 @@ class JobRun:
             log.info(events.RELEASED, reason="failed")
             self.not_before = policy.compete_after_failure(w.clock.monotonic(), w.timing)
             return None
-        self.refused(job._lease or Lease(lambda _d: False, 0, 0, 0), job, log)
+        self.refused(job._lease or Lease(lambda _d: False, 0, 0, 0), job, log, settled)
         return None
 
     def settle_stop(self, held: LockValue, log: Any) -> Outcome:

@@ -1,25 +1,47 @@
-"""Key names: every key of one job under the worker's namespace and one hash tag.
+"""Key names: each product has its own key space, and names map to keys one to one.
 
-Layout, for namespace ``digest`` and job ``2026-11-22``::
+Layout, for a worker's job ``2026-11-22`` in namespace ``digest``::
 
-    lw:digest:{2026-11-22}:lock    the lease: who holds which attempt, with a TTL
-    lw:digest:{2026-11-22}:state   status, attempt count, last token; outlives leases
-    lw:digest:{2026-11-22}:wake    pub/sub channel that wakes waiting processes
+    lw:job:digest:{2026-11-22}:lock    the lease: which run holds which attempt, with a TTL
+    lw:job:digest:{2026-11-22}:state   status, attempt count, last token; outlives leases
+    lw:job:digest:{2026-11-22}:wake    pub/sub channel that wakes waiting processes
 
-All keys of a job share the hash tag ``{<job id>}``, so Redis Cluster puts them in one
-slot and the protocol's scripts and transactions run unchanged there. Whatever
-characters the namespace or id contain, the tag is the same for every key of one job,
-because the keys differ only after the closing brace.
+The second part is the product (:class:`Space`): a worker's job, a ``Lock``, a
+``Semaphore``, a ``Leader``, a ``compute_once`` key, a ``Redlock`` or a stream source.
+No product can reach another's keys, whatever namespace a user picks.
+
+Names may hold any character. ``%``, ``{`` and ``}`` are written percent-encoded
+(``%25``, ``%7B``, ``%7D``), so the namespace holds no brace and the first ``{`` of a
+key opens the job id, whose encoded form holds no ``}``: the mapping from (product,
+namespace, name) to keys is injective, and all keys of one name share the hash tag
+``{<encoded name>}``, so Redis Cluster puts them in one slot.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import enum
+from dataclasses import dataclass, field
 
 from lockworker.errors import InvalidConfig
 
 PREFIX = "lw"
 MAX_NAME_LENGTH = 1024
+
+_ESCAPES = str.maketrans({"%": "%25", "{": "%7B", "}": "%7D"})
+_UNESCAPES = (("%7B", "{"), ("%7D", "}"), ("%25", "%"))
+_GLOB = str.maketrans({c: "\\" + c for c in "*?[]\\"})
+
+
+class Space(str, enum.Enum):
+    """The product a key belongs to: the second part of every key."""
+
+    JOB = "job"
+    LOCK = "lock"
+    SEMAPHORE = "semaphore"
+    LEADER = "leader"
+    ONCE = "once"
+    REDLOCK = "redlock"
+    STREAM = "stream"
 
 
 def check_name(value: object, argument: str) -> str:
@@ -32,55 +54,79 @@ def check_name(value: object, argument: str) -> str:
         raise InvalidConfig(
             f"{argument} must be at most {MAX_NAME_LENGTH} characters, got {len(value)}"
         )
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidConfig(f"{argument} must be encodable as UTF-8, got {value!r}") from exc
     return value
+
+
+def escape(name: str) -> str:
+    """``name`` with ``%``, ``{`` and ``}`` percent-encoded (injective)."""
+    return name.translate(_ESCAPES) if ("%" in name or "{" in name or "}" in name) else name
+
+
+def unescape(text: str) -> str:
+    """The inverse of :func:`escape`."""
+    if "%" not in text:
+        return text
+    out, i = [], 0
+    while i < len(text):
+        for code, char in _UNESCAPES:
+            if text.startswith(code, i):
+                out.append(char)
+                i += 3
+                break
+        else:
+            out.append(text[i])
+            i += 1
+    return "".join(out)
 
 
 @dataclass(frozen=True)
 class JobKeys:
-    """The keys of one job (or one lock, leader or semaphore: any named resource)."""
+    """The keys of one named resource (a job, a lock, a leader...) of one product."""
 
     namespace: str
     job_id: str
+    space: Space = Space.JOB
 
     @classmethod
-    def of(cls, namespace: str, job_id: str) -> JobKeys:
-        """Validated keys for ``job_id`` under ``namespace``."""
-        return cls(check_name(namespace, "namespace"), check_name(job_id, "job_id"))
+    def of(cls, namespace: str, job_id: str, space: Space = Space.JOB) -> JobKeys:
+        """Validated keys for ``job_id`` under ``namespace`` in the key space ``space``."""
+        return cls(check_name(namespace, "namespace"), check_name(job_id, "job_id"), space)
 
-    # Plain properties, not functools.cached_property: before Python 3.12 that takes a
-    # lock on every first access, which cost more than the f-strings it saves (the
-    # job-cycle benchmark builds keys for every job).
-    @property
-    def base(self) -> str:
-        return f"{PREFIX}:{self.namespace}:{{{self.job_id}}}"
+    def __post_init__(self) -> None:
+        # Built once per object: the job cycle reads these on every step.
+        base = f"{PREFIX}:{self.space.value}:{escape(self.namespace)}:{{{escape(self.job_id)}}}"
+        object.__setattr__(self, "base", base)
+        object.__setattr__(self, "lock", base + ":lock")
+        object.__setattr__(self, "state", base + ":state")
+        object.__setattr__(self, "wake", base + ":wake")
 
-    @property
-    def lock(self) -> str:
-        return f"{PREFIX}:{self.namespace}:{{{self.job_id}}}:lock"
-
-    @property
-    def state(self) -> str:
-        return f"{PREFIX}:{self.namespace}:{{{self.job_id}}}:state"
-
-    @property
-    def wake(self) -> str:
-        return f"{PREFIX}:{self.namespace}:{{{self.job_id}}}:wake"
+    base: str = field(default="", init=False, repr=False, compare=False)
+    lock: str = field(default="", init=False, repr=False, compare=False)
+    state: str = field(default="", init=False, repr=False, compare=False)
+    wake: str = field(default="", init=False, repr=False, compare=False)
 
     def extra(self, suffix: str) -> str:
         """Another key in the same slot, for primitives that need more than three."""
         return f"{self.base}:{suffix}"
 
 
-def namespace_pattern(namespace: str) -> str:
-    """A SCAN pattern matching the state keys of every job in ``namespace``."""
-    escaped = "".join("\\" + c if c in "*?[]\\" else c for c in namespace)
-    return f"{PREFIX}:{escaped}:{{*}}:state"
+def state_pattern(space: Space = Space.JOB, namespace: str | None = None) -> str:
+    """A SCAN pattern matching the state keys of ``space`` (and ``namespace``, if given)."""
+    ns = "*" if namespace is None else escape(namespace).translate(_GLOB)
+    return f"{PREFIX}:{space.value}:{ns}:{{*}}:state"
 
 
-def parse_state_key(key: str, namespace: str) -> str | None:
-    """The job id of a state key of ``namespace``, or None if it is not one."""
-    head = f"{PREFIX}:{namespace}:{{"
+def parse_state_key(key: str, space: Space = Space.JOB) -> tuple[str, str] | None:
+    """``(namespace, name)`` of a state key of ``space``, or None if it is not one."""
+    head = f"{PREFIX}:{space.value}:"
     tail = "}:state"
-    if key.startswith(head) and key.endswith(tail) and len(key) > len(head) + len(tail):
-        return key[len(head) : -len(tail)]
-    return None
+    if not (key.startswith(head) and key.endswith(tail)):
+        return None
+    ns, sep, name = key[len(head) : -len(tail)].partition(":{")
+    if not sep or not ns or not name or "{" in ns or "}" in name:
+        return None
+    return unescape(ns), unescape(name)

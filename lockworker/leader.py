@@ -1,15 +1,19 @@
 """Leader election: one leader at a time among many processes, for a long-running role.
 
-Built on the job lock itself, under the reserved namespace ``leaders``: a term is an
+Built on the job lock itself, in a key space of its own: a term is an
 attempt that never runs out (``acquire`` with a practically unbounded attempt count),
 its token is the fencing token, its lease is renewed by the same
 :class:`~lockworker.lease.Heartbeat`, and ending a term is a ``release``, which
 publishes on the wake channel so followers compete at once. Keys of leader ``sched``::
 
-    lw:leaders:{sched}:lock    the term's lease: holder, term number, token
-    lw:leaders:{sched}:state   the token counter (kept a year, so tokens never repeat)
-    lw:leaders:{sched}:wake    pub/sub channel: a term ended
-    lw:leaders:{sched}:term    hash: holder, token and wall time of the current term
+    lw:leader:leaders:{sched}:lock    the term's lease: holder, its run, term number, token
+    lw:leader:leaders:{sched}:state   the token counter (kept a year; tokens never repeat)
+    lw:leader:leaders:{sched}:wake    pub/sub channel: a term ended
+    lw:leader:leaders:{sched}:term    hash: holder, token and wall time of the current term
+
+Each ``Leader`` object has its own run id in its lease, so a leader restarted with the
+same ``owner`` label is not elected again into its dead predecessor's term: it waits
+for that lease to end and then takes a new term with a larger token.
 
 Loop of :meth:`Leader.run`: try to acquire; on success run ``on_acquired(term)`` under
 the renewed lease, then resign (release) and step back ``retry_delay`` so a follower
@@ -34,15 +38,15 @@ import redis
 
 from lockworker import events, policy, retry
 from lockworker.clock import Clock, SystemClock, wall_time
-from lockworker.codec import LockValue, decode_lock
+from lockworker.codec import Holder, LockValue, decode_lock, new_run
 from lockworker.config import default_owner, positive
 from lockworker.errors import ForeignValueError, InvalidConfig, StopRequested
 from lockworker.hooks import check_hooks
-from lockworker.keys import JobKeys, check_name
+from lockworker.keys import JobKeys, Space, check_name
 from lockworker.lease import Heartbeat, Lease
 from lockworker.protocol import ScriptProtocol, text
 from lockworker.signals import stop_on_signals
-from lockworker.state import Grant, Settle, Snapshot
+from lockworker.state import Grant, Renewal, Settle, Snapshot
 from lockworker.term import Term
 from lockworker.wake import WakeHub
 
@@ -74,7 +78,7 @@ class LeaderInfo:
 
 
 def leader_keys(name: str) -> JobKeys:
-    return JobKeys(NAMESPACE, check_name(name, "name"))
+    return JobKeys(NAMESPACE, check_name(name, "name"), Space.LEADER)
 
 
 class Leader:
@@ -120,6 +124,9 @@ class Leader:
         self.name = name
         self.lock_timeout = positive(lock_timeout, "lock_timeout")
         self.owner = check_name(owner, "owner") if owner is not None else default_owner()
+        self.run_id = new_run()
+        """This object's run id: only it re-enters a term its lease records."""
+        self._who = Holder(self.owner, self.run_id)
         self.role, self.backup_delay = policy.check_role(role, backup_delay)
         self._hooks = check_hooks(
             {"on_acquired": on_acquired, "on_locked": on_locked, "on_lost": on_lost}
@@ -137,7 +144,7 @@ class Leader:
         self.redis_retry = redis_retry or retry.RetryPolicy()
         self.handle_signals = handle_signals
         self.protocol = ScriptProtocol(client)
-        self._log = events.logger(logger, leader=name, owner=self.owner)
+        self._log = events.logger(logger, leader=name, owner=self.owner, run=self.run_id)
         self._lease_ms = max(1, round(self.lock_timeout * 1000))
         self._retention_ms = round(RETENTION * 1000)
         self._stop = threading.Event()
@@ -260,7 +267,7 @@ class _Campaign:
             sent_at = lead.clock.monotonic()
             result = lead._call(
                 lambda: lead.protocol.acquire(
-                    lead.keys, lead.owner, lead._lease_ms, MAX_TERMS, lead._retention_ms
+                    lead.keys, lead._who, lead._lease_ms, MAX_TERMS, lead._retention_ms
                 ),
                 "acquire leadership",
             )
@@ -297,18 +304,21 @@ class _Campaign:
     def lead(self, grant: Grant, sent_at: float) -> None:
         """Hold the term while ``on_acquired`` runs, then resign."""
         lead = self.l
-        held = LockValue(grant.token, grant.attempt, lead.owner)
+        held = lead._who.value(grant.token, grant.attempt)
         log = lead._log.bind(token=grant.token)
         since = wall_time()
 
         def renew(deadline: float) -> bool:
-            return lead._call(
+            renewal = lead._call(
                 lambda: lead.protocol.renew(
                     lead.keys, held, lead._lease_ms, lead._retention_ms
                 ),
                 "renew leadership",
                 deadline=deadline,
             )
+            if renewal is Renewal.STATE_LOST:
+                log.error(events.STATE_LOST, step="renew")
+            return renewal is Renewal.RENEWED
 
         def lost(_lease: Lease, reason: str) -> None:
             log.warning(LOST, reason=reason)
@@ -359,7 +369,7 @@ class _Campaign:
         )
         if settled is Settle.RELEASED:
             log.info(RESIGNED, stopping=lead.stopping)
-        if not lease.lost and (settled is Settle.NOT_HOLDER or term.lost):
+        if not lease.lost and (settled.refused or term.lost):
             lease.lost = True
             log.warning(LOST, reason="lease ended before the term did")
             lead._hook(log, "on_lost", term)

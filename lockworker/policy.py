@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from lockworker.config import seconds
 from lockworker.errors import InvalidConfig
 from lockworker.state import Snapshot
 
@@ -61,12 +62,7 @@ def check_role(role: object, backup_delay: object) -> tuple[str, float]:
     """``(role, backup_delay)`` validated, for Worker and Leader alike."""
     if role not in ROLES:
         raise InvalidConfig(f"role must be 'primary' or 'backup', got {role!r}")
-    if (
-        isinstance(backup_delay, bool) or not isinstance(backup_delay, (int, float))
-        or not backup_delay >= 0
-    ):
-        raise InvalidConfig(f"backup_delay must be a number of seconds >= 0, got {backup_delay!r}")
-    return str(role), float(backup_delay)
+    return str(role), seconds(backup_delay, "backup_delay", positive=False)
 
 
 @dataclass(frozen=True)

@@ -6,18 +6,21 @@ Steps (all take the client's view of one job's :class:`~lockworker.keys.JobKeys`
 step       what it does atomically                                      result
 =========  ==========================================================  =====================
 acquire    if pending and free: attempt+1, token+1, lease for owner     Grant | Snapshot
-renew      extend the lease if the caller still holds this attempt      bool
+renew      extend the lease if the caller still holds this attempt      Renewal
 complete   holder only: drop the lease, state DONE, wake waiters        Settle.DONE|NOT_HOLDER
 fail       holder only: drop the lease (GAVE_UP if it was the last)     RELEASED|GAVE_UP|...
 release    holder only: drop the lease and refund the attempt           RELEASED|NOT_HOLDER
 inspect    read state, lease and its remaining time                     Snapshot
-reset      make a resolved job pending again (token counter kept)       bool
+reset      make a known job pending again (token counter kept)          Reset
 =========  ==========================================================  =====================
 
 Rules of this module: no threads, no sleeping, no hooks, no logging, no retries. It
 says what Redis did; the worker decides what to do about it. Every step is safe to
-retry after a lost reply: acquire recognises its own lease (``Grant.reentered``), and
-settle steps recognise a state they already wrote.
+retry after a lost reply: acquire recognises its own lease (``Grant.reentered``: the
+same *run*, not merely the same owner label), and settle steps recognise a state they
+already wrote. A step that finds the job's state gone where a lease of the caller's
+should be says so (``Renewal.STATE_LOST``, ``Settle.STATE_LOST``): the server lost
+its data.
 
 Two implementations share this interface: :class:`ScriptProtocol` (Lua, one round trip
 per step; the default) and :class:`lockworker.txn.TxnProtocol` (WATCH/MULTI/EXEC, three
@@ -33,20 +36,22 @@ import redis
 from redis.commands.core import Script
 
 from lockworker import scripts
-from lockworker.codec import LockValue, StateValue, decode_lock, decode_state
+from lockworker.codec import Holder, LockValue, StateValue, decode_lock, decode_state
 from lockworker.errors import ForeignValueError
 from lockworker.keys import JobKeys
-from lockworker.state import Grant, JobStatus, Settle, Snapshot
+from lockworker.state import Grant, JobStatus, Renewal, Reset, Settle, Snapshot
 
 
 class LockProtocol(Protocol):
     """The atomic steps of the job lock (see the module docstring)."""
 
     def acquire(
-        self, keys: JobKeys, owner: str, lease_ms: int, max_attempts: int, retention_ms: int
+        self, keys: JobKeys, who: Holder, lease_ms: int, max_attempts: int, retention_ms: int
     ) -> Grant | Snapshot: ...
 
-    def renew(self, keys: JobKeys, held: LockValue, lease_ms: int, retention_ms: int) -> bool: ...
+    def renew(
+        self, keys: JobKeys, held: LockValue, lease_ms: int, retention_ms: int
+    ) -> Renewal: ...
 
     def complete(self, keys: JobKeys, held: LockValue, retention_ms: int) -> Settle: ...
 
@@ -58,7 +63,7 @@ class LockProtocol(Protocol):
 
     def inspect(self, keys: JobKeys) -> Snapshot: ...
 
-    def reset(self, keys: JobKeys, retention_ms: int, *, force: bool = False) -> bool: ...
+    def reset(self, keys: JobKeys, retention_ms: int, *, force: bool = False) -> Reset: ...
 
 
 def text(raw: Any) -> str:
@@ -73,19 +78,25 @@ def settle_plan(held: LockValue, kind: str, max_attempts: int = 0) -> tuple[Stat
     GAVE_UP; a release gives the attempt back so a graceful stop costs none.
     """
     if kind == "complete":
-        return StateValue(JobStatus.DONE, held.attempt, held.token, held.owner), "done"
+        return StateValue(JobStatus.DONE, held.attempt, held.token, held.run, held.owner), "done"
     if kind == "fail":
         final = held.attempt >= max_attempts
         status = JobStatus.GAVE_UP if final else JobStatus.PENDING
-        return StateValue(status, held.attempt, held.token, held.owner), (
+        return StateValue(status, held.attempt, held.token, held.run, held.owner), (
             "gave_up" if final else "failed"
         )
-    return StateValue(JobStatus.PENDING, held.attempt - 1, held.token, held.owner), "released"
+    refunded = max(0, held.attempt - 1)
+    return (
+        StateValue(JobStatus.PENDING, refunded, held.token, held.run, held.owner),
+        "released",
+    )
 
 
-def settle_result(applied: bool, new_state: StateValue) -> Settle:
-    """Map a settle step's applied/refused answer to a :class:`Settle`."""
-    if not applied:
+def settle_result(reply: int, new_state: StateValue) -> Settle:
+    """Map a settle step's answer (1 or 2 applied, 0 refused, -1 state lost)."""
+    if reply < 0:
+        return Settle.STATE_LOST
+    if reply == 0:
         return Settle.NOT_HOLDER
     if new_state.status is JobStatus.DONE:
         return Settle.DONE
@@ -106,13 +117,13 @@ def snapshot_from(keys: JobKeys, raw_state: Any, raw_lock: Any, pttl: int | None
         lock = decode_lock(raw_lock)
         if lock is None:
             raise ForeignValueError(keys.lock, text(raw_lock))
-    status = state.status if state else JobStatus.PENDING
-    attempt = state.attempt if state else 0
-    token = state.token if state else 0
-    owner = state.owner if state else ""
-    if lock is not None and status is JobStatus.PENDING:
-        return Snapshot(status, lock.attempt, lock.token, owner, lock.owner, pttl)
-    return Snapshot(status, attempt, token, owner)
+    if state is None:
+        state = StateValue(JobStatus.PENDING, 0, 0, "", "")
+    if lock is not None and state.status is JobStatus.PENDING:
+        return Snapshot(
+            state.status, lock.attempt, lock.token, state.owner, lock.owner, pttl, lock.run
+        )
+    return Snapshot(state.status, state.attempt, state.token, state.owner, run=state.run)
 
 
 def decode_acquire(keys: JobKeys, reply: Sequence[Any]) -> Grant | Snapshot:
@@ -123,11 +134,21 @@ def decode_acquire(keys: JobKeys, reply: Sequence[Any]) -> Grant | Snapshot:
     if kind == "locked":
         return Snapshot(
             JobStatus.PENDING, int(reply[1]), int(reply[2]), text(reply[3]),
-            holder=text(reply[3]), pttl_ms=max(0, int(reply[4])),
+            holder=text(reply[3]), pttl_ms=max(0, int(reply[4])), run=text(reply[5]),
         )
     if kind == "foreign":
         raise ForeignValueError(text(reply[1]), text(reply[2]))
-    return Snapshot(JobStatus(kind), int(reply[1]), int(reply[2]), text(reply[3]))
+    return Snapshot(
+        JobStatus(kind), int(reply[1]), int(reply[2]), text(reply[3]), run=text(reply[4])
+    )
+
+
+def decode_reset(reply: Sequence[Any]) -> Reset:
+    """Decode the RESET script's reply (see :mod:`lockworker.scripts`)."""
+    kind = text(reply[0])
+    if kind == "foreign":
+        raise ForeignValueError(text(reply[1]), text(reply[2]))
+    return Reset(kind)
 
 
 def _foreign_on_wrongtype(keys: JobKeys, exc: redis.ResponseError) -> Exception:
@@ -186,15 +207,16 @@ class ScriptProtocol(SettleSteps):
             raise _foreign_on_wrongtype(keys, exc) from exc
 
     def acquire(
-        self, keys: JobKeys, owner: str, lease_ms: int, max_attempts: int, retention_ms: int
+        self, keys: JobKeys, who: Holder, lease_ms: int, max_attempts: int, retention_ms: int
     ) -> Grant | Snapshot:
-        reply = self._run(
-            self._acquire, keys, (owner, lease_ms, max_attempts, retention_ms, keys.wake)
-        )
-        return decode_acquire(keys, reply)
+        args = (who.owner, lease_ms, max_attempts, retention_ms, keys.wake, who.run)
+        return decode_acquire(keys, self._run(self._acquire, keys, args))
 
-    def renew(self, keys: JobKeys, held: LockValue, lease_ms: int, retention_ms: int) -> bool:
-        return int(self._run(self._renew, keys, (held.encode(), lease_ms, retention_ms))) == 1
+    def renew(
+        self, keys: JobKeys, held: LockValue, lease_ms: int, retention_ms: int
+    ) -> Renewal:
+        reply = int(self._run(self._renew, keys, (held.encode(), lease_ms, retention_ms)))
+        return renewal(reply)
 
     def _settle_step(
         self, keys: JobKeys, held: LockValue, kind: str, retention_ms: int, max_attempts: int = 0
@@ -205,14 +227,18 @@ class ScriptProtocol(SettleSteps):
             keys,
             (held.encode(), new_state.encode(), retention_ms, keys.wake, message),
         )
-        return settle_result(int(reply) != 0, new_state)
+        return settle_result(int(reply), new_state)
 
-    def reset(self, keys: JobKeys, retention_ms: int, *, force: bool = False) -> bool:
+    def reset(self, keys: JobKeys, retention_ms: int, *, force: bool = False) -> Reset:
         reply = self._run(self._reset, keys, (1 if force else 0, retention_ms, keys.wake))
-        kind = text(reply[0])
-        if kind == "foreign":
-            raise ForeignValueError(text(reply[1]), text(reply[2]))
-        return kind == "reset"
+        return decode_reset(reply)
+
+
+def renewal(reply: int) -> Renewal:
+    """Map a renew step's answer (1 renewed, 0 not the holder, -1 state lost)."""
+    if reply == 1:
+        return Renewal.RENEWED
+    return Renewal.STATE_LOST if reply < 0 else Renewal.NOT_HOLDER
 
 
 def inspect(client: redis.Redis, keys: JobKeys) -> Snapshot:

@@ -20,12 +20,14 @@ import redis
 import tenacity
 
 from lockworker.clock import Clock
-from lockworker.errors import InvalidConfig, RedisUnavailable
+from lockworker.config import seconds
+from lockworker.errors import Contended, RedisUnavailable
 
 T = TypeVar("T")
 
-RETRYABLE = (redis.ConnectionError, redis.TimeoutError)
-"""Connection refused or reset, socket timeouts, a server still loading its data."""
+RETRYABLE = (redis.ConnectionError, redis.TimeoutError, Contended)
+"""Connection refused or reset, socket timeouts, a server still loading its data, and a
+transaction that kept losing its WATCH race (:class:`~lockworker.errors.Contended`)."""
 
 
 @dataclass(frozen=True)
@@ -43,9 +45,7 @@ class RetryPolicy:
 
     def __post_init__(self) -> None:
         for name in ("budget", "initial", "maximum"):
-            value = getattr(self, name)
-            if not isinstance(value, (int, float)) or value <= 0:
-                raise InvalidConfig(f"retry {name} must be a number > 0 seconds, got {value!r}")
+            object.__setattr__(self, name, seconds(getattr(self, name), f"retry {name}"))
 
 
 def call(

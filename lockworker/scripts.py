@@ -1,64 +1,79 @@
 """Lua sources of the lock protocol's atomic steps.
 
 Each script is one atomic step on the server: no other command runs between its reads
-and its writes. Values follow :mod:`lockworker.codec` (``lw1|...``). Headers give the
-keys, the arguments and every possible result, in the manner of redis-py's ``lock.py``.
-A benchmark (docs/benchmarks.md) chose scripts over WATCH/MULTI/EXEC for the hot path:
-one round trip per step instead of three. :mod:`lockworker.txn` keeps the
-WATCH/MULTI/EXEC form of the same steps.
+and its writes. Values follow :mod:`lockworker.codec` (``lw2|...``) and are parsed by its
+shared :data:`~lockworker.codec.LUA_PROLOGUE`; tokens and attempts stay decimal strings
+from end to end, so they are exact at any size. Headers give the keys, the arguments
+and every possible result, in the manner of redis-py's ``lock.py``. A benchmark
+(docs/benchmarks.md) chose scripts over WATCH/MULTI/EXEC for the hot path: one round
+trip per step instead of three. :mod:`lockworker.txn` keeps the WATCH/MULTI/EXEC form of
+the same steps.
+
+Fencing tokens of a job id that the server does not know (a new id, one forgotten after
+``retention``, or one lost with the server's data) start at the server's clock in
+microseconds, so they stay above every token handed out for that id before, as long as
+the server's clock does not go back by more than ``retention``.
 """
 
 from __future__ import annotations
 
+from lockworker.codec import LUA_PROLOGUE
+
 # ACQUIRE: take the next attempt of a pending job, or report why not.
 # KEYS[1] lock   KEYS[2] state
 # ARGV[1] owner  ARGV[2] lease ms  ARGV[3] max attempts  ARGV[4] retention ms
-# ARGV[5] wake channel
+# ARGV[5] wake channel  ARGV[6] run
 # returns one of
-#   {'granted', attempt, token, reentered(0|1)}       the caller holds the lease now
-#   {'locked', attempt, token, holder, pttl ms}       another process holds it
-#   {'done'|'gave_up', attempt, token, last owner}    resolved; nothing to take
-#   {'foreign', key, value}                           a key holds a value we did not write
-ACQUIRE = """
-local status, attempt, token, last = 'pending', 0, 0, ''
-local st = redis.call('GET', KEYS[2])
-if st then
-  local s, a, t, o = string.match(st, '^lw1|([%a_]+)|(%d+)|(%d+)|(.*)$')
-  if not s then return {'foreign', KEYS[2], st} end
-  status, attempt, token, last = s, tonumber(a), tonumber(t), o
+#   {'granted', attempt, token, reentered(0|1)}      the caller's run holds the lease now
+#   {'locked', attempt, token, holder, pttl ms, run} another run holds it
+#   {'done'|'gave_up', attempt, token, owner, run}   resolved; nothing to take
+#   {'foreign', key, value}                          a key holds a value we did not write
+# Only the same run re-enters (a retry whose reply was lost): a restarted process with
+# the same owner label has a new run, and waits out its predecessor's lease.
+ACQUIRE = LUA_PROLOGUE + """
+local status, attempt, token, run, last = 'pending', '0', nil, '', ''
+local raw = redis.call('GET', KEYS[2])
+if raw then
+  local st = lw_state(raw)
+  if not st then return {'foreign', KEYS[2], raw} end
+  status, attempt, token, run, last = st.status, st.attempt, st.token, st.run, st.owner
 end
-if status ~= 'pending' then return {status, attempt, token, last} end
+if status ~= 'pending' then return {status, attempt, token, last, run} end
 local cur = redis.call('GET', KEYS[1])
 if cur then
-  local t, a, o = string.match(cur, '^lw1|(%d+)|(%d+)|(.*)$')
-  if not t then return {'foreign', KEYS[1], cur} end
-  if o == ARGV[1] then return {'granted', tonumber(a), tonumber(t), 1} end
-  return {'locked', tonumber(a), tonumber(t), o, redis.call('PTTL', KEYS[1])}
+  local l = lw_lock(cur)
+  if not l then return {'foreign', KEYS[1], cur} end
+  if l.run == ARGV[6] and l.owner == ARGV[1] then
+    return {'granted', l.attempt, l.token, 1}
+  end
+  return {'locked', l.attempt, l.token, l.owner, redis.call('PTTL', KEYS[1]), l.run}
 end
-if attempt >= tonumber(ARGV[3]) then
-  redis.call('SET', KEYS[2], 'lw1|gave_up|' .. attempt .. '|' .. token .. '|' .. last,
+if token and not lw_gt(ARGV[3], attempt) then
+  redis.call('SET', KEYS[2], lw_state_value('gave_up', attempt, token, run, last),
              'PX', ARGV[4])
   redis.call('PUBLISH', ARGV[5], 'gave_up')
-  return {'gave_up', attempt, token, last}
+  return {'gave_up', attempt, token, last, run}
 end
-attempt = attempt + 1
-token = token + 1
-redis.call('SET', KEYS[1], 'lw1|' .. token .. '|' .. attempt .. '|' .. ARGV[1], 'PX', ARGV[2])
-redis.call('SET', KEYS[2], 'lw1|pending|' .. attempt .. '|' .. token .. '|' .. ARGV[1],
+attempt = lw_incr(attempt)
+if token then token = lw_incr(token) else token = lw_now_us() end
+redis.call('SET', KEYS[1], lw_lock_value(token, attempt, ARGV[6], ARGV[1]), 'PX', ARGV[2])
+redis.call('SET', KEYS[2], lw_state_value('pending', attempt, token, ARGV[6], ARGV[1]),
            'PX', ARGV[4])
 return {'granted', attempt, token, 0}
 """
 
-# RENEW: extend the lease, only for the holder of this exact attempt.
+# RENEW: extend the lease, only for the holder of this exact attempt and run.
 # KEYS[1] lock   KEYS[2] state
 # ARGV[1] expected lock value   ARGV[2] lease ms   ARGV[3] retention ms
-# returns 1 renewed, 0 not the holder any more
+# returns 1 renewed, 0 not the holder any more,
+#        -1 not the holder, and the job's state is gone: the server lost its data
 RENEW = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   redis.call('PEXPIRE', KEYS[2], ARGV[3])
   return 1
 end
+if redis.call('EXISTS', KEYS[2]) == 0 then return -1 end
 return 0
 """
 
@@ -67,7 +82,8 @@ return 0
 # ARGV[1] expected lock value   ARGV[2] new state value   ARGV[3] retention ms
 # ARGV[4] wake channel          ARGV[5] wake message
 # returns 1 applied now, 2 applied already (a retry whose first reply was lost),
-#         0 refused: the caller does not hold this attempt's lease
+#         0 refused: the caller does not hold this attempt's lease,
+#        -1 refused, and the job's state is gone: the server lost its data
 SETTLE = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('DEL', KEYS[1])
@@ -75,30 +91,39 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('PUBLISH', ARGV[4], ARGV[5])
   return 1
 end
-if redis.call('GET', KEYS[2]) == ARGV[2] then return 2 end
+local st = redis.call('GET', KEYS[2])
+if st == ARGV[2] then return 2 end
+if not st then return -1 end
 return 0
 """
 
-# RESET: make a resolved (or, with force, a held) job pending again with no attempts
-# spent. The token counter is kept, so fencing tokens never repeat.
+# RESET: make a known job pending again with no attempts spent. The token counter is
+# kept, so fencing tokens never repeat.
 # KEYS[1] lock   KEYS[2] state
 # ARGV[1] force (0|1)   ARGV[2] retention ms   ARGV[3] wake channel
-# returns {'reset', previous status} or {'held', holder} or {'foreign', key, value}
-RESET = """
+# returns {'reset', previous status}   the job is pending again
+#         {'held', holder}             a live lease holds it (and not forced)
+#         {'absent'}                   the server knows no such job; nothing written
+#         {'foreign', key, value}      a key holds a value we did not write (and not
+#                                      forced; forced, the value is replaced)
+RESET = LUA_PROLOGUE + """
+local force = ARGV[1] == '1'
 local cur = redis.call('GET', KEYS[1])
-if cur and string.sub(cur, 1, 4) ~= 'lw1|' then return {'foreign', KEYS[1], cur} end
-local token, status = 0, 'absent'
-local st = redis.call('GET', KEYS[2])
-if st then
-  local s, a, t, o = string.match(st, '^lw1|([%a_]+)|(%d+)|(%d+)|(.*)$')
-  if not s then return {'foreign', KEYS[2], st} end
-  token, status = tonumber(t), s
+local raw = redis.call('GET', KEYS[2])
+if not cur and not raw then return {'absent'} end
+local l, st = nil, nil
+if cur then
+  l = lw_lock(cur)
+  if not l and not force then return {'foreign', KEYS[1], cur} end
 end
-if cur and ARGV[1] ~= '1' then
-  return {'held', string.match(cur, '^lw1|%d+|%d+|(.*)$')}
+if raw then
+  st = lw_state(raw)
+  if not st and not force then return {'foreign', KEYS[2], raw} end
 end
+if l and not force then return {'held', l.owner} end
+local token = (st and st.token) or (l and l.token) or lw_now_us()
 redis.call('DEL', KEYS[1])
-redis.call('SET', KEYS[2], 'lw1|pending|0|' .. token .. '|', 'PX', ARGV[2])
+redis.call('SET', KEYS[2], lw_state_value('pending', '0', token, '', ''), 'PX', ARGV[2])
 redis.call('PUBLISH', ARGV[3], 'reset')
-return {'reset', status}
+return {'reset', (st and st.status) or 'pending'}
 """

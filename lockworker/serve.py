@@ -27,6 +27,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
+from lockworker.config import count
 from lockworker.errors import ForeignValueError, InvalidConfig
 from lockworker.sources import Delivery, as_source
 from lockworker.state import Outcome
@@ -43,8 +44,7 @@ RESOLVED = frozenset({Outcome.DONE, Outcome.DONE_ELSEWHERE, Outcome.GAVE_UP})
 
 def serve(worker: Worker, source: object, *, concurrency: int = 4) -> None:
     """Process every job of ``source`` with ``worker``; see the module docstring."""
-    if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
-        raise InvalidConfig(f"concurrency must be an int >= 1, got {concurrency!r}")
+    concurrency = count(concurrency, "concurrency")
     deliveries = as_source(source).deliveries(worker._stop)
     worker._install_signal_handlers()
     _Server(worker, concurrency).run(deliveries)

@@ -12,9 +12,9 @@ no consumer groups), and the lock protocol makes exactly one process do each job
 
 Keys of stream ``jobs`` (one hash tag, so one Cluster slot)::
 
-    lw:streams:{jobs}:entries     the stream
-    lw:streams:{jobs}:positions   hash: owner -> last entry id resolved by that owner
-    lw:streams:{jobs}:readers     sorted set: owner -> when its registration ends (ms)
+    lw:stream:streams:{jobs}:entries     the stream
+    lw:stream:streams:{jobs}:positions   hash: owner -> last entry id resolved by that owner
+    lw:stream:streams:{jobs}:readers     sorted set: owner -> when its registration ends (ms)
 
 Trimming policy: each reader, when it saves its position (and at least every third of
 ``reader_ttl`` while idle), forgets readers whose registration ran out, then trims the
@@ -40,8 +40,9 @@ import redis
 from lockworker import events, retry
 from lockworker.clock import Clock, SystemClock
 from lockworker.codec import check_payload
+from lockworker.config import count, seconds
 from lockworker.errors import InvalidConfig, LockworkerError
-from lockworker.keys import JobKeys, check_name
+from lockworker.keys import JobKeys, Space, check_name
 from lockworker.protocol import text
 
 STREAMS_NAMESPACE = "streams"
@@ -104,7 +105,7 @@ def as_source(source: object) -> Source:
 
 def stream_keys(stream: str) -> JobKeys:
     """The keys of ``stream`` (see the module docstring)."""
-    return JobKeys(STREAMS_NAMESPACE, check_name(stream, "stream"))
+    return JobKeys(STREAMS_NAMESPACE, check_name(stream, "stream"), Space.STREAM)
 
 
 def submit(client: redis.Redis, stream: str, job_id: str, payload: Any = None) -> str:
@@ -210,11 +211,8 @@ class StreamSource:
         self.keys = stream_keys(stream)
         self.stream = stream
         self.owner = check_name(owner, "owner")
-        for name, value in (("block", block), ("reader_ttl", reader_ttl)):
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-                raise InvalidConfig(f"{name} must be a number of seconds > 0, got {value!r}")
-        if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
-            raise InvalidConfig(f"batch must be an int >= 1, got {batch!r}")
+        block, reader_ttl = seconds(block, "block"), seconds(reader_ttl, "reader_ttl")
+        batch = count(batch, "batch")
         if start == "0":
             start = "0-0"
         if not isinstance(start, str) or (start != "$" and not _ENTRY_ID.match(start)):

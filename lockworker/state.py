@@ -22,7 +22,8 @@ class Outcome(str, enum.Enum):
     """How :meth:`lockworker.Worker.process` ended for this process."""
 
     DONE = "done"
-    """This process ran ``on_acquired`` to the end and marked the job DONE."""
+    """This worker (this run of it, not merely its owner label) ran ``on_acquired`` to
+    the end and marked the job DONE."""
     DONE_ELSEWHERE = "done_elsewhere"
     """Another process finished the job."""
     GAVE_UP = "gave_up"
@@ -38,7 +39,7 @@ class Grant:
     attempt: int
     token: int
     reentered: bool = False
-    """True if the caller already held it (a retried acquire whose reply was lost)."""
+    """True if the caller's run already held it (a retried acquire whose reply was lost)."""
 
 
 @dataclass(frozen=True)
@@ -46,7 +47,8 @@ class Snapshot:
     """What a process that did not get the lease saw.
 
     ``holder``/``pttl_ms`` are set while another process holds a live lease; ``owner``
-    is whoever last held the job (for DONE: who finished it).
+    is whoever last held the job (for DONE: who finished it) and ``run`` which run of
+    that owner (or of the holder, while a lease is live).
     """
 
     status: JobStatus
@@ -55,6 +57,7 @@ class Snapshot:
     owner: str
     holder: str | None = None
     pttl_ms: int | None = None
+    run: str = ""
 
     @property
     def resolved(self) -> bool:
@@ -72,3 +75,34 @@ class Settle(str, enum.Enum):
     """The failed attempt was the last one: the job is marked GAVE_UP."""
     NOT_HOLDER = "not_holder"
     """Refused: the caller no longer holds this attempt's lease."""
+    STATE_LOST = "state_lost"
+    """Refused, and the job's state is gone: the server lost its data (a restart
+    without persistence, a failover to a replica that had not received it)."""
+
+    @property
+    def refused(self) -> bool:
+        return self in (Settle.NOT_HOLDER, Settle.STATE_LOST)
+
+
+class Renewal(str, enum.Enum):
+    """Result of renewing a lease. True only for RENEWED."""
+
+    RENEWED = "renewed"
+    NOT_HOLDER = "not_holder"
+    """The lease is gone or another run holds it."""
+    STATE_LOST = "state_lost"
+    """The lease is gone and so is the job's state: the server lost its data."""
+
+    def __bool__(self) -> bool:
+        return self is Renewal.RENEWED
+
+
+class Reset(str, enum.Enum):
+    """Result of resetting a job."""
+
+    RESET = "reset"
+    """The job is pending again with no attempts spent (its token counter kept)."""
+    HELD = "held"
+    """Refused: a live lease holds the job (reset with ``force`` to take it anyway)."""
+    ABSENT = "absent"
+    """The server knows no such job; nothing was written."""

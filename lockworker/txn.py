@@ -15,8 +15,8 @@ from typing import Any
 import redis
 from redis.client import Pipeline
 
-from lockworker.codec import LockValue, StateValue
-from lockworker.errors import ForeignValueError
+from lockworker.codec import Holder, LockValue, StateValue, decode_lock, decode_state
+from lockworker.errors import Contended, ForeignValueError
 from lockworker.keys import JobKeys
 from lockworker.protocol import (
     SettleSteps,
@@ -25,7 +25,11 @@ from lockworker.protocol import (
     snapshot_from,
     text,
 )
-from lockworker.state import Grant, JobStatus, Settle, Snapshot
+from lockworker.state import Grant, JobStatus, Renewal, Reset, Settle, Snapshot
+
+MAX_TRIES = 16
+"""WATCH races one step may lose before it raises :class:`Contended`; the caller's retry
+policy then retries within its deadline (the end of a lease, for a renewal)."""
 
 
 class TxnProtocol(SettleSteps):
@@ -37,11 +41,12 @@ class TxnProtocol(SettleSteps):
     def _watched(self, keys: JobKeys, step: Any) -> Any:
         """Run ``step(pipe)`` under WATCH of the job's keys until EXEC goes through."""
         with self.client.pipeline(transaction=True) as pipe:
-            while True:
+            for _ in range(MAX_TRIES):
                 try:
                     pipe.watch(keys.lock, keys.state)  # type: ignore[no-untyped-call]
                     return step(pipe)
                 except redis.WatchError:
+                    pipe.reset()
                     continue
                 except redis.ResponseError as exc:
                     if "WRONGTYPE" in str(exc):
@@ -49,34 +54,43 @@ class TxnProtocol(SettleSteps):
                             f"{keys.lock} or {keys.state}", "a value of another type"
                         ) from exc
                     raise
+        raise Contended(
+            f"{MAX_TRIES} tries on {keys.lock} lost their WATCH race to other clients"
+        )
 
     def acquire(
-        self, keys: JobKeys, owner: str, lease_ms: int, max_attempts: int, retention_ms: int
+        self, keys: JobKeys, who: Holder, lease_ms: int, max_attempts: int, retention_ms: int
     ) -> Grant | Snapshot:
         def step(pipe: Pipeline) -> Grant | Snapshot:
             raw_state, raw_lock = read_strings(pipe, keys, keys.state, keys.lock)
             if raw_lock is not None:
                 pttl = int(pipe.pttl(keys.lock))
                 seen = snapshot_from(keys, raw_state, raw_lock, max(0, pttl))
-                if seen.status is JobStatus.PENDING and seen.holder == owner:
+                mine = (seen.holder, seen.run) == (who.owner, who.run)
+                if seen.status is JobStatus.PENDING and mine:
                     return Grant(seen.attempt, seen.token, reentered=True)
                 return seen
             seen = snapshot_from(keys, raw_state, None, None)
             if seen.resolved:
                 return seen
-            if seen.attempt >= max_attempts:
-                gave_up = StateValue(JobStatus.GAVE_UP, seen.attempt, seen.token, seen.owner)
+            if raw_state is not None and seen.attempt >= max_attempts:
+                gave_up = StateValue(
+                    JobStatus.GAVE_UP, seen.attempt, seen.token, seen.run, seen.owner
+                )
                 pipe.multi()
                 pipe.set(keys.state, gave_up.encode(), px=retention_ms)
                 pipe.publish(keys.wake, "gave_up")
                 pipe.execute()
-                return Snapshot(JobStatus.GAVE_UP, seen.attempt, seen.token, seen.owner)
-            attempt, token = seen.attempt + 1, seen.token + 1
+                return Snapshot(
+                    JobStatus.GAVE_UP, seen.attempt, seen.token, seen.owner, run=seen.run
+                )
+            attempt = seen.attempt + 1
+            token = seen.token + 1 if raw_state is not None else server_now_us(pipe)
             pipe.multi()
-            pipe.set(keys.lock, LockValue(token, attempt, owner).encode(), px=lease_ms)
+            pipe.set(keys.lock, who.value(token, attempt).encode(), px=lease_ms)
             pipe.set(
                 keys.state,
-                StateValue(JobStatus.PENDING, attempt, token, owner).encode(),
+                StateValue(JobStatus.PENDING, attempt, token, who.run, who.owner).encode(),
                 px=retention_ms,
             )
             pipe.execute()
@@ -85,17 +99,20 @@ class TxnProtocol(SettleSteps):
         result: Grant | Snapshot = self._watched(keys, step)
         return result
 
-    def renew(self, keys: JobKeys, held: LockValue, lease_ms: int, retention_ms: int) -> bool:
-        def step(pipe: Pipeline) -> bool:
-            if text_or_none(pipe.get(keys.lock)) != held.encode():
-                return False
+    def renew(
+        self, keys: JobKeys, held: LockValue, lease_ms: int, retention_ms: int
+    ) -> Renewal:
+        def step(pipe: Pipeline) -> Renewal:
+            raw_lock, raw_state = read_strings(pipe, keys, keys.lock, keys.state)
+            if text_or_none(raw_lock) != held.encode():
+                return Renewal.NOT_HOLDER if raw_state is not None else Renewal.STATE_LOST
             pipe.multi()
             pipe.pexpire(keys.lock, lease_ms)
             pipe.pexpire(keys.state, retention_ms)
             pipe.execute()
-            return True
+            return Renewal.RENEWED
 
-        renewed: bool = self._watched(keys, step)
+        renewed: Renewal = self._watched(keys, step)
         return renewed
 
     def _settle_step(
@@ -106,36 +123,58 @@ class TxnProtocol(SettleSteps):
         def step(pipe: Pipeline) -> Settle:
             raw_lock, raw_state = read_strings(pipe, keys, keys.lock, keys.state)
             if text_or_none(raw_lock) != held.encode():
+                if raw_state is None:
+                    return Settle.STATE_LOST
                 already = text_or_none(raw_state) == new_state.encode()
-                return settle_result(already, new_state)
+                return settle_result(2 if already else 0, new_state)
             pipe.multi()
             pipe.delete(keys.lock)
             pipe.set(keys.state, new_state.encode(), px=retention_ms)
             pipe.publish(keys.wake, message)
             pipe.execute()
-            return settle_result(True, new_state)
+            return settle_result(1, new_state)
 
         settled: Settle = self._watched(keys, step)
         return settled
 
-    def reset(self, keys: JobKeys, retention_ms: int, *, force: bool = False) -> bool:
-        def step(pipe: Pipeline) -> bool:
+    def reset(self, keys: JobKeys, retention_ms: int, *, force: bool = False) -> Reset:
+        def step(pipe: Pipeline) -> Reset:
             raw_state, raw_lock = read_strings(pipe, keys, keys.state, keys.lock)
-            seen = snapshot_from(keys, raw_state, raw_lock, None)
-            if seen.holder is not None and not force:
-                return False
+            if raw_state is None and raw_lock is None:
+                return Reset.ABSENT
+            lock = None if raw_lock is None else decode_lock(raw_lock)
+            state = None if raw_state is None else decode_state(raw_state)
+            if not force:
+                if raw_lock is not None and lock is None:
+                    raise ForeignValueError(keys.lock, text(raw_lock))
+                if raw_state is not None and state is None:
+                    raise ForeignValueError(keys.state, text(raw_state))
+                if lock is not None:
+                    return Reset.HELD
+            if state is not None:
+                token = state.token
+            elif lock is not None:
+                token = lock.token
+            else:
+                token = server_now_us(pipe)
             pipe.multi()
             pipe.delete(keys.lock)
             pipe.set(
-                keys.state, StateValue(JobStatus.PENDING, 0, seen.token, "").encode(),
+                keys.state, StateValue(JobStatus.PENDING, 0, token, "", "").encode(),
                 px=retention_ms,
             )
             pipe.publish(keys.wake, "reset")
             pipe.execute()
-            return True
+            return Reset.RESET
 
-        done: bool = self._watched(keys, step)
+        done: Reset = self._watched(keys, step)
         return done
+
+
+def server_now_us(pipe: Pipeline) -> int:
+    """The server's clock in microseconds: the first token of a job id it does not know."""
+    seconds, micros = pipe.time()
+    return int(seconds) * 1_000_000 + int(micros)
 
 
 def read_strings(pipe: Pipeline, keys: JobKeys, *names: str) -> list[Any]:

@@ -20,9 +20,9 @@ import redis
 
 from lockworker import events, policy, retry
 from lockworker.clock import Clock, SystemClock
-from lockworker.codec import check_payload
-from lockworker.config import default_owner, positive
-from lockworker.errors import InvalidConfig
+from lockworker.codec import Holder, check_payload, new_run
+from lockworker.config import default_owner, positive, seconds
+from lockworker.errors import InvalidConfig, JobNotFound
 from lockworker.hooks import check_hooks
 from lockworker.job import Job
 from lockworker.jobrun import JobRun
@@ -31,17 +31,13 @@ from lockworker.lease import Heartbeat
 from lockworker.protocol import LockProtocol, ScriptProtocol
 from lockworker.serve import serve
 from lockworker.signals import stop_on_signals
-from lockworker.state import Outcome, Snapshot
+from lockworker.state import Outcome, Reset, Snapshot
 from lockworker.txn import TxnProtocol
 from lockworker.wake import WakeHub
 
 T = TypeVar("T")
 
 DAY = 86400.0
-
-RESERVED_NAMESPACES = frozenset({"leaders"})
-"""Namespaces lockworker uses itself (``leaders``: :class:`lockworker.Leader`)."""
-
 
 def make_protocol(client: redis.Redis, protocol: str | LockProtocol) -> LockProtocol:
     """``"script"`` (Lua, the default), ``"txn"`` (WATCH/MULTI/EXEC), or an instance."""
@@ -111,23 +107,25 @@ class Worker:
         ):
             raise InvalidConfig(f"client must be a redis.Redis client, got {client!r}")
         self.namespace = check_name(namespace, "namespace")
-        if self.namespace in RESERVED_NAMESPACES:
-            raise InvalidConfig(
-                f"namespace {namespace!r} is reserved (used by lockworker.Leader); choose another"
-            )
         self.role, self.backup_delay = policy.check_role(role, backup_delay)
         self.lock_timeout = positive(lock_timeout, "lock_timeout")
         self.max_attempts = int(positive(max_attempts, "max_attempts", integer=True))
         self.owner = check_name(owner, "owner") if owner is not None else default_owner()
+        self.run_id = new_run()
+        """This worker object's run id: leases it wrote carry it, and only it re-enters
+        them, so a restarted process with the same ``owner`` never trusts its dead
+        predecessor's lease."""
+        self._who = Holder(self.owner, self.run_id)
         self.retention = positive(retention, "retention")
         if self.retention <= self.lock_timeout:
             raise InvalidConfig(
                 f"retention must be longer than lock_timeout ({self.lock_timeout}s), "
                 f"got {retention!r}"
             )
-        delay = min(1.0, self.lock_timeout / 4) if retry_delay is None else retry_delay
-        if isinstance(delay, bool) or not isinstance(delay, (int, float)) or delay < 0:
-            raise InvalidConfig(f"retry_delay must be a number of seconds >= 0, got {delay!r}")
+        delay = (
+            min(1.0, self.lock_timeout / 4) if retry_delay is None
+            else seconds(retry_delay, "retry_delay", positive=False)
+        )
         self._hooks = check_hooks(
             {
                 "on_acquired": on_acquired, "on_locked": on_locked, "on_failed": on_failed,
@@ -146,7 +144,9 @@ class Worker:
         self.protocol = make_protocol(client, protocol)
         self.redis_retry = redis_retry or retry.RetryPolicy()
         self.handle_signals = handle_signals
-        self._log = events.logger(logger, namespace=self.namespace, owner=self.owner)
+        self._log = events.logger(
+            logger, namespace=self.namespace, owner=self.owner, run=self.run_id
+        )
         self._lease_ms = max(1, round(self.lock_timeout * 1000))
         self._retention_ms = max(1, round(self.retention * 1000))
         self._stop = threading.Event()
@@ -224,15 +224,21 @@ class Worker:
         return self._call(lambda: self.protocol.inspect(keys), "inspect job")
 
     def reset(self, job_id: str, *, force: bool = False) -> bool:
-        """Make a DONE/GAVE_UP job pending again with its attempts cleared.
+        """Make a known job (DONE, GAVE_UP or pending) pending again, attempts cleared.
 
-        Refused (False) while a process holds the job, unless ``force``. Fencing tokens
+        Refused (False) while a process holds the job, unless ``force``. Raises
+        :class:`~lockworker.JobNotFound` if the server knows no such job (nothing is
+        written), and :class:`~lockworker.ForeignValueError` if its keys hold values
+        lockworker did not write, unless ``force`` (which replaces them). Fencing tokens
         keep growing across a reset.
         """
         keys = JobKeys.of(self.namespace, job_id)
-        return self._call(
+        result = self._call(
             lambda: self.protocol.reset(keys, self._retention_ms, force=force), "reset job"
         )
+        if result is Reset.ABSENT:
+            raise JobNotFound(f"no job {job_id!r} in namespace {self.namespace!r}")
+        return result is Reset.RESET
 
     def close(self) -> None:
         """Stop the background threads (heartbeat, wake reader)."""

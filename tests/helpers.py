@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import hashlib
 import threading
 import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from lockworker.codec import LockValue
+from lockworker.codec import Holder, LockValue
 from lockworker.keys import JobKeys
 from lockworker.protocol import LockProtocol
 from lockworker.state import Grant
@@ -46,14 +47,19 @@ LEASE = 5000
 RETENTION = 60_000
 
 
+def who(owner: str) -> Holder:
+    """The holder a test calls ``owner``: one run per label, so the same label re-enters."""
+    return Holder(owner, hashlib.sha256(owner.encode()).hexdigest()[:16])
+
+
 def grant(protocol: LockProtocol, keys: JobKeys, owner: str, max_attempts: int = 3,
           lease_ms: int = LEASE) -> Grant:
     """Acquire, asserting the lease was granted."""
-    result = protocol.acquire(keys, owner, lease_ms, max_attempts, RETENTION)
+    result = protocol.acquire(keys, who(owner), lease_ms, max_attempts, RETENTION)
     assert isinstance(result, Grant), result
     return result
 
 
 def held(g: Grant, owner: str) -> LockValue:
     """The lock value ``owner`` holds after ``g``."""
-    return LockValue(g.token, g.attempt, owner)
+    return who(owner).value(g.token, g.attempt)

@@ -8,11 +8,11 @@ import sys
 from typing import Any, TextIO
 
 from lockworker.cli.common import EXIT_FAILURE, EXIT_OK, CliError, connect, redis_url
-from lockworker.errors import InvalidConfig
+from lockworker.errors import ForeignValueError, InvalidConfig
 from lockworker.keys import JobKeys
 from lockworker.protocol import ScriptProtocol
 from lockworker.sources import submit
-from lockworker.state import JobStatus, Snapshot
+from lockworker.state import JobStatus, Reset, Snapshot
 
 
 def parse_payload(text: str | None) -> Any:
@@ -68,20 +68,36 @@ def reset_main(args: argparse.Namespace) -> int:
     client = connect(redis_url(args.redis))
     try:
         protocol = ScriptProtocol(client)
-        seen = protocol.inspect(keys)
-        if seen.holder is not None and not args.force:
+        try:
+            seen = protocol.inspect(keys)
+        except ForeignValueError as exc:
+            if not args.force:
+                raise CliError(f"{exc}; pass --force to replace it", EXIT_FAILURE) from exc
+            seen = None
+        if seen is not None and seen.attempt == 0 and seen.token == 0 and seen.holder is None:
+            raise CliError(
+                f"no job {args.job_id!r} in namespace {args.namespace!r}; nothing to reset",
+                EXIT_FAILURE,
+            )
+        if seen is not None and seen.holder is not None and not args.force:
             raise CliError(
                 f"{describe(args.job_id, seen)}; wait for it, or pass --force to reset "
                 "it under a live holder (its completion will then be refused)", EXIT_FAILURE,
             )
-        question = f"{describe(args.job_id, seen)} in namespace {args.namespace!r}. Reset it?"
+        what = describe(args.job_id, seen) if seen is not None else f"job {args.job_id!r}"
+        question = f"{what} in namespace {args.namespace!r}. Reset it?"
         if not args.yes and not confirm(question, sys.stdin, sys.stdout):
             print("not reset")
             return EXIT_FAILURE
         done = protocol.reset(keys, round(args.retention * 1000), force=args.force)
     finally:
         client.close()
-    if not done:
+    if done is Reset.ABSENT:
+        raise CliError(
+            f"no job {args.job_id!r} in namespace {args.namespace!r}; nothing to reset",
+            EXIT_FAILURE,
+        )
+    if done is Reset.HELD:
         raise CliError(f"job {args.job_id!r} was taken meanwhile; not reset", EXIT_FAILURE)
     print(f"job {args.job_id!r} in namespace {args.namespace!r} is pending again")
     return EXIT_OK

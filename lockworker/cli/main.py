@@ -12,14 +12,16 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable, Sequence
-from typing import NoReturn
+from typing import NoReturn, TypeVar
 
 import redis
 
-from lockworker import __version__
+from lockworker import __version__, config
 from lockworker.cli import logs
 from lockworker.cli.common import ENV_URL, EXIT_FAILURE, EXIT_USAGE, CliError
-from lockworker.errors import LockworkerError
+from lockworker.errors import InvalidConfig, LockworkerError
+
+T = TypeVar("T")
 
 EXIT_INTERRUPTED = 130
 
@@ -31,17 +33,25 @@ class Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"{self.prog}: {message} (see {self.prog} --help)\n")
 
 
+def _checked(text: str, parse: Callable[[str], T], check: Callable[[T], T], kind: str) -> T:
+    """``check(parse(text))``: the library's own rule (:mod:`lockworker.config`) for an
+    option's value, so the command line refuses exactly what the constructors refuse."""
+    try:
+        value = parse(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected {kind}, got {text!r}") from None
+    try:
+        return check(value)
+    except InvalidConfig as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def _seconds(text: str, *, allow_zero: bool) -> float:
     """A finite number of seconds, > 0 (or >= 0 with ``allow_zero``)."""
-    bound = ">= 0" if allow_zero else "> 0"
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
-    low_ok = value >= 0 if allow_zero else value > 0
-    if not low_ok or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"expected a number of seconds {bound}, got {text!r}")
-    return value
+    return _checked(
+        text, float, lambda v: config.seconds(v, "the value", positive=not allow_zero),
+        "a number of seconds",
+    )
 
 
 def positive_float(text: str) -> float:
@@ -56,13 +66,7 @@ def non_negative_float(text: str) -> float:
 
 def positive_int(text: str) -> int:
     """An int >= 1."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}")
-    return value
+    return _checked(text, int, lambda v: config.count(v, "the value"), "an integer")
 
 
 def _common() -> Parser:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
@@ -21,8 +22,9 @@ import redis
 
 from lockworker.cli.common import EXIT_OK, connect, redis_url
 from lockworker.clock import wall_time
+from lockworker.codec import decode_state
 from lockworker.errors import ForeignValueError
-from lockworker.keys import PREFIX, JobKeys, namespace_pattern, parse_state_key
+from lockworker.keys import JobKeys, Space, parse_state_key, state_pattern
 from lockworker.leader import NAMESPACE as LEADERS
 from lockworker.leader import Leader
 from lockworker.protocol import snapshot_from, text
@@ -45,35 +47,25 @@ class Row:
     age: float | None
 
 
-def split_state_key(key: str) -> tuple[str, str] | None:
-    """``(namespace, id)`` of a state key ``lw:<ns>:{<id>}:state``, or None.
-
-    Without a namespace to go by, the first ``:{`` ends the namespace (so namespaces
-    containing ``:{`` are listed only with ``--namespace``).
-    """
-    head, tail = f"{PREFIX}:", "}:state"
-    if not key.startswith(head) or not key.endswith(tail):
-        return None
-    middle = key[len(head) : -len(tail)]
-    namespace, sep, job_id = middle.partition(":{")
-    if not sep or not namespace or not job_id:
-        return None
-    return namespace, job_id
-
-
 def state_keys(client: redis.Redis, namespace: str | None) -> Iterator[tuple[str, str, str]]:
-    """``(key, namespace, id)`` of every job state key (of ``namespace`` if given)."""
-    pattern = namespace_pattern(namespace) if namespace else f"{PREFIX}:*:{{*}}:state"
-    for raw in client.scan_iter(match=pattern, count=1000):
+    """``(key, namespace, id)`` of every job state key (of ``namespace`` if given).
+
+    Only the workers' key space (``lw:job:``) is scanned: locks, semaphores, leaders
+    and cached values live in key spaces of their own and are never listed as jobs.
+    """
+    for raw in client.scan_iter(match=state_pattern(Space.JOB, namespace), count=1000):
         key = text(raw)
-        if namespace:
-            job_id = parse_state_key(key, namespace)
-            if job_id is not None:
-                yield key, namespace, job_id
-        else:
-            found = split_state_key(key)
-            if found is not None:
-                yield key, *found
+        found = parse_state_key(key, Space.JOB)
+        if found is not None and (namespace is None or found[0] == namespace):
+            yield key, *found
+
+
+def natural(text_: str) -> tuple[tuple[int, int | str], ...]:
+    """Sort key that orders ``job-2`` before ``job-10``."""
+    return tuple(
+        (0, int(part)) if part.isdigit() else (1, part)
+        for part in re.split(r"([0-9]+)", text_) if part
+    )
 
 
 def job_rows(
@@ -85,7 +77,7 @@ def job_rows(
         batch = keys[start : start + BATCH]
         pipe = client.pipeline(transaction=True)  # one consistent moment per batch
         for _key, namespace, job_id in batch:
-            jk = JobKeys(namespace, job_id)
+            jk = JobKeys(namespace, job_id, Space.JOB)
             pipe.get(jk.state)
             pipe.get(jk.lock)
             pipe.pttl(jk.lock)
@@ -107,7 +99,7 @@ def _job_row(
         return Row("job", namespace, job_id, "foreign", None, None, 0, None, age)
     try:
         pttl = int(lock_ttl) if isinstance(lock_ttl, int) and lock_ttl >= 0 else None
-        seen = snapshot_from(JobKeys(namespace, job_id), raw_state, raw_lock, pttl)
+        seen = snapshot_from(JobKeys(namespace, job_id, Space.JOB), raw_state, raw_lock, pttl)
     except ForeignValueError:
         return Row("job", namespace, job_id, "foreign", None, None, 0, None, age)
     state = "held" if seen.holder is not None else seen.status.value
@@ -120,18 +112,20 @@ def leader_rows(client: redis.Redis) -> list[Row]:
     """One row per leader name that ever had a term (its token counter exists)."""
     rows = []
     now = wall_time()
-    for raw in client.scan_iter(match=namespace_pattern(LEADERS), count=1000):
-        name = parse_state_key(text(raw), LEADERS)
-        if name is None:
+    for raw in client.scan_iter(match=state_pattern(Space.LEADER, LEADERS), count=1000):
+        found = parse_state_key(text(raw), Space.LEADER)
+        if found is None:
             continue
+        name = found[1]
         try:
             info = Leader.current(client, name)
         except ForeignValueError:
             rows.append(Row("leader", LEADERS, name, "foreign", None, None, 0, None, None))
             continue
         if info is None:
-            state = client.get(text(raw))
-            token = int(text(state).split("|")[3]) if state and text(state).count("|") >= 4 else 0
+            raw_state = client.get(text(raw))
+            decoded = decode_state(raw_state) if raw_state is not None else None
+            token = decoded.token if decoded is not None else 0
             rows.append(Row("leader", LEADERS, name, "vacant", None, None, token, None, None))
             continue
         age = round(max(0.0, now - info.since), 3) if info.since is not None else None
@@ -139,19 +133,25 @@ def leader_rows(client: redis.Redis) -> list[Row]:
             Row("leader", LEADERS, name, "leading", info.holder, None, info.token,
                 info.lease_left, age)
         )
-    return sorted(rows, key=lambda r: r.id)
+    return sorted(rows, key=lambda r: natural(r.id))
 
 
 def collect(client: redis.Redis, namespace: str | None, retention: float) -> list[Row]:
-    """Leaders (unless another namespace was asked for), then jobs, sorted."""
+    """Leaders (unless another namespace than theirs was asked for), then jobs, sorted
+    naturally."""
     rows: list[Row] = []
     if namespace in (None, LEADERS):
         rows.extend(leader_rows(client))
-    if namespace != LEADERS:
-        keys = sorted((k for k in state_keys(client, namespace) if k[1] != LEADERS),
-                      key=lambda k: (k[1], k[2]))
-        rows.extend(job_rows(client, keys, retention))
+    keys = sorted(state_keys(client, namespace), key=lambda k: (natural(k[1]), natural(k[2])))
+    rows.extend(job_rows(client, keys, retention))
     return rows
+
+
+def printable(cell: str) -> str:
+    """A cell on one line: control characters (a newline in an id) escaped."""
+    if cell.isprintable():
+        return cell
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in cell)
 
 
 def duration(seconds: float | None) -> str:
@@ -181,7 +181,8 @@ def table(rows: list[Row]) -> str:
         return "no jobs or leaders found"
     cells = [HEADER] + [
         (
-            r.kind, r.namespace, r.id, r.state, r.holder or "-",
+            r.kind, printable(r.namespace), printable(r.id), r.state,
+            printable(r.holder or "-"),
             "-" if r.attempt is None else str(r.attempt), str(r.token),
             duration(r.lease_left), duration(r.age),
         )

@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import uuid
 import weakref
-from typing import Any
+from typing import Any, ClassVar
 
 import redis
 
 from lockworker.clock import Clock, SystemClock
-from lockworker.config import default_owner, positive
+from lockworker.config import count, default_owner, optional_seconds, positive, seconds
 from lockworker.errors import AlreadyHeld, InvalidConfig
-from lockworker.keys import JobKeys, check_name
+from lockworker.keys import JobKeys, Space, check_name
 from lockworker.lease import Heartbeat, Lease
 from lockworker.wake import WakeHub
 
@@ -37,9 +37,11 @@ __all__ = [
     "Primitive",
     "check_client",
     "check_timeout",
+    "count",
     "default_owner",
     "new_owner",
     "positive",
+    "seconds",
 ]
 
 
@@ -51,12 +53,8 @@ def check_client(client: object, argument: str = "client") -> redis.Redis:
 
 
 def check_timeout(timeout: object, argument: str = "timeout") -> float | None:
-    """None (wait for ever) or a number of seconds >= 0."""
-    if timeout is None:
-        return None
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout < 0:
-        raise InvalidConfig(f"{argument} must be None or a number of seconds >= 0, got {timeout!r}")
-    return float(timeout)
+    """None (wait for ever) or a finite number of seconds >= 0."""
+    return optional_seconds(timeout, argument)
 
 
 def check_bool(value: object, argument: str) -> bool:
@@ -108,6 +106,8 @@ class Primitive:
     A subclass calls :meth:`_configure` first in its constructor, then adds its own.
     """
 
+    space: ClassVar[Space]
+    """The product's key space: no other product can reach these keys."""
     name: str
     keys: JobKeys
     ttl: float
@@ -124,7 +124,7 @@ class Primitive:
         timeout: object, clock: Clock | None,
     ) -> None:
         self.name = check_name(name, "name")
-        self.keys = JobKeys(check_name(namespace, "namespace"), self.name)
+        self.keys = JobKeys(check_name(namespace, "namespace"), self.name, self.space)
         self.ttl = positive(ttl, "ttl")
         self.auto_renew = check_bool(auto_renew, "auto_renew")
         self.timeout = check_timeout(timeout)

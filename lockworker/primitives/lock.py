@@ -3,9 +3,12 @@
 Built on the job-lock protocol (:mod:`lockworker.protocol`), as :mod:`lockworker.leader`
 is: a lock named ``report`` in namespace ``locks`` uses::
 
-    lw:locks:{report}:lock    holder's value lw1|<token>|<n>|<owner>, with the TTL
-    lw:locks:{report}:state   the fencing-token counter (kept a year after last use)
-    lw:locks:{report}:wake    pub/sub channel: published on every release
+    lw:lock:locks:{report}:lock    holder's value lw2|<token>|<n>|<run>|<owner>, with the TTL
+    lw:lock:locks:{report}:state   the fencing-token counter (kept a year after last use)
+    lw:lock:locks:{report}:wake    pub/sub channel: published on every release
+
+Every acquisition has a run id of its own, so only a retry of that same acquisition
+(whose reply was lost) can re-enter it.
 
 Each step is one Lua script, one round trip: acquire (take it if free, INCR the token
 counter, set the TTL), release and extend (compare the caller's exact value and only
@@ -28,12 +31,13 @@ import redis
 
 from lockworker import events, retry
 from lockworker.clock import Clock
-from lockworker.codec import LockValue
+from lockworker.codec import Holder, LockValue, new_run
 from lockworker.errors import AcquireTimeout, ForeignValueError, LockLost, NotHeld
+from lockworker.keys import Space
 from lockworker.lease import Heartbeat, Lease, valid_until
 from lockworker.primitives import common
 from lockworker.protocol import ScriptProtocol
-from lockworker.state import Grant, Settle, Snapshot
+from lockworker.state import Grant, Snapshot
 
 NAMESPACE = "locks"
 MAX_ACQUISITIONS = 10**15
@@ -62,6 +66,8 @@ class Lock(common.Primitive):
     holding it raises :class:`~lockworker.primitives.common.AlreadyHeld`). Use one
     object per thread or process that competes.
     """
+
+    space = Space.LOCK
 
     def __init__(
         self,
@@ -149,10 +155,10 @@ class Lock(common.Primitive):
             wait = self.timeout
         if self._held is not None:
             raise common.AlreadyHeld(f"lock {self.name!r} is already held by this Lock object")
-        owner = common.new_owner(self._base)
+        who = Holder(self._base, new_run())
         start = self.clock.monotonic()
         deadline = None if wait is None else start + wait
-        seen = self._try(owner, deadline)
+        seen = self._try(who, deadline)
         if seen is None:
             return True
         if not blocking or (deadline is not None and self.clock.monotonic() >= deadline):
@@ -160,7 +166,7 @@ class Lock(common.Primitive):
         with self._hub.get().listen(self.keys.wake) as event:
             while True:
                 event.clear()
-                seen = self._try(owner, deadline)
+                seen = self._try(who, deadline)
                 if seen is None:
                     return True
                 now = self.clock.monotonic()
@@ -174,18 +180,18 @@ class Lock(common.Primitive):
                     pause = min(pause, deadline - now)
                 self.clock.wait(event, max(MIN_WAIT, pause))
 
-    def _try(self, owner: str, deadline: float | None) -> Snapshot | None:
+    def _try(self, who: Holder, deadline: float | None) -> Snapshot | None:
         """One acquire step; None if granted (state recorded), else what was seen."""
         sent = self.clock.monotonic()
         result = self._call(
             lambda: self.protocol.acquire(
-                self.keys, owner, self._ttl_ms, MAX_ACQUISITIONS, self._retention_ms
+                self.keys, who, self._ttl_ms, MAX_ACQUISITIONS, self._retention_ms
             ),
             "acquire the lock",
             deadline=deadline,
         )
         if isinstance(result, Grant):
-            self._granted(LockValue(result.token, result.attempt, owner), sent)
+            self._granted(who.value(result.token, result.attempt), sent)
             return None
         if result.resolved:
             # A job of the worker under this namespace, not a lock: refuse to touch it.
@@ -249,7 +255,7 @@ class Lock(common.Primitive):
             lambda: self.protocol.release(self.keys, held, self._retention_ms),
             "release the lock",
         )
-        if result is Settle.NOT_HOLDER:
+        if result.refused:
             self._log.warning(common.LOST, token=held.token, reason="expired before release")
             raise LockLost(
                 f"lock {self.name!r} expired or was taken over before it was released "

@@ -8,6 +8,8 @@ monotonic clock (:mod:`lockworker.lease`), which is the stricter of the two.
 
 from __future__ import annotations
 
+from lockworker.codec import LUA_PROLOGUE
+
 # Shared prologue of the semaphore scripts: server time in ms; purge dead holders and
 # dead waiters (their heartbeat stopped), waking the queue if any permit came back.
 # KEYS[1] holders zset (id -> expiry ms)   KEYS[2] queue zset (id -> ticket)
@@ -97,32 +99,33 @@ return removed
 # FENCE_RAISE (Redlock): raise a master's token counter to at least ARGV[2], only while
 # the caller still holds that master's lock, so the next acquisition there gets a
 # larger token than the one the caller is about to use.
-# KEYS[1] lock  KEYS[2] state (job-protocol format lw1|status|attempt|token|owner)
+# KEYS[1] lock  KEYS[2] state (the job protocol's value, lockworker.codec)
 # ARGV[1] the caller's exact lock value  ARGV[2] token  ARGV[3] retention ms
 # returns 1 raised (or already high enough), 0 the caller does not hold this master
-FENCE_RAISE = """
+FENCE_RAISE = LUA_PROLOGUE + """
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
-local st = redis.call('GET', KEYS[2])
-local s, a, t, o = 'pending', '0', '0', ''
-if st then
-  s, a, t, o = string.match(st, '^lw1|([%a_]+)|(%d+)|(%d+)|(.*)$')
-  if not s then return 0 end
+local raw = redis.call('GET', KEYS[2])
+local st = {status = 'pending', attempt = '0', token = '0', run = '', owner = ''}
+if raw then
+  st = lw_state(raw)
+  if not st then return 0 end
 end
-if tonumber(t) < tonumber(ARGV[2]) then
-  redis.call('SET', KEYS[2], 'lw1|' .. s .. '|' .. a .. '|' .. ARGV[2] .. '|' .. o,
+if lw_gt(ARGV[2], st.token) then
+  redis.call('SET', KEYS[2], lw_state_value(st.status, st.attempt, ARGV[2], st.run, st.owner),
              'PX', ARGV[3])
 end
 return 1
 """
 
 # REDLOCK_RELEASE: delete one master's lock if the caller's acquisition holds it. Matched
-# on the owner id (unique per acquisition), so it also clears a grant whose reply was
-# lost, as the Redlock algorithm requires after a failed attempt.
-# KEYS[1] lock   ARGV[1] owner id   ARGV[2] wake channel
-# returns 1 deleted, 0 not held by that owner (expired, or never granted)
-REDLOCK_RELEASE = """
+# on the run id and owner (unique per acquisition), so it also clears a grant whose
+# reply was lost, as the Redlock algorithm requires after a failed attempt.
+# KEYS[1] lock   ARGV[1] '<run>|<owner>'   ARGV[2] wake channel
+# returns 1 deleted, 0 not held by that acquisition (expired, or never granted)
+REDLOCK_RELEASE = LUA_PROLOGUE + """
 local cur = redis.call('GET', KEYS[1])
-if cur and string.sub(cur, -string.len(ARGV[1]) - 1) == '|' .. ARGV[1] then
+local l = cur and lw_lock(cur)
+if l and l.run .. '|' .. l.owner == ARGV[1] then
   redis.call('DEL', KEYS[1])
   redis.call('PUBLISH', ARGV[2], 'released')
   return 1

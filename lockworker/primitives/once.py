@@ -5,10 +5,13 @@ When a cached value is missing, every process that wants it would compute it at 
 :class:`~lockworker.primitives.lock.Lock` while the others wait for a wake-up, not a
 fixed sleep. For key ``report`` in namespace ``once``::
 
-    lw:once:{report}:value   the cached value (codec-encoded), with its ttl
-    lw:once:{report}:lock    the computing process's lock (renewed while it computes)
-    lw:once:{report}:wake    published when the value is stored and when the lock is
-                             released
+    lw:once:once:{report}:value   the cached value (codec-encoded), with its ttl
+    lw:once:once:{report}:lock    the computing process's lock (renewed while it computes)
+    lw:once:once:{report}:wake    published when the value is stored and when the lock
+                                  is released
+
+These live in a key space of their own (``lw:once:``): a ``Lock`` or a worker's job of
+the same name never shares them.
 
 A waiter subscribes to the wake channel, then looks for the value, then tries the
 lock; it sleeps until a message or until the lock's PTTL runs out on its own clock.
@@ -35,7 +38,7 @@ from lockworker import events, retry
 from lockworker.clock import Clock, SystemClock
 from lockworker.codec import to_json
 from lockworker.errors import AcquireTimeout, LockLost
-from lockworker.keys import JobKeys, check_name
+from lockworker.keys import JobKeys, Space, check_name
 from lockworker.primitives import common
 from lockworker.primitives.lock import MIN_WAIT, Lock
 
@@ -123,7 +126,7 @@ def compute_once(
     codec = _check_codec(codec)
     clock = clock or SystemClock()
     policy = redis_retry or retry.RetryPolicy()
-    keys = JobKeys(check_name(namespace, "namespace"), name)
+    keys = JobKeys(check_name(namespace, "namespace"), check_name(name, "name"), Space.ONCE)
     value_key = keys.extra("value")
     log = events.logger(logger, key=name, namespace=keys.namespace)
 
@@ -137,7 +140,7 @@ def compute_once(
     hit, value = cached()
     if hit:
         return value
-    lock = Lock(
+    lock = _OnceLock(
         client, name, ttl=lock_timeout, auto_renew=True, namespace=keys.namespace,
         clock=clock, logger=logger, redis_retry=policy,
     )
@@ -206,3 +209,9 @@ def _compute(
 
 
 __all__ = ["JSON", "Codec", "JSONCodec", "compute_once"]
+
+
+class _OnceLock(Lock):
+    """The computing process's lock, in compute_once's own key space."""
+
+    space = Space.ONCE

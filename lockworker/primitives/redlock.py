@@ -5,7 +5,8 @@ Each master runs the job-lock protocol of :mod:`lockworker.protocol` on its own 
 acquisition is, per master, one Lua script that takes the lock if free and counts a
 token. An attempt:
 
-1. note the local monotonic time; ask every master in turn (failures count as "no");
+1. note the local monotonic time; ask every master at once (:mod:`.masters`); one
+   that fails, or has not answered while the validity could last, counts as "no";
 2. with grants from a majority, take ``token = max(per-master tokens)`` and raise the
    token counter of every granting master to it (:data:`~lockworker.primitives.lua.FENCE_RAISE`),
    so any later majority, which shares at least one master with this one, hands out a
@@ -26,7 +27,7 @@ tokens (:attr:`Redlock.token`) are the defence when these assumptions fail.
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,24 +36,25 @@ from redis.commands.core import Script
 
 from lockworker import events
 from lockworker.clock import Clock, SystemClock
-from lockworker.codec import LockValue
+from lockworker.codec import Holder, LockValue, new_run
+from lockworker.config import number
 from lockworker.errors import (
     AcquireTimeout,
     InvalidConfig,
     LockLost,
     NotHeld,
-    QuorumNotReached,
 )
-from lockworker.keys import JobKeys, check_name
+from lockworker.keys import JobKeys, Space, check_name
 from lockworker.lease import DRIFT_FIXED, Heartbeat, Lease
-from lockworker.primitives import common, lua
+from lockworker.primitives import common, lua, masters
 from lockworker.primitives.lock import MAX_ACQUISITIONS, RETENTION
 from lockworker.protocol import ScriptProtocol
 from lockworker.state import Grant
 
 NAMESPACE = "redlocks"
-FAILURES = (redis.RedisError, OSError)
-"""What counts as "this master said no": unreachable, timed out, or refused."""
+FAILURES = masters.FAILURES
+UNREACHABLE = "redlock.unreachable"
+"""Warning: masters failed in an acquisition (``masters``: name -> error, ``outcome``)."""
 
 
 @dataclass(frozen=True)
@@ -68,17 +70,22 @@ class Redlock:
     """A lock held on a majority of independent masters; same interface as ``Lock``.
 
     :param clients: one ``redis.Redis`` client per master (independent servers, not
-        replicas). Give them short socket timeouts and no client-side retries, e.g.
-        ``redis.Redis(..., socket_timeout=0.1, retry=Retry(NoBackoff(), 0))``: a dead
-        master must cost milliseconds, not seconds, of the validity time.
+        replicas). Ordinary clients work: masters are asked at once, and one that has
+        not answered within the validity the step could still give counts as failed.
+        Short socket timeouts still help: a call stuck past its deadline keeps its
+        master out of later steps until it returns.
     :param ttl: seconds the lock lives on each master.
     :param retry_count: further attempts a blocking :meth:`acquire` without a timeout
         makes after the first.
     :param retry_delay: the upper bound of the random pause between attempts.
     :param drift_factor: share of ``ttl`` allowed for clock drift between machines.
 
-    :meth:`acquire` returns False when the lock is held elsewhere and raises
-    :class:`~lockworker.QuorumNotReached` when too few masters answered to decide.
+    :meth:`acquire` returns False only when a majority of masters answered and too few
+    granted: the lock is held elsewhere. It raises :class:`~lockworker.QuorumNotReached`
+    (a :class:`~lockworker.RedisUnavailable`) when fewer than a majority answered,
+    naming each failed master and its error. Whenever its last attempt met failed
+    masters it logs the warning ``redlock.unreachable`` and leaves them in
+    :attr:`unreachable`.
     """
 
     def __init__(
@@ -102,22 +109,20 @@ class Redlock:
             raise InvalidConfig("clients must name at least one master")
         self.clients = [common.check_client(c, f"clients[{i}]") for i, c in enumerate(clients)]
         self.name = check_name(name, "name")
-        self.keys = JobKeys(check_name(namespace, "namespace"), self.name)
+        self.keys = JobKeys(check_name(namespace, "namespace"), self.name, Space.REDLOCK)
         self.ttl = common.positive(ttl, "ttl")
-        if isinstance(retry_count, bool) or not isinstance(retry_count, int) or retry_count < 0:
-            raise InvalidConfig(f"retry_count must be an int >= 0, got {retry_count!r}")
-        self.retry_count = retry_count
-        self.retry_delay = common.check_timeout(retry_delay, "retry_delay") or 0.0
-        if (
-            isinstance(drift_factor, bool)
-            or not isinstance(drift_factor, (int, float))
-            or not 0 <= drift_factor < 1
-        ):
-            raise InvalidConfig(f"drift_factor must be a number in [0, 1), got {drift_factor!r}")
-        self.drift_factor = float(drift_factor)
+        self.retry_count = common.count(retry_count, "retry_count", minimum=0)
+        self.retry_delay = common.seconds(retry_delay, "retry_delay", positive=False)
+        self.drift_factor = float(
+            number(drift_factor, "drift_factor", maximum=1, strict_max=True, unit="") or 0.0
+        )
         self.auto_renew = common.check_bool(auto_renew, "auto_renew")
         self.timeout = common.check_timeout(timeout)
         self.quorum = len(self.clients) // 2 + 1
+        self._masters = masters.Masters(self.clients, self.quorum)
+        self._each = self._masters.call
+        self.unreachable: dict[str, str] = {}
+        """Masters failed in the latest acquire's last attempt: ``host:port`` -> error."""
         self.clock: Clock = clock or SystemClock()
         self._protocols = [ScriptProtocol(c) for c in self.clients]
         self._raise: list[Script] = [c.register_script(lua.FENCE_RAISE) for c in self.clients]
@@ -164,19 +169,9 @@ class Redlock:
             return True
         return self.validity <= 0
 
-    def _each(self, fn: Callable[[int], Any]) -> list[Any]:
-        """``fn(i)`` for every master; None where the master failed."""
-        out: list[Any] = []
-        for i in range(len(self.clients)):
-            try:
-                out.append(fn(i))
-            except FAILURES:
-                out.append(None)
-        return out
-
     def locked(self) -> bool:
         """True if a majority of the reachable masters show the lock held (anyone's)."""
-        found = self._each(lambda i: self.clients[i].exists(self.keys.lock))
+        found = self._each(lambda i: self.clients[i].exists(self.keys.lock), self.ttl).replies
         return sum(1 for f in found if f) >= self.quorum
 
     def owned(self) -> bool:
@@ -191,7 +186,7 @@ class Redlock:
                 raw = raw.decode("utf-8", "replace")
             return i in held.values and raw == held.values[i].encode()
 
-        return sum(1 for ok in self._each(check) if ok) >= self.quorum
+        return sum(1 for ok in self._each(check, self.ttl).replies if ok) >= self.quorum
 
     # -- acquire ---------------------------------------------------------------------
 
@@ -203,9 +198,11 @@ class Redlock:
 
         Non-blocking: one attempt. Blocking: attempts until ``timeout`` (None: the
         constructor's; if that is None too, ``1 + retry_count`` attempts), a random
-        pause of at most ``retry_delay`` between them. Returns False if the lock is
-        held elsewhere; raises :class:`~lockworker.QuorumNotReached` if, in the last
-        attempt, fewer than a majority of masters could be reached.
+        pause of at most ``retry_delay`` between them. Each attempt lasts at most the
+        validity it could give (``ttl``, less the drift allowance). Returns False if the
+        lock is held elsewhere (a majority answered, too few granted); raises
+        :class:`~lockworker.QuorumNotReached` if, in the last attempt, fewer than a
+        majority of masters answered. See :attr:`unreachable`.
         """
         common.check_bool(blocking, "blocking")
         wait = common.check_timeout(timeout)
@@ -217,19 +214,20 @@ class Redlock:
         tries = 0
         while True:
             tries += 1
-            reached = self._attempt()
-            if reached is None:
+            held, failed = self._attempt()
+            self.unreachable = self._masters.named(failed)
+            if held:
+                self._warn_unreachable("acquired")
                 return True
             now = self.clock.monotonic()
             done = not blocking or (
                 now >= deadline if deadline is not None else tries > self.retry_count
             )
             if done:
-                if reached < self.quorum:
-                    raise QuorumNotReached(
-                        f"redlock {self.name!r}: only {reached} of {len(self.clients)} "
-                        f"masters reachable, {self.quorum} needed"
-                    )
+                no_quorum = len(self.clients) - len(failed) < self.quorum
+                self._warn_unreachable("no quorum" if no_quorum else "held elsewhere")
+                if no_quorum:
+                    raise self._masters.no_quorum(f"redlock {self.name!r}", failed)
                 self._log.debug(common.TIMED_OUT, tries=tries)
                 return False
             pause = self._random.uniform(0, self.retry_delay)
@@ -237,19 +235,22 @@ class Redlock:
                 pause = min(pause, max(0.0, deadline - now))
             self.clock.sleep(pause)
 
-    def _attempt(self) -> int | None:
-        """One Redlock attempt: None if held now, else how many masters answered."""
-        owner = common.new_owner(self._base)
+    def _attempt(self) -> tuple[bool, dict[int, str]]:
+        """One Redlock attempt: whether it is held now, and the masters that failed, why."""
+        who = Holder(self._base, new_run())
+        owner = f"{who.run}|{who.owner}"  # the tail of every lock value it writes
         start = self.clock.monotonic()
-        replies = self._each(
+        valid_until = start + self.ttl - self._drift(self.ttl)
+        asked = self._each(
             lambda i: self._protocols[i].acquire(
-                self.keys, owner, self._ttl_ms, MAX_ACQUISITIONS, self._retention_ms
-            )
+                self.keys, who, self._ttl_ms, MAX_ACQUISITIONS, self._retention_ms
+            ),
+            valid_until - start, ok=lambda r: isinstance(r, Grant),
         )
-        reached = sum(1 for r in replies if r is not None)
+        failed = dict(asked.failures)
         values = {
-            i: LockValue(r.token, r.attempt, owner)
-            for i, r in enumerate(replies)
+            i: who.value(r.token, r.attempt)
+            for i, r in enumerate(asked.replies)
             if isinstance(r, Grant)
         }
         if len(values) >= self.quorum:
@@ -261,29 +262,36 @@ class Redlock:
                         args=[values[i].encode(), token, self._retention_ms],
                         client=self.clients[i],
                     )
-                ) if i in values else 0
+                ),
+                valid_until - self.clock.monotonic(), only=values, ok=bool,
             )
-            confirmed = sum(1 for r in raised if r)
-            valid_until = start + self.ttl - self._drift(self.ttl)
+            failed.update(raised.failures)
+            confirmed = sum(1 for r in raised.replies if r)
             if confirmed >= self.quorum and self.clock.monotonic() < valid_until:
                 self._held = _Held(owner, token, values, valid_until)
                 if self.auto_renew:
                     self._start_renewing()
                 self._log.debug(common.ACQUIRED, token=token, granted=len(values))
-                return None
+                return True, failed
         self._release_all(owner)
-        return reached
+        return False, failed
+
+    def _warn_unreachable(self, outcome: str) -> None:
+        if self.unreachable:
+            self._log.warning(UNREACHABLE, masters=self.unreachable, outcome=outcome)
 
     def _release_all(self, owner: str) -> int:
-        """Release ``owner``'s lock on every master; how many had it."""
+        """Release ``owner``'s lock on every master; how many had it. Waits at most
+        ``ttl``: by then the lock has expired everywhere anyway."""
         done = self._each(
             lambda i: int(
                 self._release[i](
                     keys=[self.keys.lock], args=[owner, self.keys.wake], client=self.clients[i]
                 )
-            )
+            ),
+            self.ttl,
         )
-        return sum(1 for d in done if d)
+        return sum(1 for d in done.replies if d)
 
     # -- extend, renew, release ------------------------------------------------------
 
@@ -291,12 +299,13 @@ class Redlock:
         """Extend on every granting master; the new local deadline, or None if < quorum."""
         start = self.clock.monotonic()
         ttl_ms = max(1, round(ttl * 1000))
+        until = start + ttl - self._drift(ttl)
         ok = self._each(
             lambda i: self._protocols[i].renew(
                 self.keys, held.values[i], ttl_ms, self._retention_ms
-            ) if i in held.values else False
-        )
-        until = start + ttl - self._drift(ttl)
+            ),
+            min(until - start, self.validity), only=held.values, ok=bool,
+        ).replies
         if sum(1 for r in ok if r) >= self.quorum and self.clock.monotonic() < until:
             return until
         return None

@@ -6,12 +6,12 @@ acquire pushes a new one (a permit created from nothing), and two processes that
 initialise the list at once create ``2 * limit`` permits. Here no permit is ever
 stored. For semaphore ``pool`` in namespace ``semaphores``::
 
-    lw:semaphores:{pool}:holders   zset: holder id -> expiry (server ms)
-    lw:semaphores:{pool}:queue     zset: waiter id -> ticket (arrival order)
-    lw:semaphores:{pool}:waiting   zset: waiter id -> expiry (server ms)
-    lw:semaphores:{pool}:tickets   the ticket counter
-    lw:semaphores:{pool}:limit     the limit, set once by whoever comes first
-    lw:semaphores:{pool}:wake      pub/sub channel: a permit came back
+    lw:semaphore:semaphores:{pool}:holders   zset: holder id -> expiry (server ms)
+    lw:semaphore:semaphores:{pool}:queue     zset: waiter id -> ticket (arrival order)
+    lw:semaphore:semaphores:{pool}:waiting   zset: waiter id -> expiry (server ms)
+    lw:semaphore:semaphores:{pool}:tickets   the ticket counter
+    lw:semaphore:semaphores:{pool}:limit     the limit, set once by whoever comes first
+    lw:semaphore:semaphores:{pool}:wake      pub/sub channel: a permit came back
 
 Free permits are ``limit - |holders|``, computed inside one script, so initialisation
 needs no step of its own and cannot race. A waiter takes a ticket and gets a permit
@@ -36,6 +36,7 @@ from redis.commands.core import Script
 from lockworker import events, retry
 from lockworker.clock import Clock
 from lockworker.errors import AcquireTimeout, InvalidConfig, LockLost, LockworkerError, NotHeld
+from lockworker.keys import Space
 from lockworker.lease import Heartbeat, Lease, valid_until
 from lockworker.primitives import common, lua
 from lockworker.protocol import text
@@ -65,6 +66,8 @@ class Semaphore(common.Primitive):
 
     One ``Semaphore`` object holds at most one permit; use one object per holder.
     """
+
+    space = Space.SEMAPHORE
 
     def __init__(
         self,

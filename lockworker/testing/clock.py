@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import threading
 
+from lockworker import config
+
 
 class FakeClock:
     """A :class:`lockworker.clock.Clock` whose time moves only when told to.
@@ -23,15 +25,15 @@ class FakeClock:
             return self._now
 
     def advance(self, seconds: float) -> None:
-        """Move time forward by ``seconds``."""
-        if seconds < 0:
-            raise ValueError(f"seconds must be >= 0, got {seconds}")
+        """Move time forward by ``seconds`` (a finite number >= 0)."""
+        step = config.seconds(seconds, "seconds", positive=False)
         with self._lock:
-            self._now += seconds
+            self._now += step
 
     def sleep(self, seconds: float) -> None:
         self.sleeps.append(seconds)
-        self.advance(max(0.0, seconds))
+        with self._lock:  # what the library waits for, unchecked (advance checks callers)
+            self._now += max(0.0, seconds)
 
     def wait(self, event: threading.Event, timeout: float) -> bool:
         if event.is_set():

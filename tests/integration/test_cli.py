@@ -105,7 +105,6 @@ def spawn(procs: list[subprocess.Popen[str]], *args: str) -> subprocess.Popen[st
         (["run", "cli_app:Stubborn"], 2, "--namespace"),
         (["run", "cli_app:Stubborn", "--namespace", "n", "--lock-timeout", "0"], 2, "> 0"),
         (["run", "cli_app:Stubborn", "--namespace", "n", "--role", "boss"], 2, "invalid choice"),
-        (["run", "cli_app:Stubborn", "--namespace", "leaders"], 2, "reserved"),
         (["submit", "s", "j", "{not json"], 2, "not valid JSON"),
         (["frobnicate"], 2, "invalid choice"),
     ],
@@ -167,7 +166,7 @@ def test_submit_prints_the_entry_id_and_status_shows_jobs_and_leaders(
     )
     assert failing.process("bad-job") is lockworker.Outcome.GAVE_UP
     held = client.set(
-        JobKeys.of(namespace, "held-job").lock, "lw1|7|2|somebody", px=60_000
+        JobKeys.of(namespace, "held-job").lock, "lw2|7|2|ab|somebody", px=60_000
     )
     assert held
 

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 import redis
-from helpers import LEASE, RETENTION, grant, held, wait_for
+from helpers import LEASE, RETENTION, grant, held, wait_for, who
 from redis.crc import key_slot
 
 from lockworker.errors import ForeignValueError
 from lockworker.keys import JobKeys
 from lockworker.protocol import LockProtocol, ScriptProtocol
-from lockworker.state import Grant, JobStatus, Settle, Snapshot
+from lockworker.state import Grant, JobStatus, Renewal, Reset, Settle, Snapshot
 
 
 def test_attempts_count_up_and_tokens_grow(protocol: LockProtocol, keys: JobKeys) -> None:
@@ -29,7 +29,7 @@ def test_a_second_owner_sees_the_holder_and_its_remaining_lease(
     protocol: LockProtocol, keys: JobKeys
 ) -> None:
     grant(protocol, keys, "a")
-    seen = protocol.acquire(keys, "b", LEASE, 3, RETENTION)
+    seen = protocol.acquire(keys, who("b"), LEASE, 3, RETENTION)
     assert isinstance(seen, Snapshot)
     assert seen.holder == "a" and seen.attempt == 1 and seen.status is JobStatus.PENDING
     assert seen.pttl_ms is not None and 0 < seen.pttl_ms <= LEASE
@@ -49,7 +49,7 @@ def test_complete_marks_done_once_and_is_idempotent(
     g = grant(protocol, keys, "a")
     assert protocol.complete(keys, held(g, "a"), RETENTION) is Settle.DONE
     assert protocol.complete(keys, held(g, "a"), RETENTION) is Settle.DONE  # lost reply
-    seen = protocol.acquire(keys, "b", LEASE, 3, RETENTION)
+    seen = protocol.acquire(keys, who("b"), LEASE, 3, RETENTION)
     assert isinstance(seen, Snapshot) and seen.status is JobStatus.DONE and seen.owner == "a"
     # DONE is kept for the retention period, the lease is gone
     assert 0 < redis_client.pttl(keys.state) <= RETENTION
@@ -63,18 +63,18 @@ def test_a_stale_holder_cannot_complete_fail_release_or_renew(
     wait_for(lambda: not protocol.client.exists(keys.lock), timeout=5)  # type: ignore[attr-defined]
     g2 = grant(protocol, keys, "b")
     stale = held(g1, "a")
-    assert protocol.renew(keys, stale, LEASE, RETENTION) is False
+    assert protocol.renew(keys, stale, LEASE, RETENTION) is Renewal.NOT_HOLDER
     assert protocol.complete(keys, stale, RETENTION) is Settle.NOT_HOLDER
     assert protocol.fail(keys, stale, 3, RETENTION) is Settle.NOT_HOLDER
     assert protocol.release(keys, stale, RETENTION) is Settle.NOT_HOLDER
-    assert protocol.renew(keys, held(g2, "b"), LEASE, RETENTION) is True
+    assert protocol.renew(keys, held(g2, "b"), LEASE, RETENTION) is Renewal.RENEWED
 
 
 def test_an_expired_lease_counts_as_an_attempt_not_as_completion(
     protocol: LockProtocol, keys: JobKeys
 ) -> None:
     grant(protocol, keys, "a", lease_ms=100)
-    wait_for(lambda: isinstance(protocol.acquire(keys, "b", LEASE, 3, RETENTION), Grant),
+    wait_for(lambda: isinstance(protocol.acquire(keys, who("b"), LEASE, 3, RETENTION), Grant),
              timeout=5)
     seen = protocol.inspect(keys)
     assert seen.status is JobStatus.PENDING and seen.attempt == 2 and seen.holder == "b"
@@ -83,7 +83,7 @@ def test_an_expired_lease_counts_as_an_attempt_not_as_completion(
 def test_failing_the_last_attempt_gives_up(protocol: LockProtocol, keys: JobKeys) -> None:
     g = grant(protocol, keys, "a", max_attempts=1)
     assert protocol.fail(keys, held(g, "a"), 1, RETENTION) is Settle.GAVE_UP
-    seen = protocol.acquire(keys, "b", LEASE, 1, RETENTION)
+    seen = protocol.acquire(keys, who("b"), LEASE, 1, RETENTION)
     assert isinstance(seen, Snapshot) and seen.status is JobStatus.GAVE_UP
 
 
@@ -92,7 +92,7 @@ def test_a_dead_last_attempt_gives_up_at_the_next_acquire(
 ) -> None:
     grant(protocol, keys, "a", max_attempts=1, lease_ms=100)
     seen = wait_for(
-        lambda: (r := protocol.acquire(keys, "b", LEASE, 1, RETENTION)) and isinstance(
+        lambda: (r := protocol.acquire(keys, who("b"), LEASE, 1, RETENTION)) and isinstance(
             r, Snapshot) and r.status is JobStatus.GAVE_UP and r,
         timeout=5,
     )
@@ -112,9 +112,9 @@ def test_reset_keeps_tokens_growing_and_refuses_a_held_job(
     protocol: LockProtocol, keys: JobKeys
 ) -> None:
     g = grant(protocol, keys, "a", max_attempts=1)
-    assert protocol.reset(keys, RETENTION) is False  # held
+    assert protocol.reset(keys, RETENTION) is Reset.HELD
     protocol.fail(keys, held(g, "a"), 1, RETENTION)
-    assert protocol.reset(keys, RETENTION) is True
+    assert protocol.reset(keys, RETENTION) is Reset.RESET
     after = grant(protocol, keys, "b", max_attempts=1)
     assert after.attempt == 1 and after.token > g.token
 
@@ -126,7 +126,7 @@ def test_foreign_values_raise_and_are_never_overwritten(
     key = keys.lock if which == "lock" else keys.state
     redis_client.set(key, "somebody else's value")
     with pytest.raises(ForeignValueError) as info:
-        protocol.acquire(keys, "a", LEASE, 3, RETENTION)
+        protocol.acquire(keys, who("a"), LEASE, 3, RETENTION)
     assert key in str(info.value)
     assert redis_client.get(key) == "somebody else's value"
 
@@ -136,7 +136,7 @@ def test_a_key_of_another_type_is_foreign(
 ) -> None:
     redis_client.rpush(keys.state, "x")
     with pytest.raises(ForeignValueError):
-        protocol.acquire(keys, "a", LEASE, 3, RETENTION)
+        protocol.acquire(keys, who("a"), LEASE, 3, RETENTION)
     assert redis_client.lrange(keys.state, 0, -1) == ["x"]
 
 

@@ -167,7 +167,6 @@ def test_leader_needs_on_acquired(redis_client: redis.Redis) -> None:
 @pytest.mark.parametrize(
     ("kwargs", "argument"),
     [
-        ({"namespace": "leaders"}, "reserved"),
         ({"namespace": "ns", "role": "secondary"}, "role"),
         ({"namespace": "ns", "backup_delay": -0.1}, "backup_delay"),
         ({"namespace": "ns", "backup_delay": "1"}, "backup_delay"),

@@ -11,7 +11,8 @@ import redis
 from helpers import wait_for
 
 from lockworker import AcquireTimeout, InvalidConfig
-from lockworker.primitives import Lock, compute_once
+from lockworker.primitives import compute_once
+from lockworker.primitives.once import _OnceLock  # the lock a computing process holds
 from lockworker.testing import capture_events
 
 
@@ -30,7 +31,7 @@ def test_computes_once_then_serves_the_cache(
     assert first == second == {"rows": [1, 2, 3], "name": "report"}
     assert len(calls) == 1
     assert "once.computed" in [e["event"] for e in logged]
-    assert 0 < redis_client.pttl(f"lw:{namespace}:{{k}}:value") <= 5000
+    assert 0 < redis_client.pttl(f"lw:once:{namespace}:{{k}}:value") <= 5000
 
 
 def test_stampede_runs_fn_once_and_wakes_waiters(redis_server: Any, namespace: str) -> None:
@@ -59,7 +60,7 @@ def test_stampede_runs_fn_once_and_wakes_waiters(redis_server: Any, namespace: s
     for t in threads:
         t.start()
     probe = redis_server.client(decode_responses=True)
-    wake = f"lw:{namespace}:{{hot}}:wake"
+    wake = f"lw:once:{namespace}:{{hot}}:wake"
     # Everyone is either computing or subscribed and waiting (a server-side fact).
     wait_for(lambda: len(calls) == 1 and probe.pubsub_numsub(wake)[0][1] >= 8, timeout=15)
     stored = time.monotonic()
@@ -79,8 +80,8 @@ def test_errors_propagate_and_are_not_cached(redis_client: redis.Redis, namespac
 
     with pytest.raises(ValueError, match="backend down"):
         compute_once(redis_client, "k", boom, ttl=5.0, namespace=namespace)
-    assert redis_client.get(f"lw:{namespace}:{{k}}:value") is None
-    assert not redis_client.exists(f"lw:{namespace}:{{k}}:lock")
+    assert redis_client.get(f"lw:once:{namespace}:{{k}}:value") is None
+    assert not redis_client.exists(f"lw:once:{namespace}:{{k}}:lock")
     assert compute_once(redis_client, "k", lambda: 7, ttl=5.0, namespace=namespace) == 7
 
 
@@ -115,7 +116,7 @@ def test_waiter_computes_when_the_computing_caller_fails(
     )
     second.start()
     # Both are subscribed: the failing computer and the waiter behind it.
-    wait_for(lambda: client.pubsub_numsub(f"lw:{namespace}:{{k}}:wake")[0][1] >= 2, timeout=10)
+    wait_for(lambda: client.pubsub_numsub(f"lw:once:{namespace}:{{k}}:wake")[0][1] >= 2, timeout=10)
     fail.set()
     thread.join(20)
     second.join(20)
@@ -128,7 +129,7 @@ def test_takes_over_when_the_computing_process_dies(
     redis_client: redis.Redis, namespace: str
 ) -> None:
     """A lock held and never released nor renewed (its process died) expires; we compute."""
-    dead = Lock(redis_client, "k", namespace=namespace, ttl=0.4)
+    dead = _OnceLock(redis_client, "k", namespace=namespace, ttl=0.4)
     assert dead.acquire()
     started = time.monotonic()
     assert compute_once(redis_client, "k", lambda: 1, ttl=5.0, namespace=namespace) == 1
@@ -136,7 +137,7 @@ def test_takes_over_when_the_computing_process_dies(
 
 
 def test_timeout_while_another_computes(redis_client: redis.Redis, namespace: str) -> None:
-    holder = Lock(redis_client, "k", namespace=namespace, ttl=10.0)
+    holder = _OnceLock(redis_client, "k", namespace=namespace, ttl=10.0)
     assert holder.acquire()
     with pytest.raises(AcquireTimeout):
         compute_once(redis_client, "k", lambda: 1, ttl=5.0, timeout=0.2, namespace=namespace)
@@ -169,7 +170,7 @@ def test_unserialisable_value_is_an_error_not_cached(
 ) -> None:
     with pytest.raises(TypeError, match="JSON"):
         compute_once(redis_client, "k", lambda: {1, 2}, ttl=5.0, namespace=namespace)
-    assert redis_client.get(f"lw:{namespace}:{{k}}:value") is None
+    assert redis_client.get(f"lw:once:{namespace}:{{k}}:value") is None
 
 
 @pytest.mark.parametrize(

@@ -4,11 +4,11 @@ retention of resolved states, and tokens across every way an attempt ends."""
 from __future__ import annotations
 
 import redis
-from helpers import LEASE, RETENTION, grant, held, wait_for
+from helpers import LEASE, RETENTION, grant, held, wait_for, who
 
 from lockworker.keys import JobKeys
 from lockworker.protocol import LockProtocol, ScriptProtocol
-from lockworker.state import JobStatus, Settle, Snapshot
+from lockworker.state import JobStatus, Reset, Settle, Snapshot
 from lockworker.txn import TxnProtocol
 
 
@@ -60,7 +60,7 @@ def test_each_script_step_is_one_command(redis_client: redis.Redis, keys: JobKey
     g = grant(protocol, keys, "a")
     for step in (
         lambda: protocol.renew(keys, held(g, "a"), LEASE, RETENTION),
-        lambda: protocol.acquire(keys, "b", LEASE, 3, RETENTION),
+        lambda: protocol.acquire(keys, who("b"), LEASE, 3, RETENTION),
         lambda: protocol.fail(keys, held(g, "a"), 3, RETENTION),
     ):
         before = calls(redis_client)
@@ -121,8 +121,8 @@ def test_tokens_grow_across_release_fail_expiry_and_reset(
     g = grant(protocol, keys, "c", max_attempts=2, lease_ms=100)
     tokens.append(g.token)
     wait_for(lambda: redis_client.exists(keys.lock) == 0, timeout=5)
-    seen = protocol.acquire(keys, "d", LEASE, 2, RETENTION)
+    seen = protocol.acquire(keys, who("d"), LEASE, 2, RETENTION)
     assert isinstance(seen, Snapshot) and seen.status is JobStatus.GAVE_UP
-    assert protocol.reset(keys, RETENTION) is True
+    assert protocol.reset(keys, RETENTION) is Reset.RESET
     tokens.append(grant(protocol, keys, "e", max_attempts=2).token)
     assert tokens == sorted(set(tokens)), tokens

@@ -132,7 +132,7 @@ def test_on_lost_and_lost_flag_when_the_lease_is_taken_away(
     def work(job: lockworker.Job) -> None:
         if job.attempt > 1:
             return
-        redis_client.delete(f"lw:{namespace}:{{j}}:lock")
+        redis_client.delete(f"lw:job:{namespace}:{{j}}:lock")
         wait_for(lambda: job.lost, timeout=10)
         try:
             job.check()
@@ -151,7 +151,7 @@ def test_process_raises_on_a_foreign_value_and_leaves_it_alone(
     make: Callable[..., lockworker.Worker], redis_client: redis.Redis, namespace: str,
     which: str,
 ) -> None:
-    key = f"lw:{namespace}:{{j}}:{which}"
+    key = f"lw:job:{namespace}:{{j}}:{which}"
     redis_client.set(key, "not ours")
     ran: list[int] = []
     worker = make(lambda job: ran.append(job.attempt))

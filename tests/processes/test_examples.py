@@ -43,6 +43,6 @@ def test_cluster_example_resolves_every_job_the_same_way_everywhere(
 
 def test_fencing_example_refuses_the_stale_holders_write(redis_server: RedisServer) -> None:
     out = run("fencing.py", redis_server)
-    assert "backup: took over with token 2, store accepted write: True" in out
-    assert "holder: token 1, lost=True, store accepted write: False" in out
+    assert "backup: took over attempt 2 with a larger token, store accepted write: True" in out
+    assert "holder: attempt 1, lost=True, store accepted write: False" in out
     assert "store holds: written by the backup" in out

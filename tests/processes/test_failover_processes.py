@@ -37,7 +37,7 @@ def test_sigkill_of_the_holder_gives_attempt_two_with_a_larger_token_in_a_backup
     first = wait_for(lambda: cluster.find(owner="holder", event="acquired"))[0]
     cluster.start("backup", "ok", lock_timeout=1.0)
     wait_for(lambda: cluster.find(owner="backup", event="locked"))
-    pttl_ms = cluster.client.pttl(f"lw:{cluster.namespace}:{{job}}:lock")
+    pttl_ms = cluster.client.pttl(f"lw:job:{cluster.namespace}:{{job}}:lock")
     killed_at = time.monotonic()
     holder.send_signal(signal.SIGKILL)
     holder.wait(10)
@@ -66,8 +66,8 @@ def test_holder_paused_past_its_lease_loses_the_job_and_its_completion_is_refuse
     assert cluster.find(owner="holder", event="lost")
     backup_run = cluster.find(owner="backup", event="acquired")[0]
     assert backup_run["attempt"] == 2
-    state = cluster.client.get(f"lw:{cluster.namespace}:{{job}}:state")
-    assert state is not None and state.startswith("lw1|done|2|") and state.endswith("|backup")
+    state = cluster.client.get(f"lw:job:{cluster.namespace}:{{job}}:state")
+    assert state is not None and state.startswith("lw2|done|2|") and state.endswith("|backup")
 
 
 def test_an_exception_hands_the_job_over_at_once(cluster: Cluster) -> None:

@@ -12,7 +12,7 @@ from lockworker.cli.common import CliError, redis_url, safe_url
 from lockworker.cli.jobs import describe, parse_payload
 from lockworker.cli.main import build_parser, non_negative_float, positive_float, positive_int
 from lockworker.cli.run import socket_timeout
-from lockworker.cli.status import Row, duration, split_state_key, table
+from lockworker.cli.status import Row, duration, natural, table
 from lockworker.cli.target import load
 from lockworker.leader import Leader
 from lockworker.state import JobStatus, Snapshot
@@ -159,10 +159,7 @@ def test_socket_timeout_stays_between_the_stream_read_and_the_lease() -> None:
 
 
 def test_status_helpers() -> None:
-    assert split_state_key("lw:mail:{2026-11}:state") == ("mail", "2026-11")
-    assert split_state_key("lw:a:b:{x:{y}}:state") == ("a:b", "x:{y}")
-    assert split_state_key("lw:mail:{x}:lock") is None
-    assert split_state_key("other:mail:{x}:state") is None
+    assert sorted(["job-10", "job-2", "job-1"], key=natural) == ["job-1", "job-2", "job-10"]
     assert [duration(s) for s in (None, 0.25, 12.34, 245, 3 * 3600 + 420, 3 * 86400)] == [
         "-", "250ms", "12.3s", "4m05s", "3h07m", "3d00h"
     ]

@@ -6,21 +6,31 @@ import pytest
 
 from lockworker import policy
 from lockworker.codec import LockValue, StateValue, decode_lock, decode_state
-from lockworker.keys import JobKeys, namespace_pattern, parse_state_key
+from lockworker.keys import JobKeys, Space, parse_state_key, state_pattern
 from lockworker.state import JobStatus, Snapshot
 
 
-@pytest.mark.parametrize("owner", ["a", "host:12:ab", "with|pipes|inside", "ü"])
+@pytest.mark.parametrize("owner", ["a", "host:12:ab", "with|pipes|inside", "ü", "", "new\nline"])
 def test_lock_and_state_values_round_trip(owner: str) -> None:
-    lock = LockValue(token=12, attempt=3, owner=owner)
+    lock = LockValue(token=12, attempt=3, run="ab12", owner=owner)
     assert decode_lock(lock.encode()) == lock
     assert decode_lock(lock.encode().encode()) == lock
-    state = StateValue(JobStatus.GAVE_UP, 3, 12, owner)
+    state = StateValue(JobStatus.GAVE_UP, 3, 12, "ab12", owner)
     assert decode_state(state.encode()) == state
 
 
+@pytest.mark.parametrize("token", [0, 1, 10**15, 2**53 + 1, 10**40])
+def test_tokens_round_trip_exactly_at_any_size(token: int) -> None:
+    assert decode_lock(LockValue(token, 1, "a", "o").encode()) == LockValue(token, 1, "a", "o")
+
+
 @pytest.mark.parametrize(
-    "raw", ["", "hello", "lw1|", "lw1|x|1|o", "lw2|1|1|o", "lw1|1|o"]
+    "raw",
+    [
+        "", "hello", "lw2|", "lw1|1|1|o", "lw2|x|1|ab|o", "lw2|1|1|o", "lw2|01|1|ab|o",
+        "lw2|1|1|AB|o", "lw2|1e+15|1|ab|o", "lw2|-1|1|ab|o", "lw2|\u00b2|1|ab|o",
+        "lw2|bogus|1|1|ab|x", "lw2|done|1|1|zz|x", "lw2|pending|1|01|ab|x",
+    ],
 )
 def test_values_lockworker_did_not_write_are_recognised(raw: str) -> None:
     assert decode_lock(raw) is None
@@ -29,12 +39,13 @@ def test_values_lockworker_did_not_write_are_recognised(raw: str) -> None:
 
 def test_keys_are_namespaced_and_parse_back() -> None:
     keys = JobKeys.of("digest", "2026-11-22")
-    assert keys.lock == "lw:digest:{2026-11-22}:lock"
-    assert keys.state == "lw:digest:{2026-11-22}:state"
-    assert parse_state_key(keys.state, "digest") == "2026-11-22"
-    assert parse_state_key(keys.lock, "digest") is None
-    assert parse_state_key(keys.state, "other") is None
-    assert namespace_pattern("a*b") == "lw:a\\*b:{*}:state"
+    assert keys.lock == "lw:job:digest:{2026-11-22}:lock"
+    assert keys.state == "lw:job:digest:{2026-11-22}:state"
+    assert parse_state_key(keys.state) == ("digest", "2026-11-22")
+    assert parse_state_key(keys.lock) is None
+    assert parse_state_key(keys.state, Space.LOCK) is None
+    assert state_pattern(Space.JOB, "a*b") == "lw:job:a\\*b:{*}:state"
+    assert state_pattern(Space.JOB) == "lw:job:*:{*}:state"
 
 
 def seen(pttl_ms: int | None, holder: str = "b", token: int = 1) -> Snapshot:
