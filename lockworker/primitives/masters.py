@@ -10,17 +10,17 @@ by then counts as failed for that step; its call goes on in the background until
 client returns.
 
 Once the outcome is decided (a majority said yes, or can no longer say yes), the step
-waits for the remaining masters only a little longer (:data:`GRACE`, or as long again
-as the decision took), so one silent master does not hold up an answer a majority
-has given.
+waits for the remaining masters only a little longer (:data:`GRACE`, as long again as
+the decision took, or :data:`GRACE_SHARE` of the budget, whichever is longest), so one
+silent master does not hold up an answer a majority has given.
 
 What keeps stuck calls from piling up:
 
 - a master with a call still running past its step's deadline is sent no further call
-  until that one returns; meanwhile it counts as failed at once ("still busy"), so a
-  black-holed master costs one deadline, not one per attempt;
-- the pool is bounded (:data:`POOL_SIZE` threads); calls beyond it queue, and a queued
-  call whose deadline passes is dropped without ever running;
+  until that one returns; meanwhile it counts as failed at once, so a black-holed
+  master costs one deadline, not one per attempt;
+- the pool is bounded (:data:`POOL_SIZE` threads); calls beyond it queue (a call
+  still queued at its deadline runs later, so a release is never lost);
 - the threads are daemons, so a call that never returns (a client without a socket
   timeout talking to a black hole) cannot keep the process from exiting.
 
@@ -52,6 +52,9 @@ POOL_SIZE = 64
 GRACE = 0.005
 """Seconds (at least) a decided step still waits for the masters that have not answered."""
 
+GRACE_SHARE = 0.01
+"""...or this share of the step's budget, if longer (100 ms of a 10 s acquisition)."""
+
 
 def describe(error: BaseException) -> str:
     return f"{type(error).__name__}: {error}"
@@ -81,7 +84,7 @@ class _Call:
         self.fn = fn
         self.where = where
         self.wake = wake
-        self.state = "queued"  # -> running -> done, or queued -> dropped
+        self.state = "queued"  # -> running -> done
         self.value: Any = None
         self.error: BaseException | None = None
         self.late = False
@@ -90,8 +93,6 @@ class _Call:
     def run(self) -> None:
         shared = self.shared
         with shared.lock:
-            if self.state == "dropped":
-                return
             self.state = "running"
         try:
             value, error = self.fn(), None
@@ -175,7 +176,8 @@ class Round:
     replies: list[Any]
     """Per master index: its reply, or None if it failed or was not asked."""
     failures: dict[int, str]
-    """Per master index that failed: why (its error, no reply in time, still busy)."""
+    """Per master index that failed: why (its error, no reply in time, or no reply yet
+    to an earlier call)."""
 
 
 def answered(_reply: Any) -> bool:
@@ -226,7 +228,7 @@ class Masters:
                 busy = shared.busy.get(where, 0)
                 hint = shared.last_error.get(where)
             if busy:
-                failures[i] = self._unanswered(f"still busy with {busy} earlier request(s)", hint)
+                failures[i] = self._unanswered(f"no reply yet to {busy} earlier request(s)", hint)
                 continue
             calls[i] = _Call(shared, functools.partial(fn, i), where, wake)
             shared.pool.submit(calls[i])
@@ -242,7 +244,7 @@ class Masters:
             now = clock.monotonic()
             if not decided and (good >= self.quorum or good + pending < self.quorum):
                 decided = True
-                end = min(end, now + max(GRACE, now - start))
+                end = min(end, now + max(GRACE, now - start, budget * GRACE_SHARE))
             if now >= end:
                 break
             wake.wait(end - now)
@@ -256,9 +258,7 @@ class Masters:
         for i, c in calls.items():
             with shared.lock:
                 state = c.state
-                if state == "queued":
-                    c.state = "dropped"
-                elif state == "running":
+                if state != "done":  # it still runs (or will): its master is busy until then
                     c.late = True
                     shared.busy[c.where] = shared.busy.get(c.where, 0) + 1
                 hint = shared.last_error.get(c.where)

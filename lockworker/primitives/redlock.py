@@ -52,7 +52,6 @@ from lockworker.protocol import ScriptProtocol
 from lockworker.state import Grant
 
 NAMESPACE = "redlocks"
-FAILURES = masters.FAILURES
 UNREACHABLE = "redlock.unreachable"
 """Warning: masters failed in an acquisition (``masters``: name -> error, ``outcome``)."""
 
@@ -121,8 +120,7 @@ class Redlock:
         self.quorum = len(self.clients) // 2 + 1
         self._masters = masters.Masters(self.clients, self.quorum)
         self._each = self._masters.call
-        self.unreachable: dict[str, str] = {}
-        """Masters failed in the latest acquire's last attempt: ``host:port`` -> error."""
+        self.unreachable: dict[str, str] = {}  # master -> error, latest acquire's last try
         self.clock: Clock = clock or SystemClock()
         self._protocols = [ScriptProtocol(c) for c in self.clients]
         self._raise: list[Script] = [c.register_script(lua.FENCE_RAISE) for c in self.clients]
@@ -171,8 +169,8 @@ class Redlock:
 
     def locked(self) -> bool:
         """True if a majority of the reachable masters show the lock held (anyone's)."""
-        found = self._each(lambda i: self.clients[i].exists(self.keys.lock), self.ttl).replies
-        return sum(1 for f in found if f) >= self.quorum
+        found = self._each(lambda i: self.clients[i].exists(self.keys.lock), self.ttl, ok=bool)
+        return sum(1 for f in found.replies if f) >= self.quorum
 
     def owned(self) -> bool:
         """True if this object holds the lock on a majority of masters now."""
@@ -186,7 +184,7 @@ class Redlock:
                 raw = raw.decode("utf-8", "replace")
             return i in held.values and raw == held.values[i].encode()
 
-        return sum(1 for ok in self._each(check, self.ttl).replies if ok) >= self.quorum
+        return sum(1 for ok in self._each(check, self.ttl, ok=bool).replies if ok) >= self.quorum
 
     # -- acquire ---------------------------------------------------------------------
 
@@ -281,15 +279,14 @@ class Redlock:
             self._log.warning(UNREACHABLE, masters=self.unreachable, outcome=outcome)
 
     def _release_all(self, owner: str) -> int:
-        """Release ``owner``'s lock on every master; how many had it. Waits at most
-        ``ttl``: by then the lock has expired everywhere anyway."""
+        """Release ``owner``'s lock on every master (waiting at most ``ttl``); how many had it."""
         done = self._each(
             lambda i: int(
                 self._release[i](
                     keys=[self.keys.lock], args=[owner, self.keys.wake], client=self.clients[i]
                 )
             ),
-            self.ttl,
+            self.ttl, ok=bool,
         )
         return sum(1 for d in done.replies if d)
 

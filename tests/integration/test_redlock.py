@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import random
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -19,7 +20,14 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from lockworker import AcquireTimeout, InvalidConfig, LockLost, NotHeld, QuorumNotReached
+from lockworker import (
+    AcquireTimeout,
+    InvalidConfig,
+    LockLost,
+    NotHeld,
+    QuorumNotReached,
+    RedisUnavailable,
+)
 from lockworker.primitives import Redlock
 from lockworker.testing import RedisServer, capture_events
 
@@ -227,3 +235,129 @@ def test_bad_clients() -> None:
         Redlock("redis://x", "x")  # type: ignore[arg-type]
     with pytest.raises(InvalidConfig, match=r"clients\[0\]"):
         Redlock([object()], "x")  # type: ignore[list-item]
+
+
+# -- ordinary clients: a dead or silent master costs no validity ----------------------
+
+
+class BlackHole:
+    """A master that accepts connections and never answers (hung, or cut off mid-way)."""
+
+    def __init__(self) -> None:
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port = int(self._listener.getsockname()[1])
+        self._accepted: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                self._accepted.append(self._listener.accept()[0])
+
+    def close(self) -> None:
+        self._listener.close()
+        for conn in self._accepted:
+            conn.close()
+
+
+def ordinary(port: int) -> redis.Redis:
+    """redis-py's defaults: no socket timeouts, retries with backoff (seconds per call)."""
+    return redis.Redis(host="127.0.0.1", port=port, decode_responses=True)
+
+
+@pytest.fixture
+def trio() -> Iterator[list[RedisServer]]:
+    """Three masters of this test alone (fresh ports: no state shared with other tests)."""
+    servers = [RedisServer().start() for _ in range(3)]
+    yield servers
+    for s in servers:
+        s.close()
+
+
+@pytest.fixture
+def hole() -> Iterator[BlackHole]:
+    h = BlackHole()
+    yield h
+    h.close()
+
+
+TTL = 2.0
+"""Below the seconds one refused connection costs an ordinary client (retries)."""
+
+
+def warnings_of(logged: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [e for e in logged if e["event"] == "redlock.unreachable"]
+
+
+def test_a_stopped_master_costs_ordinary_clients_no_validity(
+    trio: list[RedisServer], namespace: str
+) -> None:
+    trio[2].kill()
+    lock = Redlock([ordinary(s.port) for s in trio], "r", ttl=TTL, namespace=namespace)
+    started = time.monotonic()
+    with capture_events() as logged:
+        assert lock.acquire(blocking=False)
+    assert time.monotonic() - started < TTL  # generous: it takes milliseconds
+    assert lock.validity > 0 and lock.owned() and not lock.lost
+    dead = f"127.0.0.1:{trio[2].port}"
+    assert list(lock.unreachable) == [dead]
+    (warning,) = warnings_of(logged)
+    assert warning["log_level"] == "warning" and warning["outcome"] == "acquired"
+    assert list(warning["masters"]) == [dead]
+    lock.release()  # a majority confirms: no LockLost
+    assert not lock.locked()
+
+
+def test_a_black_holed_master_is_skipped_and_named(
+    trio: list[RedisServer], hole: BlackHole, namespace: str
+) -> None:
+    clients = [ordinary(trio[0].port), ordinary(trio[1].port), ordinary(hole.port)]
+    lock = Redlock(clients, "r", ttl=TTL, namespace=namespace)
+    for _ in range(3):
+        started = time.monotonic()
+        assert lock.acquire(blocking=False)
+        assert time.monotonic() - started < TTL
+        assert list(lock.unreachable) == [f"127.0.0.1:{hole.port}"]
+        assert "no reply" in lock.unreachable[f"127.0.0.1:{hole.port}"]
+        assert lock.owned()
+        lock.release()
+    other = Redlock(clients, "r", ttl=TTL, namespace=namespace, auto_renew=True)
+    with other:
+        assert other.token is not None and other.owned()
+
+
+def test_held_elsewhere_is_false_and_still_names_the_dead_master(
+    trio: list[RedisServer], namespace: str
+) -> None:
+    holder = Redlock([ordinary(s.port) for s in trio[:2]], "r", ttl=5.0, namespace=namespace)
+    assert holder.acquire(blocking=False)
+    trio[2].kill()
+    lock = Redlock([ordinary(s.port) for s in trio], "r", ttl=TTL, namespace=namespace)
+    with capture_events() as logged:
+        assert not lock.acquire(blocking=False)
+    assert list(lock.unreachable) == [f"127.0.0.1:{trio[2].port}"]
+    (warning,) = warnings_of(logged)
+    assert warning["outcome"] == "held elsewhere"
+    holder.release()
+
+
+def test_an_unreachable_majority_is_an_error_naming_each_master(
+    trio: list[RedisServer], hole: BlackHole, namespace: str
+) -> None:
+    trio[1].kill()
+    clients = [ordinary(trio[0].port), ordinary(trio[1].port), ordinary(hole.port)]
+    lock = Redlock(clients, "r", ttl=TTL, namespace=namespace, retry_delay=0.01)
+    started = time.monotonic()
+    with capture_events() as logged, pytest.raises(QuorumNotReached) as refused:
+        lock.acquire(blocking=False)
+    assert time.monotonic() - started < 2 * TTL  # one attempt: at most its validity
+    assert isinstance(refused.value, RedisUnavailable)
+    message = str(refused.value)
+    assert "only 1 of 3 masters reachable, 2 needed" in message
+    for port in (trio[1].port, hole.port):
+        assert f"127.0.0.1:{port}" in message
+    (warning,) = warnings_of(logged)
+    assert warning["outcome"] == "no quorum" and len(warning["masters"]) == 2
+    assert not lock.held and not trio[0].client().exists(lock.keys.lock)  # given back
+    with pytest.raises(QuorumNotReached):  # blocking: the same verdict after its tries
+        lock.acquire(timeout=0.2)

@@ -35,6 +35,16 @@ CASES: list[tuple[dict[str, Any], type[Exception], str]] = [
     ({"retention": 10.0, "lock_timeout": 10.0}, lockworker.InvalidConfig, "retention"),
     ({"retention": True}, lockworker.InvalidConfig, "retention"),
     ({"retry_delay": -1}, lockworker.InvalidConfig, "retry_delay"),
+    ({"retry_delay": float("nan")}, lockworker.InvalidConfig, "retry_delay"),
+    ({"retry_delay": float("inf")}, lockworker.InvalidConfig, "retry_delay"),
+    ({"retry_delay": True}, lockworker.InvalidConfig, "retry_delay"),
+    ({"backup_delay": float("nan")}, lockworker.InvalidConfig, "backup_delay"),
+    ({"backup_delay": float("inf")}, lockworker.InvalidConfig, "backup_delay"),
+    ({"backup_delay": False}, lockworker.InvalidConfig, "backup_delay"),
+    ({"retention": float("nan")}, lockworker.InvalidConfig, "retention"),
+    ({"retention": 1e12}, lockworker.InvalidConfig, "retention"),
+    ({"lock_timeout": float("nan")}, lockworker.InvalidConfig, "lock_timeout"),
+    ({"max_attempts": float("inf")}, lockworker.InvalidConfig, "max_attempts"),
     ({"protocol": "lua"}, lockworker.InvalidConfig, "protocol"),
     ({"role": "leader"}, lockworker.InvalidConfig, "role"),
     ({"on_acquired": "not callable"}, lockworker.InvalidHook, "on_acquired"),
@@ -81,3 +91,43 @@ def test_payloads_that_cannot_be_serialised_are_refused(payload: Any) -> None:
     with pytest.raises(lockworker.InvalidConfig, match="payload"):
         worker.process("j", payload)
     assert redis.keys() == []  # refused before any Redis call
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda: lockworker.Worker(fakeredis.FakeRedis(), **GOOD, retry_delay=float("nan")),
+         "retry_delay must be a finite number of seconds >= 0, got nan"),
+        (lambda: lockworker.Worker(fakeredis.FakeRedis(), **GOOD, backup_delay=float("inf")),
+         "backup_delay must be a finite number of seconds >= 0, got inf"),
+        (lambda: lockworker.Worker(fakeredis.FakeRedis(), **GOOD, max_attempts=True),
+         "max_attempts must be an int >= 1, got True"),
+        (lambda: lockworker.Lock(fakeredis.FakeRedis(), "l", timeout=float("nan")),
+         "timeout must be None or a finite number of seconds >= 0, got nan"),
+        (lambda: lockworker.Lock(fakeredis.FakeRedis(), "l", ttl=1e20),
+         "ttl must be at most 1000000000 seconds, got 1e+20"),
+        (lambda: lockworker.Semaphore(fakeredis.FakeRedis(), "s", True),
+         "limit must be an int >= 1, got True"),
+        (lambda: lockworker.Redlock([fakeredis.FakeRedis()], "r", drift_factor=float("nan")),
+         "drift_factor must be a finite number >= 0 and < 1, got nan"),
+        (lambda: lockworker.Redlock([fakeredis.FakeRedis()], "r", retry_delay=None),
+         "retry_delay must be a finite number of seconds >= 0, got None"),
+        (lambda: lockworker.RetryPolicy(budget=float("nan")),
+         "retry budget must be a finite number of seconds > 0, got nan"),
+    ],
+)
+def test_a_refusal_names_the_argument_the_value_and_the_rule(
+    make: Any, message: str
+) -> None:
+    with pytest.raises(lockworker.InvalidConfig) as refused:
+        make()
+    assert str(refused.value) == message
+
+
+def test_valid_numbers_of_any_real_type_are_taken_as_floats() -> None:
+    worker = lockworker.Worker(
+        fakeredis.FakeRedis(), **GOOD, lock_timeout=5, retry_delay=0, backup_delay=0,
+    )
+    assert worker.lock_timeout == 5.0 and isinstance(worker.lock_timeout, float)
+    assert worker.timing.retry_delay == 0.0
+    assert lockworker.RetryPolicy(budget=3).budget == 3.0
