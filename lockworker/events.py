@@ -1,14 +1,28 @@
-"""The one log vocabulary: structlog event names lockworker emits.
+"""The one log vocabulary: the event names lockworker emits, and the loggers that emit them.
 
 Events are emitted only by the control layer (worker, leader, primitives), never by the
 protocol. Each job's events carry ``job_id``, ``namespace``, ``owner``, and where they
-apply ``attempt`` and ``token``. lockworker never configures structlog; applications
-(or the ``lockworker`` CLI) do.
+apply ``attempt`` and ``token``.
+
+lockworker configures no logging, neither ``logging`` nor structlog. Where an event goes
+is decided when it is logged, not when the object logging it was built:
+
+- If the application configured structlog (``structlog.configure``, or
+  ``structlog.testing.capture_logs`` in a test, or the ``lockworker`` CLI), the event
+  goes through structlog's global configuration, as ``structlog.get_logger(name)``
+  would send it.
+- Otherwise it goes to the standard :mod:`logging` logger of its product (:data:`LOGGERS`:
+  ``lockworker.worker``, ``lockworker.lock``, ...), with the event name as the message
+  and every field as an attribute of the ``LogRecord`` (``record.job_id``). Without
+  any logging configured nothing is printed but WARNING and above, on stderr, by
+  Python's last-resort handler.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import logging
+from functools import cache
+from typing import Any, Protocol
 
 import structlog
 
@@ -34,8 +48,143 @@ ALL = (
     STOPPED, REDIS_UNAVAILABLE, HOOK_ERROR, STATE_LOST,
 )
 
+# Logger names: one per product, under the ``lockworker`` logger.
+WORKER = "lockworker.worker"
+SERVE = "lockworker.serve"
+SOURCES = "lockworker.sources"
+LEADER = "lockworker.leader"
+LOCK = "lockworker.lock"
+SEMAPHORE = "lockworker.semaphore"
+REDLOCK = "lockworker.redlock"
+ONCE = "lockworker.once"
+CLI = "lockworker.cli"
+LOGGERS = (WORKER, SERVE, SOURCES, LEADER, LOCK, SEMAPHORE, REDLOCK, ONCE, CLI)
 
-def logger(base: Any = None, **context: Any) -> Any:
-    """A structlog logger bound to ``context`` (the caller's logger if given)."""
-    log = base if base is not None else structlog.get_logger("lockworker")
+_DEBUG, _INFO, _WARNING, _ERROR = logging.DEBUG, logging.INFO, logging.WARNING, logging.ERROR
+_is_configured = structlog.is_configured
+
+_RESERVED = frozenset(
+    logging.LogRecord("", 0, "", 0, "", (), None).__dict__
+) | {"message", "asctime", "taskName"}
+"""``LogRecord`` attributes a field may not overwrite (``logging`` raises KeyError)."""
+
+
+class EventLog(Protocol):
+    """What lockworker calls on a logger: structlog's bound-logger interface, in part."""
+
+    def bind(self, **context: Any) -> Any: ...
+    def debug(self, event: str, **fields: Any) -> Any: ...
+    def info(self, event: str, **fields: Any) -> Any: ...
+    def warning(self, event: str, **fields: Any) -> Any: ...
+    def error(self, event: str, **fields: Any) -> Any: ...
+
+
+class EventLogger:
+    """A structlog-style bound logger that decides at each call where the event goes.
+
+    Cheap when the level is off: with structlog not configured, a debug event costs
+    one flag test and ``Logger.isEnabledFor`` (cached by ``logging``).
+    """
+
+    __slots__ = ("_bound", "_context", "_proxy", "_std", "name")
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._std = logging.getLogger(name)
+        # A lazy proxy reads structlog's configuration when it is used, not now.
+        self._proxy: Any = structlog.get_logger(name)
+        self._context: dict[str, Any] = {}
+        self._bound: tuple[Any, ...] | None = None
+
+    def bind(self, **context: Any) -> EventLogger:
+        """A logger with ``context`` added to this one's (sharing its loggers)."""
+        bound = EventLogger.__new__(EventLogger)
+        bound.name, bound._std, bound._proxy = self.name, self._std, self._proxy
+        bound._context = {**self._context, **context}
+        bound._bound = None
+        return bound
+
+    def debug(self, event: str, **fields: Any) -> None:
+        if _is_configured():
+            self._structlog().debug(event, **fields)
+        elif self._std.isEnabledFor(_DEBUG):
+            self._emit(_DEBUG, event, fields)
+
+    def info(self, event: str, **fields: Any) -> None:
+        if _is_configured():
+            self._structlog().info(event, **fields)
+        elif self._std.isEnabledFor(_INFO):
+            self._emit(_INFO, event, fields)
+
+    def warning(self, event: str, **fields: Any) -> None:
+        if _is_configured():
+            self._structlog().warning(event, **fields)
+        elif self._std.isEnabledFor(_WARNING):
+            self._emit(_WARNING, event, fields)
+
+    def error(self, event: str, **fields: Any) -> None:
+        if _is_configured():
+            self._structlog().error(event, **fields)
+        elif self._std.isEnabledFor(_ERROR):
+            self._emit(_ERROR, event, fields)
+
+    def exception(self, event: str, **fields: Any) -> None:
+        """An error event with the exception being handled."""
+        fields.setdefault("exc_info", True)
+        if _is_configured():
+            self._structlog().error(event, **fields)
+        elif self._std.isEnabledFor(_ERROR):
+            self._emit(_ERROR, event, fields)
+
+    def _structlog(self) -> Any:
+        """A structlog logger bound to this context, built for the configuration in force.
+
+        Rebuilt whenever ``structlog.configure`` changed the processors, wrapper class,
+        logger factory or context class since; ``capture_logs`` edits the processor
+        list in place, which a bound logger sees anyway.
+        """
+        config = structlog.get_config()
+        procs, wrapper = config["processors"], config["wrapper_class"]
+        factory, context_class = config["logger_factory"], config["context_class"]
+        cached = self._bound
+        if (
+            cached is not None
+            and cached[0] is procs
+            and cached[1] is wrapper
+            and cached[2] is factory
+            and cached[3] is context_class
+        ):
+            return cached[4]
+        log = self._proxy.bind(**self._context)
+        self._bound = (procs, wrapper, factory, context_class, log)
+        return log
+
+    def _emit(self, level: int, event: str, fields: dict[str, Any]) -> None:
+        extra = {**self._context, **fields}
+        exc_info = extra.pop("exc_info", None)
+        stack_info = bool(extra.pop("stack_info", False))
+        if not _RESERVED.isdisjoint(extra):
+            extra = {(f"{k}_" if k in _RESERVED else k): v for k, v in extra.items()}
+        # stacklevel 3: the record names the lockworker function that logged the event,
+        # not this method or the level method that called it.
+        self._std.log(
+            level, event, exc_info=exc_info, stack_info=stack_info, extra=extra, stacklevel=3
+        )
+
+    def __repr__(self) -> str:
+        return f"<EventLogger {self.name} {self._context!r}>"
+
+
+@cache
+def _root(name: str) -> EventLogger:
+    return EventLogger(name)
+
+
+def logger(name: str, base: Any = None, **context: Any) -> EventLog:
+    """The logger for ``name`` (one of :data:`LOGGERS`) bound to ``context``.
+
+    ``base``, a structlog-style logger the application passed (``logger=``), is used
+    instead when given: it is bound to ``context`` and gets every event.
+    """
+    log = base if base is not None else _root(name)
     return log.bind(**context)

@@ -144,7 +144,9 @@ class Leader:
         self.redis_retry = redis_retry or retry.RetryPolicy()
         self.handle_signals = handle_signals
         self.protocol = ScriptProtocol(client)
-        self._log = events.logger(logger, leader=name, owner=self.owner, run=self.run_id)
+        self._log = events.logger(
+            events.LEADER, logger, leader=name, owner=self.owner, run=self.run_id
+        )
         self._lease_ms = max(1, round(self.lock_timeout * 1000))
         self._retention_ms = round(RETENTION * 1000)
         self._stop = threading.Event()

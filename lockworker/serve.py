@@ -27,6 +27,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
+from lockworker import events
 from lockworker.config import count
 from lockworker.errors import ForeignValueError, InvalidConfig
 from lockworker.sources import Delivery, as_source
@@ -61,7 +62,10 @@ class _Server:
         self.idle = threading.Condition(self.mutex)
         self.running: dict[str, collections.deque[Delivery]] = {}
         self.error: BaseException | None = None
-        self.log = worker._log
+        self.log = events.logger(
+            events.SERVE, worker._logger,
+            namespace=worker.namespace, owner=worker.owner, run=worker.run_id,
+        )
 
     def run(self, deliveries: Any) -> None:
         w = self.worker

@@ -144,8 +144,9 @@ class Worker:
         self.protocol = make_protocol(client, protocol)
         self.redis_retry = redis_retry or retry.RetryPolicy()
         self.handle_signals = handle_signals
+        self._logger = logger
         self._log = events.logger(
-            logger, namespace=self.namespace, owner=self.owner, run=self.run_id
+            events.WORKER, logger, namespace=self.namespace, owner=self.owner, run=self.run_id
         )
         self._lease_ms = max(1, round(self.lock_timeout * 1000))
         self._retention_ms = max(1, round(self.retention * 1000))

@@ -3,8 +3,8 @@
 Layers import only downwards (see docs/protocol.md and the module docstrings): leaf
 modules import nothing of lockworker's but the leaf layer; the protocol knows nothing of
 threads, waiting or hooks; decisions (policy) know nothing of Redis; nothing in the
-library imports the CLI or the test helpers. Time and signals each come through one
-module, so tests can control them.
+library imports the CLI or the test helpers, and only the CLI configures logging. Time
+and signals each come through one module, so tests can control them.
 """
 
 from __future__ import annotations
@@ -97,3 +97,15 @@ EDGES = [p for p in MODULES if {"cli", "testing"} & set(p.parts) or p.name == "_
 @pytest.mark.parametrize("path", [p for p in MODULES if p not in EDGES], ids=name_of)
 def test_the_library_never_imports_the_cli_or_the_test_helpers(path: Path) -> None:
     assert not lockworker_modules(path) & {"cli", "testing"}
+
+
+CONFIGURES_LOGGING = (
+    "structlog.configure(", "basicConfig(", "dictConfig(", "addHandler(", "setLevel("
+)
+
+
+@pytest.mark.parametrize("path", [p for p in MODULES if "cli" not in p.parts], ids=name_of)
+def test_only_the_cli_configures_logging(path: Path) -> None:
+    """A library leaves ``logging`` and structlog to the application."""
+    text = path.read_text()
+    assert not [call for call in CONFIGURES_LOGGING if call in text]

@@ -1,8 +1,13 @@
-"""structlog configuration, done here and nowhere else in lockworker.
+"""Logging configuration, done here and nowhere else in lockworker.
 
 JSON lines when stderr is not a terminal (supervisord, systemd, containers: one event
 per line, machine-readable), coloured console lines on a terminal. ``--log-format``
 overrides the guess; ``--log-level`` filters.
+
+The command is an application, so it configures both ``logging`` and structlog: one
+handler on the root logger renders every record, lockworker's structlog events and the
+standard records of the code it runs (the job classes, redis-py) alike, through
+``structlog.stdlib.ProcessorFormatter``.
 """
 
 from __future__ import annotations
@@ -15,6 +20,8 @@ import structlog
 
 FORMATS = ("auto", "json", "console")
 LEVELS = ("debug", "info", "warning", "error")
+HANDLER_NAME = "lockworker.cli"
+"""The name of the root handler :func:`configure` installs (and replaces when called again)."""
 
 
 def resolve_format(fmt: str, stream: TextIO) -> str:
@@ -26,28 +33,43 @@ def resolve_format(fmt: str, stream: TextIO) -> str:
 
 
 def configure(fmt: str = "auto", level: str = "info", stream: TextIO | None = None) -> str:
-    """Route structlog events to ``stream`` (stderr) as ``fmt``; return the format used."""
+    """Route log events to ``stream`` (stderr) as ``fmt``; return the format used."""
     out = stream or sys.stderr
     chosen = resolve_format(fmt, out)
+    threshold = logging.getLevelName(level.upper())
     renderer: Any
     if chosen == "json":
         renderer = structlog.processors.JSONRenderer(sort_keys=False)
     else:
         renderer = structlog.dev.ConsoleRenderer(colors=out.isatty())
-    processors: list[Any] = [
+    shared: list[Any] = [
         structlog.contextvars.merge_contextvars,
         structlog.processors.add_log_level,
         structlog.processors.TimeStamper(fmt="iso", utc=True),
     ]
     if chosen == "json":
-        processors.append(structlog.processors.format_exc_info)
-    processors.append(renderer)
+        shared.append(structlog.processors.format_exc_info)
+    handler = logging.StreamHandler(out)
+    handler.set_name(HANDLER_NAME)
+    handler.setFormatter(
+        structlog.stdlib.ProcessorFormatter(
+            processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, renderer],
+            # Records from plain ``logging`` loggers: their extra fields, the logger's
+            # name, then what structlog's events get.
+            foreign_pre_chain=[
+                structlog.stdlib.ExtraAdder(), structlog.stdlib.add_logger_name, *shared
+            ],
+        )
+    )
+    root = logging.getLogger()
+    for old in [h for h in root.handlers if h.get_name() == HANDLER_NAME]:
+        root.removeHandler(old)
+    root.addHandler(handler)
+    root.setLevel(threshold)
     structlog.configure(
-        processors=processors,
-        wrapper_class=structlog.make_filtering_bound_logger(
-            logging.getLevelName(level.upper())
-        ),
-        logger_factory=structlog.PrintLoggerFactory(out),
+        processors=[*shared, structlog.stdlib.ProcessorFormatter.wrap_for_formatter],
+        wrapper_class=structlog.make_filtering_bound_logger(threshold),
+        logger_factory=structlog.stdlib.LoggerFactory(),
         cache_logger_on_first_use=False,
     )
     return chosen

@@ -23,8 +23,8 @@ import threading
 from typing import Any
 
 import redis
-import structlog
 
+from lockworker import events
 from lockworker.cli.common import EXIT_OK, CliError, connect, redis_url, safe_url
 from lockworker.cli.target import load
 from lockworker.errors import InvalidConfig, InvalidHook
@@ -110,8 +110,8 @@ def main(args: argparse.Namespace) -> int:
     client = connect(url, socket_timeout=socket_timeout(args.lock_timeout))
     daemon = build(cls, client, args)
     kind = "leader" if isinstance(daemon, Leader) else "worker"
-    log = structlog.get_logger("lockworker.cli").bind(
-        kind=kind, target=args.target, owner=daemon.owner, role=args.role
+    log = events.logger(
+        events.CLI, None, kind=kind, target=args.target, owner=daemon.owner, role=args.role
     )
     grace = GraceTimer(args.grace, log)
 

@@ -89,9 +89,12 @@ class Lock(common.Primitive):
         )
         self.redis_retry = redis_retry or retry.RetryPolicy()
         self.protocol = ScriptProtocol(client)
-        self._log = events.logger(logger, lock=self.name, namespace=self.keys.namespace)
+        self._log = events.logger(
+            events.LOCK, logger, lock=self.name, namespace=self.keys.namespace
+        )
         self._retention_ms = round(RETENTION * 1000)
         self._held: LockValue | None = None
+        self._token: int | None = None
         self._valid_until = 0.0
         self._hub = common.HubHolder(self, client, self.clock)
 
@@ -99,13 +102,16 @@ class Lock(common.Primitive):
 
     @property
     def token(self) -> int | None:
-        """The fencing token of the current acquisition (None when not held).
+        """The fencing token of the current acquisition, or of the last one.
+
+        None until this object first acquires the lock; after :meth:`release` (or a
+        loss) it stays the token of the hold that ended, for logs and audits, until the
+        next acquisition replaces it. Check :attr:`held` to know whether it is current.
 
         It grows with every acquisition of this name by anyone, so a resource that
         remembers the highest token it has seen can refuse a stale holder's writes.
         """
-        held = self._held
-        return held.token if held is not None else None
+        return self._token
 
     @property
     def held(self) -> bool:
@@ -199,7 +205,7 @@ class Lock(common.Primitive):
         return result
 
     def _granted(self, held: LockValue, sent: float) -> None:
-        self._held = held
+        self._held, self._token = held, held.token
         self._valid_until = valid_until(sent, self.ttl)
         if self.auto_renew:
             self._start_renewing(held, sent)

@@ -128,7 +128,7 @@ def compute_once(
     policy = redis_retry or retry.RetryPolicy()
     keys = JobKeys(check_name(namespace, "namespace"), check_name(name, "name"), Space.ONCE)
     value_key = keys.extra("value")
-    log = events.logger(logger, key=name, namespace=keys.namespace)
+    log = events.logger(events.ONCE, logger, key=name, namespace=keys.namespace)
 
     def call(fn_: Callable[[], T], what: str) -> T:
         return retry.call(fn_, clock=clock, policy=policy, what=what)

@@ -131,7 +131,8 @@ class Redlock:
         self._retention_ms = round(RETENTION * 1000)
         self._base = common.default_owner()
         self._log = events.logger(
-            logger, lock=self.name, namespace=self.keys.namespace, masters=len(self.clients)
+            events.REDLOCK, logger,
+            lock=self.name, namespace=self.keys.namespace, masters=len(self.clients),
         )
         self._held: _Held | None = None
         self._lease: Lease | None = None

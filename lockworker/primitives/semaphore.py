@@ -95,7 +95,9 @@ class Semaphore(common.Primitive):
         self._leave: Script = client.register_script(lua.SEM_LEAVE)
         self._zsets = [self.keys.extra(k) for k in ("holders", "queue", "waiting")]
         self._all_keys = [*self._zsets, self.keys.extra("tickets"), self.keys.extra("limit")]
-        self._log = events.logger(logger, semaphore=self.name, namespace=self.keys.namespace)
+        self._log = events.logger(
+            events.SEMAPHORE, logger, semaphore=self.name, namespace=self.keys.namespace
+        )
         self._held: str | None = None
         self._valid_until = 0.0
         self._hub = common.HubHolder(self, client, self.clock)

@@ -2,7 +2,7 @@
 
 - :class:`FakeClock`: time that moves only when told to.
 - :class:`RedisServer`: a real server on a free loopback port, started and stopped by you.
-- :func:`capture_events`: the structlog events lockworker emitted, as dicts.
+- :func:`capture_events`: the events lockworker emitted, as dicts.
 - ``lockworker.testing.plugin``: pytest fixtures built on these.
 """
 

@@ -7,6 +7,7 @@ subprocesses for ``run`` (signals, exit codes, stderr) and for bad input.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -53,11 +54,15 @@ APP = textwrap.dedent(
 
 
 @pytest.fixture(autouse=True)
-def _restore_structlog() -> Iterator[None]:
-    """In-process ``main()`` configures structlog for this process: undo it after."""
+def _restore_logging() -> Iterator[None]:
+    """In-process ``main()`` configures logging and structlog for this process: undo it."""
     saved = structlog.get_config()
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
     yield
     structlog.configure(**saved)
+    root.handlers[:] = handlers
+    root.setLevel(level)
 
 
 def lockworker_cmd(*args: str) -> list[str]:

@@ -28,10 +28,27 @@ def test_acquire_release_and_tokens_grow(redis_client: redis.Redis, namespace: s
     assert first is not None and a.locked() and a.owned() and not b.owned()
     assert not b.acquire(blocking=False)
     a.release()
-    assert a.token is None and not a.locked()
+    assert a.token == first and not a.held and not a.locked()
     assert b.acquire(blocking=False)
     assert b.token is not None and b.token > first
     b.release()
+
+
+def test_token_is_kept_after_the_hold_ends(redis_client: redis.Redis, namespace: str) -> None:
+    """None before the first acquisition; then the last hold's token, even once lost."""
+    lock = make(redis_client, namespace)
+    assert lock.token is None
+    assert lock.acquire()
+    first = lock.token
+    lock.release()
+    assert lock.token == first and not lock.held
+    assert lock.acquire()
+    second = lock.token
+    assert second is not None and first is not None and second > first
+    redis_client.delete(lock.keys.lock)  # as if it had expired
+    with pytest.raises(LockLost) as info:
+        lock.release()
+    assert info.value.token == second and lock.token == second and not lock.held
 
 
 def test_release_without_acquire_is_not_held(redis_client: redis.Redis, namespace: str) -> None:
