@@ -107,6 +107,9 @@ class Machine:
     redis_py: str
     hiredis: str
     peers: str
+    matplotlib: str = ""
+    lockworker: str = ""
+    load: str = ""
 
 
 def _cpu_model() -> str:
@@ -129,6 +132,22 @@ def _version(module: str) -> str:
         return "not installed"
 
 
+def _lockworker_version() -> str:
+    """The package version, and the source tree's commit when it is a git checkout."""
+    import subprocess
+
+    import lockworker
+
+    try:
+        commit = subprocess.run(
+            ["git", "-C", os.path.dirname(lockworker.__file__), "describe", "--always",
+             "--dirty"], capture_output=True, text=True, timeout=5, check=False,
+        ).stdout.strip()
+    except OSError:
+        commit = ""
+    return f"{lockworker.__version__}" + (f" ({commit})" if commit else "")
+
+
 def machine(server: RedisServer) -> Machine:
     return Machine(
         date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
@@ -142,4 +161,7 @@ def machine(server: RedisServer) -> Machine:
             f"python-redis-lock {_version('python-redis-lock')}, "
             f"pottery {_version('pottery')}"
         ),
+        matplotlib=_version("matplotlib"),
+        lockworker=_lockworker_version(),
+        load=", ".join(f"{value:.2f}" for value in os.getloadavg()),
     )

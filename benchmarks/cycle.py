@@ -1,10 +1,11 @@
-"""Uncontended job cycle: one client, one lock (or job) after another, no competition.
+"""Uncontended cycles: one client, one lock (or job) after another, no competition.
 
-lockworker's cycle is ``Worker.process(new_job_id)`` with an empty ``on_acquired``:
-acquire the first attempt, run the hook, mark the job DONE. The peers' cycle is
-acquire + release of one lock. Every contender runs for the same time in each round,
-the rounds interleave the contenders (in a rotating order) against the same server, and
-each figure is the median over the rounds.
+lockworker's job cycle is ``Worker.process(new_job_id)`` with an empty ``on_acquired``:
+acquire the first attempt, run the hook, mark the job DONE. Its primitives' cycle, and
+the peers', is acquire + release of one lock (or permit). Every contender runs for the
+same time in each round, the rounds interleave the contenders (in a rotating order)
+against the same servers, and each figure is the median over the rounds. The Redlock
+contenders use three masters (the run's server and two more); the others use one.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ LEASE = 10.0
 """Seconds: the lease every contender asks for (as in the peers' baselines)."""
 
 Cycle = Callable[[], None]
-Factory = Callable[[redis.Redis], tuple[Cycle, Callable[[], None]]]
+Factory = Callable[[list[redis.Redis]], tuple[Cycle, Callable[[], None]]]
 
 
 @dataclass
@@ -75,7 +76,10 @@ def _empty(_job: lockworker.Job) -> None:
     """The empty ``on_acquired``: the cycle measures lockworker, not the work."""
 
 
-def lockworker_cycle(client: redis.Redis, protocol: str) -> tuple[Cycle, Callable[[], None]]:
+def lockworker_cycle(
+    clients: list[redis.Redis], protocol: str
+) -> tuple[Cycle, Callable[[], None]]:
+    client = clients[0]
     worker = lockworker.Worker(
         client,
         namespace=f"bench-{protocol}-{uuid.uuid4().hex[:8]}",
@@ -95,7 +99,51 @@ def lockworker_cycle(client: redis.Redis, protocol: str) -> tuple[Cycle, Callabl
     return cycle, worker.close
 
 
-def redis_py_cycle(client: redis.Redis) -> tuple[Cycle, Callable[[], None]]:
+def lock_cycle(clients: list[redis.Redis]) -> tuple[Cycle, Callable[[], None]]:
+    lock = lockworker.Lock(clients[0], f"bench-{uuid.uuid4().hex[:8]}", ttl=LEASE)
+
+    def cycle() -> None:
+        lock.acquire()
+        lock.release()
+
+    return cycle, lock.close
+
+
+def semaphore_cycle(clients: list[redis.Redis]) -> tuple[Cycle, Callable[[], None]]:
+    semaphore = lockworker.Semaphore(clients[0], f"bench-{uuid.uuid4().hex[:8]}", 2, ttl=LEASE)
+
+    def cycle() -> None:
+        semaphore.acquire()
+        semaphore.release()
+
+    return cycle, semaphore.close
+
+
+def redlock_cycle(clients: list[redis.Redis]) -> tuple[Cycle, Callable[[], None]]:
+    lock = lockworker.Redlock(clients, f"bench-{uuid.uuid4().hex[:8]}", ttl=LEASE)
+
+    def cycle() -> None:
+        if not lock.acquire():
+            raise RuntimeError("an uncontended Redlock was refused")
+        lock.release()
+
+    return cycle, lock.close
+
+
+def pottery3_cycle(clients: list[redis.Redis]) -> tuple[Cycle, Callable[[], None]]:
+    from pottery import Redlock
+
+    lock = Redlock(key="bench:pottery-3", masters=set(clients), auto_release_time=LEASE)
+
+    def cycle() -> None:
+        lock.acquire()
+        lock.release()
+
+    return cycle, lambda: None
+
+
+def redis_py_cycle(clients: list[redis.Redis]) -> tuple[Cycle, Callable[[], None]]:
+    client = clients[0]
     lock = client.lock("bench:redis-py", timeout=LEASE, thread_local=False)
 
     def cycle() -> None:
@@ -105,10 +153,10 @@ def redis_py_cycle(client: redis.Redis) -> tuple[Cycle, Callable[[], None]]:
     return cycle, lambda: None
 
 
-def python_redis_lock_cycle(client: redis.Redis) -> tuple[Cycle, Callable[[], None]]:
+def python_redis_lock_cycle(clients: list[redis.Redis]) -> tuple[Cycle, Callable[[], None]]:
     import redis_lock
 
-    lock = redis_lock.Lock(client, "bench:python-redis-lock", expire=int(LEASE))
+    lock = redis_lock.Lock(clients[0], "bench:python-redis-lock", expire=int(LEASE))
 
     def cycle() -> None:
         lock.acquire()
@@ -117,10 +165,10 @@ def python_redis_lock_cycle(client: redis.Redis) -> tuple[Cycle, Callable[[], No
     return cycle, lambda: None
 
 
-def pottery_cycle(client: redis.Redis) -> tuple[Cycle, Callable[[], None]]:
+def pottery_cycle(clients: list[redis.Redis]) -> tuple[Cycle, Callable[[], None]]:
     from pottery import Redlock
 
-    lock = Redlock(key="bench:pottery", masters={client}, auto_release_time=LEASE)
+    lock = Redlock(key="bench:pottery", masters={clients[0]}, auto_release_time=LEASE)
 
     def cycle() -> None:
         lock.acquire()
@@ -130,6 +178,13 @@ def pottery_cycle(client: redis.Redis) -> tuple[Cycle, Callable[[], None]]:
 
 
 CONTENDERS: tuple[tuple[str, str, Factory, str | None], ...] = (
+    ("lockworker Lock", "acquire + release (one object, reused)", lock_cycle, None),
+    (
+        "lockworker Semaphore",
+        "acquire + release of a permit, limit=2 (auto_renew, the default)",
+        semaphore_cycle,
+        None,
+    ),
     (
         "lockworker script",
         "Worker.process: acquire, empty on_acquired, DONE (Lua, default)",
@@ -145,10 +200,13 @@ CONTENDERS: tuple[tuple[str, str, Factory, str | None], ...] = (
     ("redis-py Lock", "acquire + release, thread_local=False", redis_py_cycle, None),
     ("python-redis-lock", "acquire + release", python_redis_lock_cycle, "redis_lock"),
     ("pottery Redlock (1 master)", "acquire + release", pottery_cycle, "pottery"),
+    ("lockworker Redlock (3 masters)", "acquire + release", redlock_cycle, None),
+    ("pottery Redlock (3 masters)", "acquire + release", pottery3_cycle, "pottery"),
 )
 """(name, what one cycle is, factory, the module it needs if it is an optional peer)."""
 
 BASELINE = "redis-py Lock"
+MULTI_MASTER = frozenset({"lockworker Redlock (3 masters)", "pottery Redlock (3 masters)"})
 
 
 @dataclass(frozen=True)
@@ -161,10 +219,10 @@ class Sample:
     server_cpu: float
 
 
-def _measure(cycle: Cycle, client: redis.Redis, seconds: float) -> Sample:
-    """Run ``cycle`` for about ``seconds`` and count what it cost."""
-    commands_before = command_calls(client)
-    server_before = server_cpu(client)
+def _measure(cycle: Cycle, clients: list[redis.Redis], seconds: float) -> Sample:
+    """Run ``cycle`` for about ``seconds`` and count what it cost (on every server)."""
+    commands_before = sum(command_calls(client) for client in clients)
+    server_before = sum(server_cpu(client) for client in clients)
     writes_before = CountingConnection.writes
     count = 0
     cpu_before = time.process_time()
@@ -177,13 +235,18 @@ def _measure(cycle: Cycle, client: redis.Redis, seconds: float) -> Sample:
         now = time.perf_counter()
     client_cpu = time.process_time() - cpu_before
     writes = CountingConnection.writes - writes_before
-    server = server_cpu(client) - server_before
-    commands = command_calls(client) - commands_before
+    server = sum(server_cpu(client) for client in clients) - server_before
+    commands = sum(command_calls(client) for client in clients) - commands_before
     return Sample(count, now - start, writes, commands, client_cpu, server)
 
 
-def run(server: RedisServer, *, rounds: int, seconds: float, warmup: int) -> list[CycleResult]:
-    """Interleave the contenders for ``rounds`` rounds of ``seconds`` each."""
+def run(
+    servers: list[RedisServer], *, rounds: int, seconds: float, warmup: int
+) -> list[CycleResult]:
+    """Interleave the contenders for ``rounds`` rounds of ``seconds`` each.
+
+    ``servers[0]`` is the run's server; a Redlock contender uses all of ``servers``.
+    """
     contenders = [entry for entry in CONTENDERS if installed(entry[3])]
     results = [CycleResult(name, what) for name, what, _, _ in contenders]
     for round_no in range(rounds):
@@ -191,16 +254,18 @@ def run(server: RedisServer, *, rounds: int, seconds: float, warmup: int) -> lis
         shift = round_no % len(order)
         order = order[shift:] + order[:shift]
         for index in order:
-            make = contenders[index][2]
-            client = counting_client(server)
-            cycle, close = make(client)
+            name, _, make, _ = contenders[index]
+            used = servers if name in MULTI_MASTER else servers[:1]
+            clients = [counting_client(server) for server in used]
+            cycle, close = make(clients)
             try:
                 for _ in range(warmup):  # connect, load scripts, warm caches
                     cycle()
-                sample = _measure(cycle, client, seconds)
+                sample = _measure(cycle, clients, seconds)
             finally:
                 close()
-                client.close()
+                for client in clients:
+                    client.close()
             result = results[index]
             result.rates.append(sample.cycles / sample.elapsed)
             result.cycles += sample.cycles

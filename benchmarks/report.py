@@ -2,15 +2,24 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from benchmarks import report_load
 from benchmarks.common import Machine, median, spread
+from benchmarks.contended import Contended
 from benchmarks.cycle import BASELINE, CycleResult
 from benchmarks.failover import Handover, Takeover
+from benchmarks.market import MarketRun
+from benchmarks.scale import ScaleRun
+from benchmarks.stream import StreamRun
 
-HANDOVER_TARGET_MS = 5.0
-TAKEOVER_TARGET_MS = 10.0
-CYCLE_TARGET = 0.8
+HANDOVER_TARGET_MS = 1.6
+TAKEOVER_TARGET_MS = 2.4
+NEAR = 1.25
+"""A "~X ms" target is met up to X x NEAR (the run-to-run noise of a 2-core machine)."""
+CYCLE_TARGET = 0.95
+LOCK_TARGET = 1.0
+HANDOVERS_TARGET = 1.5
 
 
 @dataclass(frozen=True)
@@ -24,6 +33,10 @@ class Settings:
     takeover_trials: int
     peer_takeover_trials: int
     takeover_lease: float
+    contended_seconds: float = 5.0
+    stream_jobs: int = 10_000
+    scale_jobs: int = 10_000
+    market_seconds: float = 3.0
     wall_seconds: float = 0.0
 
 
@@ -37,6 +50,12 @@ class Run:
     takeovers: list[Takeover]
     missing: list[str]
     """Optional peers left out because they are not installed."""
+    contended: list[Contended] = field(default_factory=list)
+    streams: list[StreamRun] = field(default_factory=list)
+    scale: ScaleRun | None = None
+    market: list[MarketRun] = field(default_factory=list)
+    charts: dict[str, str] = field(default_factory=dict)
+    """Chart kind ("handovers", "takeover") -> file name beside the page."""
 
     def baseline(self) -> CycleResult:
         return next(result for result in self.cycles if result.name == BASELINE)
@@ -57,35 +76,99 @@ def _verdict(ok: bool) -> str:
     return "met" if ok else "**not met**"
 
 
+def _cost(result: CycleResult) -> str:
+    return (
+        f"{result.round_trips:.2f} round trips, {result.server_commands:.1f} server commands, "
+        f"{result.client_us:.0f} µs client CPU per op"
+    )
+
+
+def _ratio_target(run: Run, name: str, target: float, what: str) -> str:
+    base = run.baseline()
+    result = run.cycle(name)
+    ratio = result.rate / base.rate
+    line = (
+        f"{what}: {_n(result.rate)} ops/s = {ratio:.2f}x redis-py Lock ({_n(base.rate)}/s); "
+        f"target >= {target:g}x: {_verdict(ratio >= target)}"
+    )
+    if ratio < target:
+        line += f" (measured: {_cost(result)}; redis-py Lock: {_cost(base)})"
+    return line
+
+
+def _handover_targets(run: Run) -> list[str]:
+    by_name = {r.kind.name: r for r in run.contended}
+    peer = by_name.get("python-redis-lock")
+    lines = []
+    for name in ("lockworker Lock (reused)", "lockworker Lock (new object per use)"):
+        ours = by_name.get(name)
+        if ours is None or peer is None:
+            continue
+        ratio = ours.handover_rate / peer.handover_rate if peer.handover_rate else float("nan")
+        line = (
+            f"contended handovers/s, {name}: {_n(ours.handover_rate)} = {ratio:.2f}x "
+            f"python-redis-lock ({_n(peer.handover_rate)}); target >= {HANDOVERS_TARGET:g}x: "
+            f"{_verdict(ratio >= HANDOVERS_TARGET)}"
+        )
+        if not ratio >= HANDOVERS_TARGET:
+            line += (
+                f" (measured: {_n(ours.rate)} sections/s of which {_n(ours.handover_rate)} "
+                f"changed hands; python-redis-lock {_n(peer.rate)} sections/s)"
+            )
+        lines.append(line)
+    return lines
+
+
 def summary(run: Run) -> list[str]:
-    """The headline figures, one line each (printed by the command, too)."""
-    base = run.baseline().rate
-    script = run.cycle("lockworker script")
+    """The headline figures and targets, one line each (printed by the command, too)."""
     txn = run.cycle("lockworker txn")
-    ratios = [rate / b for rate, b in zip(script.rates, run.baseline().rates, strict=True)]
-    low, high = spread(ratios)
+    base = run.baseline().rate
     lines = [
-        f"job cycle, script protocol: {_n(script.rate)} jobs/s = {script.rate / base:.2f}x "
-        f"redis-py Lock ({_n(base)} cycles/s; round by round: median {median(ratios):.2f}x, "
-        f"range {low:.2f}-{high:.2f}x); "
-        f"target >= {CYCLE_TARGET}x: {_verdict(script.rate / base >= CYCLE_TARGET)}",
-        f"job cycle, txn protocol: {_n(txn.rate)} jobs/s = {txn.rate / base:.2f}x redis-py Lock",
+        _ratio_target(run, "lockworker Lock", LOCK_TARGET, "uncontended Lock acquire+release"),
+        _ratio_target(
+            run, "lockworker script", CYCLE_TARGET, "Worker job cycle (script protocol)"
+        ),
+        f"Worker job cycle (txn protocol): {_n(txn.rate)} jobs/s = {txn.rate / base:.2f}x "
+        "redis-py Lock",
+        *_handover_targets(run),
     ]
+    for result in run.contended:
+        if not result.exclusive:
+            lines.append(f"MUTUAL EXCLUSION BROKEN: {result.kind.name}")
     for handover in run.handovers:
         if handover.kind == "lockworker":
+            ok = handover.median * 1000 <= HANDOVER_TARGET_MS * NEAR
+            low, high = spread(handover.latencies)
             lines.append(
                 f"handover after a failed attempt: median {_ms(handover.median, 2)} ms; "
-                f"target < {HANDOVER_TARGET_MS:g} ms: "
-                f"{_verdict(handover.median * 1000 < HANDOVER_TARGET_MS)}"
+                f"target ~{HANDOVER_TARGET_MS:g} ms (<= {HANDOVER_TARGET_MS * NEAR:g}): "
+                f"{_verdict(ok)}"
+                + ("" if ok else f" (measured range {_ms(low, 2)}-{_ms(high, 2)} ms)")
             )
     for takeover in run.takeovers:
         if takeover.kind == "lockworker":
             beyond = median(takeover.beyond)
+            ok = beyond * 1000 <= TAKEOVER_TARGET_MS * NEAR
+            low, high = spread(takeover.beyond)
             lines.append(
                 f"takeover after SIGKILL: median {_ms(median(takeover.latencies), 0)} ms, "
-                f"{_ms(beyond, 1)} ms beyond the lease; target <= {TAKEOVER_TARGET_MS:g} ms: "
-                f"{_verdict(beyond * 1000 <= TAKEOVER_TARGET_MS)}"
+                f"{_ms(beyond, 1)} ms beyond the lease; target ~{TAKEOVER_TARGET_MS:g} ms "
+                f"(<= {TAKEOVER_TARGET_MS * NEAR:g}): {_verdict(ok)}"
+                + ("" if ok else f" (measured range {_ms(low, 1)}-{_ms(high, 1)} ms)")
             )
+    if run.streams:
+        best = max(run.streams, key=lambda r: r.rate)
+        lines.append(
+            f"stream, primary + 2 backups: up to {_n(best.rate)} jobs/s "
+            f"(concurrency {best.concurrency})"
+        )
+    if run.scale is not None:
+        sc = run.scale
+        lines.append(
+            f"scale: {_n(sc.jobs)} jobs held, {_n(sc.bytes_per_held_data)} B of keys per job; "
+            f"`lockworker status` {sc.status_seconds:.2f} s; target < 1 s: "
+            f"{_verdict(sc.status_ok)}"
+        )
     return lines
 
 
@@ -99,9 +182,10 @@ def render(run: Run) -> str:
     add("<!-- Written by `python -m benchmarks`; edit benchmarks/report.py, not this file. -->")
     add("")
     add(
-        "How fast lockworker runs a job, hands it over after a failure and takes it over "
-        "after a crash, next to the Redis locks people already use, all measured in one "
-        "run against one server that the run started itself. Re-run with:"
+        "How fast lockworker's locks and jobs run, alone and contended, hand over after a "
+        "failure and take over after a crash, next to the Redis locks people already use, "
+        "all measured in one run against servers that the run started itself (one; three "
+        "for Redlock). Re-run with:"
     )
     add("")
     add("```")
@@ -125,7 +209,9 @@ def render(run: Run) -> str:
     add(f"| server | `{m.server}` (loopback, `--save \"\" --appendonly no`, default config) |")
     add(f"| redis-py | {m.redis_py} (hiredis {m.hiredis}) |")
     add(f"| peers | {m.peers} |")
+    add(f"| lockworker | {m.lockworker}; matplotlib {m.matplotlib} (charts) |")
     add(f"| run | {s.wall_seconds:.0f} s wall |")
+    add(f"| machine load before the run (1/5/15 min) | {m.load} |")
     add("")
     add(
         "**Noise.** This is a small shared machine (the figures above), on which other "
@@ -142,7 +228,7 @@ def render(run: Run) -> str:
             "`pip install -e '.[bench]'` installs every peer."
         )
         add("")
-    add("## 1. Uncontended job cycle")
+    add("## 1. Uncontended: locks and job cycle")
     add("")
     add(
         f"One client runs cycles back to back for {s.seconds:g} s per contender and round; "
@@ -160,9 +246,9 @@ def render(run: Run) -> str:
     )
     add("")
     add(
-        "| contender | one cycle | jobs/s (median) | range | x redis-py Lock | per round "
-        "| round trips / job | server commands / job | client CPU µs / job "
-        "| server CPU µs / job |"
+        "| contender | one cycle | ops/s (median) | range | x redis-py Lock | per round "
+        "| round trips / op | server commands / op | client CPU µs / op "
+        "| server CPU µs / op |"
     )
     add("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     base_rates = run.baseline().rates
@@ -190,7 +276,7 @@ def render(run: Run) -> str:
         "- **A job cycle does more than a lock cycle.** lockworker's cycle counts an "
         "attempt, issues a fencing token, takes a lease, runs the hook under a heartbeat, "
         "and leaves a DONE record that latecomers read; redis-py's `Lock` sets a key and "
-        "deletes it. The target is at least 0.8x redis-py's cycles/s."
+        "deletes it. The target is at least 0.95x redis-py's cycles/s; for `Lock`, 1.0x."
     )
     add(
         "- **Why the script protocol exists.** The design lockworker started from does "
@@ -217,7 +303,10 @@ def render(run: Run) -> str:
         "every acquire and release."
     )
     add("")
-    add("## 2. Handover after a failed attempt")
+    out.extend(
+        report_load.contended(run.contended, s.contended_seconds, run.charts.get("handovers"))
+    )
+    add("## 3. Handover after a failed attempt")
     add("")
     add(
         f"Two long-lived OS processes and {s.handover_trials} trials per contender, "
@@ -248,10 +337,10 @@ def render(run: Run) -> str:
         "then the waiter's SET NX); lockworker's extra fraction of a millisecond is the "
         "holder's failure handling before its release and the hop between the backup's "
         "two threads. redis-py's waiter notices only at its next poll (every 0.1 s). "
-        "Target: median under 5 ms."
+        f"Target: ~{HANDOVER_TARGET_MS:g} ms."
     )
     add("")
-    add("## 3. Takeover after SIGKILL")
+    add("## 4. Takeover after SIGKILL")
     add("")
     add(
         f"A fresh holder process per trial takes a {s.takeover_lease:g} s lease and keeps "
@@ -288,7 +377,13 @@ def render(run: Run) -> str:
         "waiter blocks on BLPOP with timeout = expire, and a dead holder never pushes the "
         "signal, so it can wait up to a whole extra lease. \"waiter started early\" counts "
         "trials in which the waiter started before the kill: it must stay 0. Target: "
-        "median within 10 ms of the lease's end."
+        f"~{TAKEOVER_TARGET_MS:g} ms beyond the lease's end."
     )
     add("")
+    if run.charts.get("takeover"):
+        add(f"![takeover latency beyond the lease, per library]({run.charts['takeover']})")
+        add("")
+    out.extend(report_load.stream(run.streams))
+    out.extend(report_load.scale(run.scale))
+    out.extend(report_load.market(run.market, s.market_seconds))
     return "\n".join(out)

@@ -1,8 +1,11 @@
 """The one command: ``python -m benchmarks [--quick] [--output PATH]``.
 
-Starts its own server on a free loopback port, runs the three benchmarks (job cycle,
-handover after a failure, takeover after SIGKILL) against it, prints a summary and
-writes the figures to ``docs/benchmarks.md`` (a full run) or ``--output``.
+Starts its own servers on free loopback ports (one, plus two more masters for
+Redlock), runs every benchmark against them (uncontended cycles, contended locks,
+handover after a failure, takeover after SIGKILL, a stream served by a primary and two
+backups, jobs in flight at scale, the "Redis in Action" marketplace), prints a summary
+with the targets and writes the figures and charts to ``docs/`` (a full run) or beside
+``--output``.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ import time
 import uuid
 from pathlib import Path
 
-from benchmarks import cycle, failover, report
+from benchmarks import charts, contended, cycle, failover, market, report, scale, stream
 from benchmarks.common import counting_client, installed, machine, quiet_logging
 from lockworker.testing.server import RedisServer
 
@@ -28,6 +31,10 @@ FULL = report.Settings(
     takeover_trials=10,
     peer_takeover_trials=5,
     takeover_lease=2.0,
+    contended_seconds=5.0,
+    stream_jobs=10_000,
+    scale_jobs=10_000,
+    market_seconds=3.0,
 )
 QUICK = report.Settings(
     command="python -m benchmarks --quick",
@@ -37,21 +44,29 @@ QUICK = report.Settings(
     takeover_trials=1,
     peer_takeover_trials=1,
     takeover_lease=1.0,
+    contended_seconds=1.0,
+    stream_jobs=300,
+    scale_jobs=500,
+    market_seconds=0.5,
 )
 
 
-def measure(server: RedisServer, settings: report.Settings, *, log: bool = True) -> report.Run:
+def measure(
+    servers: list[RedisServer], settings: report.Settings, *, log: bool = True
+) -> report.Run:
+    server = servers[0]
     def say(text: str) -> None:
         if log:
-            print(text, flush=True)
+            print(f"[{time.monotonic() - started:5.1f}s] {text}", flush=True)
 
     started = time.monotonic()
     quick = settings.rounds == 1
-    say(f"server: {server.version()} on 127.0.0.1:{server.port}")
-    say(f"1/3 job cycle: {settings.rounds} rounds x {len(cycle.CONTENDERS)} contenders "
+    say(f"server: {server.version()} on 127.0.0.1:{server.port} "
+        f"(+{len(servers) - 1} Redlock masters)")
+    say(f"1/7 uncontended: {settings.rounds} rounds x {len(cycle.CONTENDERS)} contenders "
         f"x {settings.seconds:g} s")
     cycles = cycle.run(
-        server, rounds=settings.rounds, seconds=settings.seconds, warmup=20 if quick else 200
+        servers, rounds=settings.rounds, seconds=settings.seconds, warmup=20 if quick else 200
     )
     probe = counting_client(server)
     try:
@@ -67,14 +82,19 @@ def measure(server: RedisServer, settings: report.Settings, *, log: bool = True)
         failover.Takeover(kind, failover.RENEWS[kind], failover.WAITS_BY[kind])
         for kind in kinds
     ]
-    pair = failover.Pair(server.port, namespace)
     client = server.client()
+    kinds = contended.kinds()
+    say(f"2/7 contended: {len(kinds)} contenders x {settings.contended_seconds:g} s")
+    contention = contended.run(
+        [s.port for s in servers], client, settings.contended_seconds
+    )
+    pair = failover.Pair(server.port, namespace)
     try:
-        say(f"2/3 handover: {settings.handover_trials} trials x {len(handovers)} contenders")
+        say(f"3/7 handover: {settings.handover_trials} trials x {len(handovers)} contenders")
         for _ in range(settings.handover_trials):
             for handover in handovers:
                 failover.handover_trial(pair, handover)
-        say(f"3/3 takeover after SIGKILL: {settings.takeover_trials} trials (lockworker), "
+        say(f"4/7 takeover after SIGKILL: {settings.takeover_trials} trials (lockworker), "
             f"{settings.peer_takeover_trials} per peer, {settings.takeover_lease:g} s lease")
         for trial in range(max(settings.takeover_trials, settings.peer_takeover_trials)):
             for takeover in takeovers:
@@ -86,8 +106,16 @@ def measure(server: RedisServer, settings: report.Settings, *, log: bool = True)
                 if trial < wanted:
                     failover.takeover_trial(pair, client, takeover, settings.takeover_lease, rng)
     finally:
-        client.close()
         pair.close()
+    try:
+        say(f"5/7 stream: {settings.stream_jobs} jobs x concurrency {stream.CONCURRENCY}")
+        streams = stream.run(server.port, client, settings.stream_jobs)
+        say(f"6/7 scale: {settings.scale_jobs} jobs in flight over {scale.PROCESSES} processes")
+        scaled = scale.run(server.port, server.url, client, settings.scale_jobs)
+        say(f"7/7 marketplace: {2 * len(market.SETUPS)} setups x {settings.market_seconds:g} s")
+        markets = market.run(server.port, settings.market_seconds)
+    finally:
+        client.close()
     settings = report.Settings(
         **{**settings.__dict__, "wall_seconds": time.monotonic() - started}
     )
@@ -95,7 +123,8 @@ def measure(server: RedisServer, settings: report.Settings, *, log: bool = True)
         name for name, _, _, module in cycle.CONTENDERS if not installed(module)
     ]
     return report.Run(
-        machine(server), settings, cycles, overhead, handovers, takeovers, missing
+        machine(server), settings, cycles, overhead, handovers, takeovers, missing,
+        contended=contention, streams=streams, scale=scaled, market=markets,
     )
 
 
@@ -117,12 +146,22 @@ def main(argv: list[str] | None = None) -> int:
     settings = QUICK if args.quick else FULL
     output = args.output if args.output is not None else (None if args.quick else DOC)
     quiet_logging()
-    with RedisServer() as server:
-        run = measure(server, settings)
+    with RedisServer() as server, RedisServer() as second, RedisServer() as third:
+        run = measure([server, second, third], settings)
     print()
     for line in report.summary(run):
         print(line)
     if output is not None:
+        folder = output.resolve().parent
+        folder.mkdir(parents=True, exist_ok=True)
+        for kind, draw, data in (
+            ("handovers", charts.handovers, run.contended),
+            ("takeover", charts.takeover, run.takeovers),
+        ):
+            name = draw(data, folder)  # type: ignore[operator]
+            if name:
+                run.charts[kind] = name
+                print(f"wrote {folder / name}")
         output.write_text(report.render(run), encoding="utf-8")
         print(f"wrote {output}")
     return 0
