@@ -1,0 +1,296 @@
+"""One process of the fault battery: a worker, lock holder, leader or redlock holder.
+
+    PYTHONPATH=tests python -m faults.child CONFIG_JSON
+
+Every critical section (a worker attempt, a lock hold, a leader term) writes to the
+fenced store, checking before each write that it still believes it holds the section
+and recording that moment in this process's history file (see :mod:`faults.history`).
+A holder that finds it lost its section makes one late write on purpose, which the
+store must refuse once a newer holder has written. The configuration keys are read in
+:func:`main`; the parent builds them in :mod:`faults.harness`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import random
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import redis
+import structlog
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+import lockworker
+
+from .history import JOB, Recorder
+from .store import FencedStore
+
+CRASH_EXIT = 3
+"""Exit status of a process whose hook crashed it on purpose (``os._exit``)."""
+
+
+class SectionEnded(Exception):
+    """Raised from ``on_acquired`` when the section did not finish its work."""
+
+
+class Work:
+    """Runs critical sections: fenced writes while the section is believed held."""
+
+    def __init__(self, config: dict[str, Any], rec: Recorder, store: FencedStore) -> None:
+        self.rec = rec
+        self.store = store
+        self.rng = random.Random()
+        low, high = config.get("steps", (2, 5))
+        self.steps = (int(low), int(high))
+        self.step = float(config.get("step", 0.03))
+        self.fail_rate = float(config.get("fail_rate", 0.0))
+        self.crash_rate = float(config.get("crash_rate", 0.0))
+
+    def section(
+        self, kind: str, key: str, token: int, lost: Callable[[], bool], *,
+        attempt: int | None = None,
+        wait: Callable[[float], bool] | None = None,
+        stopping: Callable[[], bool] | None = None,
+    ) -> str:
+        """One critical section; returns how it ended (see ``Section.result``)."""
+        rec, store, rng = self.rec, self.store, self.rng
+        sid = rec.begin(kind, key, token, lost, attempt=attempt)
+        steps = rng.randint(*self.steps)
+        fail = rng.random() < self.fail_rate
+        crash_at = rng.randint(0, steps) if rng.random() < self.crash_rate else None
+        for i in range(steps + 1):
+            if crash_at == i:
+                os._exit(CRASH_EXIT)
+            if stopping is not None and stopping():
+                rec.end(sid, "stopped")
+                return "stopped"
+            t = rec.holding(sid, lost)
+            if t is None:
+                late = store.write(
+                    kind, key, token, run=rec.run, sid=sid, op="late", t=time.monotonic()
+                )
+                rec.note("late_write", kind=kind, key=key, sid=sid, token=token, accepted=late)
+                rec.end(sid, "lost")
+                return "lost"
+            last = i == steps
+            if last and fail:
+                rec.end(sid, "failed")
+                return "failed"
+            op = "commit" if last else "write"
+            if not store.write(kind, key, token, run=rec.run, sid=sid, op=op, t=t):
+                rec.end(sid, "fenced")
+                return "fenced"
+            if not last:
+                if wait is not None:
+                    wait(self.step)
+                else:
+                    time.sleep(self.step)
+        rec.end(sid, "returned")
+        return "returned"
+
+
+def stop_requested(config: dict[str, Any]) -> bool:
+    return Path(config["stop_file"]).exists()
+
+
+def redis_client(config: dict[str, Any], url: str) -> redis.Redis:
+    timeout = float(config.get("socket_timeout", 0.5))
+    return redis.Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout)
+
+
+def retry_policy(config: dict[str, Any]) -> lockworker.RetryPolicy:
+    return lockworker.RetryPolicy(budget=float(config.get("retry_budget", 10.0)))
+
+
+def run_worker(config: dict[str, Any], rec: Recorder, work: Work) -> None:
+    def on_acquired(job: lockworker.Job) -> None:
+        result = work.section(JOB, job.id, job.token, lambda: job.lost, attempt=job.attempt)
+        if result != "returned":
+            raise SectionEnded(result)
+
+    worker = lockworker.Worker(
+        redis_client(config, config["urls"][0]),
+        namespace=config["namespace"],
+        owner=config.get("owner"),
+        lock_timeout=float(config["lock_timeout"]),
+        max_attempts=int(config.get("max_attempts", 3)),
+        retry_delay=config.get("retry_delay"),
+        redis_retry=retry_policy(config),
+        handle_signals=False,
+        on_acquired=on_acquired,
+    )
+    rec.owner = worker.owner
+    first = list(config.get("first", []))
+    rest = [j for j in config["jobs"] if j not in first]
+    work.rng.shuffle(rest)
+    rec.note("ready")
+    for job_id in first + rest:
+        while True:
+            try:
+                outcome = worker.process(job_id)
+            except lockworker.RedisUnavailable as exc:
+                rec.note("unavailable", key=job_id, error=repr(exc))
+                continue
+            rec.outcome(job_id, outcome.value)
+            break
+    worker.close()
+
+
+def lost_of(lock: lockworker.Lock) -> Callable[[], bool]:
+    return lambda: lock.lost
+
+
+def run_lock(config: dict[str, Any], rec: Recorder, work: Work) -> None:
+    client = redis_client(config, config["urls"][0])
+    lock_timeout = float(config["lock_timeout"])
+    locks = {
+        name: lockworker.Lock(
+            client, name, ttl=lock_timeout, auto_renew=True, namespace=config["namespace"],
+            redis_retry=retry_policy(config),
+        )
+        for name in config["names"]
+    }
+    gap = float(config.get("gap", 0.01))
+    rec.note("ready")
+    while not stop_requested(config):
+        name = work.rng.choice(sorted(locks))
+        lock = locks[name]
+        try:
+            if not lock.acquire(timeout=lock_timeout * 2):
+                continue
+        except lockworker.RedisUnavailable as exc:
+            rec.note("unavailable", key=name, error=repr(exc))
+            continue
+        token = lock.token
+        assert token is not None
+        work.section("lock", name, token, lost_of(lock))
+        try:
+            lock.release()
+        except lockworker.LockLost:
+            rec.note("release_lost", key=name, token=token)
+        except lockworker.RedisUnavailable as exc:
+            rec.note("unavailable", key=name, error=repr(exc))
+        time.sleep(work.rng.uniform(0, gap))
+    for lock in locks.values():
+        lock.close()
+
+
+def run_leader(config: dict[str, Any], rec: Recorder, work: Work) -> None:
+    client = redis_client(config, config["urls"][0])
+    name = config["names"][0]
+    current: list[lockworker.Leader] = []
+
+    def lead(term: lockworker.Term) -> None:
+        work.section(
+            "leader", name, term.token, lambda: term.lost,
+            wait=term.wait, stopping=lambda: term.stopping,
+        )
+
+    def stopper() -> None:
+        while not stop_requested(config):
+            time.sleep(0.05)
+        for leader in list(current):
+            leader.stop()
+
+    threading.Thread(target=stopper, daemon=True).start()
+    rec.note("ready")
+    while not stop_requested(config):
+        leader = lockworker.Leader(
+            client, name=name, owner=config.get("owner"),
+            lock_timeout=float(config["lock_timeout"]), handle_signals=False,
+            redis_retry=retry_policy(config), on_acquired=lead,
+        )
+        rec.owner = leader.owner
+        current.append(leader)
+        if stop_requested(config):
+            break
+        try:
+            leader.run()
+        except lockworker.RedisUnavailable as exc:
+            rec.note("unavailable", key=name, error=repr(exc))
+
+
+def run_redlock(config: dict[str, Any], rec: Recorder, work: Work) -> None:
+    clients = [
+        redis.Redis.from_url(
+            url, socket_timeout=0.1, socket_connect_timeout=0.1, retry=Retry(NoBackoff(), 0)
+        )
+        for url in config["urls"]
+    ]
+    ttl = float(config["lock_timeout"])
+    name = config["names"][0]
+    lock = lockworker.Redlock(
+        clients, name, ttl=ttl, retry_count=0, retry_delay=0.05,
+        auto_renew=bool(config.get("auto_renew", False)), namespace=config["namespace"],
+    )
+    gap = float(config.get("gap", 0.01))
+    rec.note("ready")
+    while not stop_requested(config):
+        try:
+            if not lock.acquire(timeout=ttl):
+                continue
+        except lockworker.QuorumNotReached as exc:
+            rec.note("no_quorum", key=name, error=repr(exc))
+            time.sleep(0.02)
+            continue
+        token = lock.token
+        assert token is not None
+        work.section("redlock", name, token, lambda: lock.lost)
+        try:
+            lock.release()
+        except lockworker.LockLost:
+            rec.note("release_lost", key=name, token=token)
+        time.sleep(work.rng.uniform(0, gap))
+    lock.close()
+
+
+def jump_wall_clock(rec: Recorder) -> None:
+    """Make ``time.time`` jump by an hour either way, again and again, from now on.
+
+    A process cannot step the system clock without privileges, so the jumps are made
+    where Python code reads it: the library must not care, as it judges leases by
+    ``time.monotonic`` only.
+    """
+    real_time, real_time_ns = time.time, time.time_ns
+    offset = [0.0]
+    time.time = lambda: real_time() + offset[0]
+    time.time_ns = lambda: real_time_ns() + int(offset[0] * 1e9)
+    rng = random.Random()
+
+    def jumper() -> None:
+        while True:
+            time.sleep(rng.uniform(0.05, 0.2))
+            offset[0] = rng.choice([-3600.0, 3600.0, 0.0, -3600.0 * 24])
+            rec.note("clock_jump", offset=offset[0])
+
+    threading.Thread(target=jumper, daemon=True).start()
+
+
+MODES = {"worker": run_worker, "lock": run_lock, "leader": run_leader, "redlock": run_redlock}
+
+
+def main() -> int:
+    config: dict[str, Any] = json.loads(sys.argv[1])
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.CRITICAL))
+    label = config.get("owner") or f"{config['mode']}-{os.getpid()}"
+    rec = Recorder(config["history"], owner=label)
+    store = FencedStore(
+        redis.Redis.from_url(config["store_url"], socket_timeout=10.0), config["store_ns"]
+    )
+    if config.get("clock_jumps"):
+        jump_wall_clock(rec)
+    MODES[config["mode"]](config, rec, Work(config, rec, store))
+    rec.note("exit")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

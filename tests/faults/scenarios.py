@@ -1,0 +1,512 @@
+"""The fault scenarios, shared by the pytest battery and the soak (``python -m tests.faults``).
+
+Each scenario starts its own servers and processes, injects one kind of fault at
+random moments for a number of rounds, lets everything finish, and checks the whole
+history (:func:`faults.history.check`) plus what happened to the processes themselves
+(``crashed``: an exception escaped the library; ``thread_died``: a library thread died
+of one; ``stuck``: a process never finished).
+Sizes are arguments: the battery runs them small, the soak large. Every scenario
+returns a :class:`Result` with its figures.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .child import CRASH_EXIT
+from .harness import DURABLE, Child, Env, environment, restart
+from .history import History, Violation, check, handovers
+from .proxy import Proxy
+
+
+@dataclass
+class Result:
+    scenario: str
+    rounds: int
+    faults: int
+    handovers: int
+    violations: list[Violation]
+    seconds: float
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def figure(self) -> str:
+        extra = "".join(f" {k}={v}" for k, v in self.extra.items())
+        return (
+            f"faults: {self.scenario} rounds={self.rounds} handovers={self.handovers} "
+            f"faults={self.faults}{extra} violations={len(self.violations)} "
+            f"({self.seconds:.1f} s)"
+        )
+
+    def report(self, limit: int = 15) -> str:
+        lines = [self.figure(), *(f"  {v}" for v in self.violations[:limit])]
+        if len(self.violations) > limit:
+            lines.append(f"  ... and {len(self.violations) - limit} more")
+        return "\n".join(lines)
+
+
+def job_ids(n: int) -> list[str]:
+    return [f"j{i:03d}" for i in range(n)]
+
+
+def seeded(seed: int | None) -> tuple[random.Random, int]:
+    """A random generator for the fault moments, and its seed (shown in the figure)."""
+    if seed is None:
+        seed = random.SystemRandom().randrange(2**32)
+    return random.Random(seed), seed
+
+
+def finish(env: Env, timeout: float = 60.0, allowed: Sequence[int] = ()) -> list[Violation]:
+    """Let every child finish; what went wrong with the processes themselves.
+
+    Workers exit once every job is resolved for them; the others are stopped after
+    them. A child still alive after ``timeout`` is killed and reported as ``stuck``
+    (the checker then also reports its jobs as pending); a child that died of an
+    exception is reported as ``crashed``.
+    """
+    fleet = env.fleet
+    deadline = time.monotonic() + timeout
+    out: list[Violation] = []
+    for mode in ("worker", None):  # workers first: the others run on meanwhile
+        if mode is None:
+            fleet.stop()
+        live = fleet.live(mode)
+        try:
+            fleet.wait_exit(live, max(1.0, deadline - time.monotonic()))
+        except TimeoutError:
+            for child in live:
+                if child.alive():
+                    fleet.kill(child)
+                    out.append(Violation(
+                        "stuck", child.name,
+                        f"{child.mode} process {child.pid} had not finished after {timeout} s",
+                    ))
+    return out + fleet.failures(allowed)
+
+
+def late_writes(history: History) -> dict[str, int]:
+    """Late writes made on purpose by holders that found their section lost."""
+    late = [n for n in history.notes if n.get("what") == "late_write"]
+    return {
+        "late_refused": sum(1 for n in late if not n["accepted"]),
+        "late_accepted": sum(1 for n in late if n["accepted"]),
+    }
+
+
+@dataclass(frozen=True)
+class Mix:
+    """A fleet of workers, lock holders and leaders, and their sections."""
+
+    workers: int = 3
+    lockers: int = 2
+    leaders: int = 2
+    locks: tuple[str, ...] = ("A", "B")
+    steps: tuple[int, int] = (2, 5)
+    step: float = 0.03
+    fail_rate: float = 0.15
+    gap: float = 0.01
+
+    def settings(self) -> dict[str, Any]:
+        return {"steps": self.steps, "step": self.step, "fail_rate": self.fail_rate,
+                "gap": self.gap}
+
+    def spawn(self, env: Env, jobs: list[str], scale: float = 1.0, **config: Any) -> None:
+        """Start the fleet (``scale`` of each part, at least one where there are any)."""
+        def part(n: int) -> int:
+            return max(1, round(n * scale)) if n else 0
+        for _ in range(part(self.workers)):
+            env.fleet.spawn("worker", jobs=jobs, **config)
+        for _ in range(part(self.lockers)):
+            env.fleet.spawn("lock", names=list(self.locks), **config)
+        for _ in range(part(self.leaders)):
+            env.fleet.spawn("leader", names=["L"], **config)
+
+
+def full_check(env: Env, history: History, jobs: list[str], max_attempts: int) -> list[Violation]:
+    """Every promise: exclusion, tokens, DONE once, nothing lost, attempt limit."""
+    return check(
+        history, effects=env.store.effects(), final=env.finals(jobs), pending_ok=False,
+        max_attempts=max_attempts,
+    )
+
+
+def sigkill(
+    workdir: Path, *, rounds: int = 8, jobs: int = 24, mix: Mix = Mix(),
+    lock_timeout: float = 0.5, max_attempts: int = 6, seed: int | None = None,
+) -> Result:
+    """SIGKILL holders (workers, lock holders, leaders) at random points of their
+    sections; each is replaced by a process with a fresh owner."""
+    rng, seed = seeded(seed)
+    started = time.monotonic()
+    ids = job_ids(jobs)
+    with environment(workdir, lock_timeout=lock_timeout, max_attempts=max_attempts,
+                     **mix.settings()) as env:
+        mix.spawn(env, ids)
+        fleet = env.fleet
+        for _ in range(rounds):
+            child, _section = fleet.wait_holder()
+            time.sleep(rng.uniform(0, lock_timeout / 2))
+            fleet.kill(child)
+            fleet.respawn(child)
+        problems = finish(env)
+        history = fleet.history()
+        violations = problems + full_check(env, history, ids, max_attempts)
+    return Result("sigkill", rounds, rounds, handovers(history), violations,
+                  time.monotonic() - started, {"seed": seed, **late_writes(history)})
+
+
+def sigstop(
+    workdir: Path, *, rounds: int = 5, jobs: int = 16, mix: Mix = Mix(steps=(5, 10), step=0.04),
+    lock_timeout: float = 0.5, max_attempts: int = 8, seed: int | None = None,
+) -> Result:
+    """SIGSTOP a holder past its lease, then SIGCONT it: it must know it lost the
+    section (no belief after the pause) and the store must refuse its late writes."""
+    rng, seed = seeded(seed)
+    started = time.monotonic()
+    ids = job_ids(jobs)
+    paused: list[tuple[Child, dict[str, Any], float, float]] = []
+    with environment(workdir, lock_timeout=lock_timeout, max_attempts=max_attempts,
+                     **mix.settings()) as env:
+        mix.spawn(env, ids)
+        fleet = env.fleet
+        for _ in range(rounds):
+            child, section = fleet.wait_holder()
+            time.sleep(rng.uniform(0, 0.03))
+            os.kill(child.pid, signal.SIGSTOP)
+            stopped_at = time.monotonic()
+            try:
+                time.sleep(lock_timeout * rng.uniform(1.3, 2.0))
+            finally:
+                os.kill(child.pid, signal.SIGCONT)
+            paused.append((child, section, stopped_at, time.monotonic()))
+        problems = finish(env)
+        history = fleet.history()
+        violations = problems + full_check(env, history, ids, max_attempts)
+    by_sid = {(s.run, s.sid): s for s in history.sections}
+    hit = noticed = 0
+    for child, event, stopped_at, resumed_at in paused:
+        s = by_sid[(event["run"], event["sid"])]
+        if s.end is not None and s.end <= stopped_at:
+            continue  # it had finished just before the pause
+        hit += 1
+        if s.result in ("lost", "fenced"):
+            noticed += 1
+        if s.last_believed is not None and s.last_believed > resumed_at:
+            violations.append(Violation(
+                "unnoticed", s.key,
+                f"{child.name} (run {s.run}, token {s.token}) was paused "
+                f"{resumed_at - stopped_at:.2f} s, longer than its lease, and still believed "
+                f"it held the section {s.last_believed - resumed_at:.3f} s after resuming",
+            ))
+    return Result("sigstop", rounds, rounds, handovers(history), violations,
+                  time.monotonic() - started,
+                  {"seed": seed, "hit": hit, "noticed": noticed, **late_writes(history)})
+
+
+def same_owner_restart(
+    workdir: Path, *, rounds: int = 4, jobs: int = 8, lock_timeout: float = 1.0,
+    max_attempts: int = 8, seed: int | None = None,
+) -> Result:
+    """Kill the worker with the stable owner ``host-a`` at a random phase of its lease
+    and restart it at once, with the same owner, on the job it held.
+
+    The lease is long enough (1 s against a restart of about 0.4 s) for the restarted
+    process to find its dead predecessor's lease still alive on the server: it must
+    wait it out and take the next attempt with a larger token, not re-enter it."""
+    rng, seed = seeded(seed)
+    started = time.monotonic()
+    ids = job_ids(jobs)
+    with environment(workdir, lock_timeout=lock_timeout, max_attempts=max_attempts,
+                     steps=(4, 8), step=0.15) as env:
+        fleet = env.fleet
+        fleet.spawn("worker", name="host-a", owner="host-a", jobs=ids)
+        fleet.spawn("worker", name="other", jobs=ids)
+        faults = 0
+        for _ in range(rounds):
+            try:
+                child, section = fleet.wait_holder(
+                    lambda: [c for c in fleet.live() if c.name == "host-a"], timeout=5.0
+                )
+            except TimeoutError:
+                break  # the other worker did what was left
+            time.sleep(rng.uniform(0, lock_timeout / 2))
+            fleet.kill(child)
+            fleet.respawn(child, first=[section["key"]])
+            faults += 1
+        problems = finish(env)
+        history = fleet.history()
+        violations = problems + full_check(env, history, ids, max_attempts)
+    return Result("same_owner_restart", rounds, faults, handovers(history), violations,
+                  time.monotonic() - started, {"seed": seed})
+
+
+def same_owner_crash(
+    workdir: Path, *, max_attempts: int = 3, lock_timeout: float = 1.0, cap: int = 9,
+) -> Result:
+    """The hook crashes its own process (``os._exit``) on every attempt; the process is
+    restarted each time with the same owner. The job must run at most ``max_attempts``
+    times, then be given up."""
+    started = time.monotonic()
+    job = "crashy"
+    with environment(workdir, lock_timeout=lock_timeout, max_attempts=max_attempts,
+                     crash_rate=1.0, steps=(1, 3), step=0.05) as env:
+        fleet = env.fleet
+        child = fleet.spawn("worker", name="host-a", owner="host-a", jobs=[job])
+        crashes = 0
+        while True:
+            try:
+                code = child.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                break  # reported as stuck below
+            if code != CRASH_EXIT:
+                break
+            crashes += 1
+            if crashes >= cap:
+                break
+            child = fleet.respawn(child)
+        problems = finish(env, timeout=5.0, allowed=(CRASH_EXIT,))
+        history = fleet.history()
+        final = env.finals([job])
+        violations = problems + check(
+            history, effects=env.store.effects(), final=final, max_attempts=max_attempts,
+        )
+    return Result("same_owner_crash", crashes + 1, crashes, handovers(history), violations,
+                  time.monotonic() - started,
+                  {"hook_runs": len(history.sections), "final": final[job].status})
+
+
+def leader_same_owner(
+    workdir: Path, *, rounds: int = 3, lock_timeout: float = 1.2, seed: int | None = None,
+) -> Result:
+    """Kill the leader with the stable owner ``host-a`` at a random phase of its term
+    and restart it at once with the same owner: it must not be elected again into its
+    dead predecessor's term (the lease outlives the restart), but wait it out."""
+    rng, seed = seeded(seed)
+    started = time.monotonic()
+    with environment(workdir, lock_timeout=lock_timeout, names=["L"], steps=(4, 8),
+                     step=0.2) as env:
+        fleet = env.fleet
+        fleet.spawn("leader", name="host-a", owner="host-a")
+        fleet.spawn("leader", name="other")
+        faults = 0
+        for _ in range(rounds):
+            child, _section = fleet.wait_holder(
+                lambda: [c for c in fleet.live() if c.name == "host-a"], timeout=15.0
+            )
+            time.sleep(rng.uniform(0, lock_timeout / 2))
+            fleet.kill(child)
+            fleet.respawn(child)
+            faults += 1
+        problems = finish(env)
+        history = fleet.history()
+        violations = problems + check(history, effects=env.store.effects())
+    return Result("leader_same_owner", rounds, faults, handovers(history), violations,
+                  time.monotonic() - started, {"seed": seed})
+
+
+PROXY_FAULTS = ("blackhole", "close", "delay")
+
+
+def proxy_phases(
+    workdir: Path, *, rounds: int = 10, jobs: int = 20, mix: Mix = Mix(fail_rate=0.1),
+    lock_timeout: float = 0.8, max_attempts: int = 10, seed: int | None = None,
+) -> Result:
+    """Black-hole, close and delay phases of a TCP proxy between half of the processes
+    and the server, while the other half reach it directly and take over."""
+    rng, seed = seeded(seed)
+    started = time.monotonic()
+    ids = job_ids(jobs)
+    counts = dict.fromkeys((*PROXY_FAULTS, "pass"), 0)
+    plan = list(PROXY_FAULTS)  # every fault at least once, then at random
+    rng.shuffle(plan)
+    plan += [rng.choice([*PROXY_FAULTS, "pass"]) for _ in range(max(0, rounds - len(plan)))]
+    with environment(workdir, lock_timeout=lock_timeout, max_attempts=max_attempts,
+                     socket_timeout=0.25, **mix.settings()) as env, \
+            Proxy(env.server.port) as proxy:
+        mix.spawn(env, ids, scale=0.5, urls=[proxy.url])
+        mix.spawn(env, ids, scale=0.5)
+        for mode in plan:
+            proxy.set_mode(mode, rng.uniform(20, 300))
+            counts[mode] += 1
+            time.sleep(rng.uniform(0.3, 1.5) * lock_timeout)
+        proxy.pass_through()
+        problems = finish(env)
+        history = env.fleet.history()
+        violations = problems + full_check(env, history, ids, max_attempts)
+    faults = len(plan) - counts.pop("pass")
+    return Result("proxy", len(plan), faults, handovers(history), violations,
+                  time.monotonic() - started, {"seed": seed, **counts, **late_writes(history)})
+
+
+def startup_outage(
+    workdir: Path, *, rounds: int = 1, outage: float = 1.0, jobs: int = 4,
+    lock_timeout: float = 0.5, max_attempts: int = 3,
+) -> Result:
+    """Processes that start while the server is unreachable (every connection closed at
+    once) must retry within their budget and carry on when it comes back, or fail with
+    the documented ``RedisUnavailable``; never with another exception."""
+    started = time.monotonic()
+    ids = job_ids(jobs)
+    mix = Mix(workers=1, lockers=1, leaders=1, fail_rate=0.0)
+    with environment(workdir, lock_timeout=lock_timeout, max_attempts=max_attempts,
+                     socket_timeout=0.25, **mix.settings()) as env, \
+            Proxy(env.server.port) as proxy:
+        fleet = env.fleet
+        for _ in range(rounds):
+            proxy.close_all()
+            before = len(fleet.children)
+            mix.spawn(env, ids, urls=[proxy.url])
+            for child in fleet.children[before:]:
+                fleet.wait_ready(child)
+            time.sleep(outage)
+            proxy.pass_through()
+            fresh = fleet.children[before:]
+
+            def started_now(fresh: list[Child] = fresh) -> list[Child]:
+                return [c for c in fresh if c.alive()]
+
+            fleet.wait_holder(started_now, timeout=10.0)
+        problems = finish(env)
+        history = fleet.history()
+        violations = problems + full_check(env, history, ids, max_attempts)
+    return Result("startup_outage", rounds, rounds, handovers(history), violations,
+                  time.monotonic() - started)
+
+
+def server_restart(
+    workdir: Path, *, durable: bool, rounds: int = 5, jobs: int = 20, mix: Mix = Mix(),
+    lock_timeout: float = 0.5, max_attempts: int = 10, seed: int | None = None,
+) -> Result:
+    """SIGKILL lockworker's server at random moments and start it again on its port.
+
+    Durable (``appendonly yes``, ``appendfsync always``): every promise must hold.
+
+    Volatile (no persistence), what cannot be promised, since the server forgets every
+    lease, attempt count and DONE: exclusion right after the restart (a holder trusts
+    its lease until its own clock says otherwise, while the server already grants the
+    job again), DONE exactly once and attempt limits (a job done before the restart is
+    pending again and runs again), and nothing lost (the state itself is lost). What is
+    promised: tokens for a key never go backwards across the restart, so the fenced
+    store refuses the stale holders' writes; and no process fails other than by the
+    documented ``RedisUnavailable``.
+    """
+    rng, seed = seeded(seed)
+    started = time.monotonic()
+    ids = job_ids(jobs)
+    with environment(workdir, server_args=DURABLE if durable else (),
+                     lock_timeout=lock_timeout, max_attempts=max_attempts,
+                     **mix.settings()) as env:
+        mix.spawn(env, ids)
+        for _ in range(rounds):
+            env.fleet.wait_holder()
+            time.sleep(rng.uniform(0, lock_timeout))
+            restart(env.server)
+        problems = finish(env)
+        history = env.fleet.history()
+        if durable:
+            violations = problems + full_check(env, history, ids, max_attempts)
+        else:
+            violations = problems + check(
+                history, effects=env.store.effects(), exclusive=False, once=False
+            )
+        refused = env.store.refused()
+    name = "server_restart_durable" if durable else "server_restart_volatile"
+    return Result(name, rounds, rounds, handovers(history), violations,
+                  time.monotonic() - started, {"seed": seed, "store_refused": refused})
+
+
+def clock_jumps(
+    workdir: Path, *, rounds: int = 6, jobs: int = 20, mix: Mix = Mix(lockers=1),
+    lock_timeout: float = 0.5, max_attempts: int = 8, seed: int | None = None,
+) -> Result:
+    """Every process's wall clock jumps by hours, both ways, again and again, while
+    holders are SIGKILLed: leases are judged by monotonic time only."""
+    rng, seed = seeded(seed)
+    started = time.monotonic()
+    ids = job_ids(jobs)
+    with environment(workdir, lock_timeout=lock_timeout, max_attempts=max_attempts,
+                     clock_jumps=True, **mix.settings()) as env:
+        mix.spawn(env, ids)
+        fleet = env.fleet
+        for _ in range(rounds):
+            child, _section = fleet.wait_holder()
+            time.sleep(rng.uniform(0, lock_timeout / 2))
+            fleet.kill(child)
+            fleet.respawn(child)
+        problems = finish(env)
+        history = fleet.history()
+        violations = problems + full_check(env, history, ids, max_attempts)
+    jumps = sum(1 for n in history.notes if n.get("what") == "clock_jump")
+    return Result("clock_jumps", rounds, rounds + jumps, handovers(history), violations,
+                  time.monotonic() - started, {"seed": seed, "kills": rounds, "jumps": jumps})
+
+
+def redlock(
+    workdir: Path, *, masters: int = 3, durable: bool = True, rounds: int = 8,
+    contenders: int = 3, ttl: float = 0.5, seed: int | None = None,
+) -> Result:
+    """Redlock over ``masters`` servers, masters SIGKILLed and restarted while processes
+    contend. Durable masters come back at once with their keys; volatile ones stay down
+    for the lock's ttl first (docs/primitives.md). No two holders that believed they
+    held it may overlap; tokens must grow as long as the masters keep their data."""
+    rng, seed = seeded(seed)
+    started = time.monotonic()
+    with environment(workdir, masters=masters, server_args=DURABLE if durable else (),
+                     lock_timeout=ttl, names=["R"], steps=(2, 6), step=0.03) as env:
+        for n in range(contenders):
+            env.fleet.spawn("redlock", auto_renew=n % 2 == 1)
+        for _ in range(rounds):
+            time.sleep(rng.uniform(0.1, 0.5))
+            server = rng.choice(env.servers)
+            restart(server, rng.uniform(0, 0.2) if durable else ttl + 0.2)
+        problems = finish(env)
+        history = env.fleet.history()
+        violations = problems + check(history, effects=env.store.effects(), tokens=durable)
+    kind = "durable" if durable else "volatile"
+    no_quorum = sum(1 for n in history.notes if n.get("what") == "no_quorum")
+    return Result(f"redlock{masters}_{kind}", rounds, rounds, handovers(history), violations,
+                  time.monotonic() - started,
+                  {"seed": seed, "holds": len(history.sections), "no_quorum": no_quorum})
+
+
+Scenario = Callable[..., Result]
+
+
+def _durable_restart(workdir: Path, **kw: Any) -> Result:
+    return server_restart(workdir, durable=True, **kw)
+
+
+def _volatile_restart(workdir: Path, **kw: Any) -> Result:
+    return server_restart(workdir, durable=False, **kw)
+
+
+def _redlock5(workdir: Path, **kw: Any) -> Result:
+    return redlock(workdir, masters=5, **kw)
+
+
+def _redlock_volatile(workdir: Path, **kw: Any) -> Result:
+    return redlock(workdir, durable=False, **kw)
+
+
+SCENARIOS: dict[str, Scenario] = {
+    "sigkill": sigkill,
+    "sigstop": sigstop,
+    "same_owner_restart": same_owner_restart,
+    "same_owner_crash": same_owner_crash,
+    "leader_same_owner": leader_same_owner,
+    "proxy": proxy_phases,
+    "startup_outage": startup_outage,
+    "server_restart_durable": _durable_restart,
+    "server_restart_volatile": _volatile_restart,
+    "clock_jumps": clock_jumps,
+    "redlock3_durable": redlock,
+    "redlock5_durable": _redlock5,
+    "redlock3_volatile": _redlock_volatile,
+}

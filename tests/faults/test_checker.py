@@ -1,0 +1,298 @@
+"""The history checker catches every kind of violation it claims to, on synthetic
+histories, and stays quiet on histories that keep every promise."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from .history import (
+    JOB,
+    Effect,
+    Final,
+    History,
+    Outcome,
+    Recorder,
+    Section,
+    Violation,
+    check,
+    handovers,
+    load,
+    parse_lines,
+)
+
+pytestmark = pytest.mark.faults
+
+_sids = itertools.count(1)
+
+
+def sec(
+    key: str, run: str, token: int, start: float, believed: float | None, *,
+    kind: str = JOB, end: float | None = None, result: str | None = "returned",
+) -> Section:
+    return Section(
+        kind=kind, key=key, run=run, token=token, start=start, last_believed=believed,
+        end=end if end is not None else (believed if believed is not None else start),
+        result=result, owner=f"owner-of-{run}", sid=next(_sids),
+    )
+
+
+def kinds(violations: list[Violation]) -> set[str]:
+    return {v.kind for v in violations}
+
+
+def commit(s: Section, seq: int, op: str = "commit") -> Effect:
+    return Effect(s.kind, s.key, s.token, s.run, s.sid, op, seq)
+
+
+def good_job() -> tuple[History, list[Effect], dict[str, Final]]:
+    """Attempt 1 fails in run a, attempt 2 finishes in run b: every promise kept."""
+    first = sec("j", "a", 1, 0.0, 0.4, result="failed")
+    second = sec("j", "b", 2, 1.0, 1.4)
+    history = History(
+        sections=[first, second],
+        outcomes=[
+            Outcome("b", JOB, "j", "done", 1.5), Outcome("a", JOB, "j", "done_elsewhere", 1.6)
+        ],
+    )
+    effects = [commit(first, 0, "write"), commit(second, 1, "write"), commit(second, 2)]
+    return history, effects, {"j": Final("done", 2, 2)}
+
+
+def test_a_history_that_keeps_every_promise_has_no_violation() -> None:
+    history, effects, final = good_job()
+    assert check(history, effects=effects, final=final, pending_ok=False, max_attempts=2) == []
+
+
+def test_overlap_of_believed_sections_by_two_runs() -> None:
+    history = History(sections=[
+        sec("L", "a", 1, 0.0, 1.0, kind="lock"), sec("L", "b", 2, 0.9, 2.0, kind="lock"),
+    ])
+    found = check(history)
+    assert kinds(found) == {"overlap"}
+    assert "100.0 ms" in found[0].detail
+
+
+def test_no_overlap_when_sections_follow_each_other_or_belong_to_one_run() -> None:
+    history = History(sections=[
+        sec("L", "a", 1, 0.0, 1.0, kind="lock"),
+        sec("L", "b", 2, 1.0, 2.0, kind="lock"),  # starts exactly when a stopped believing
+        sec("L", "b", 3, 1.5, 2.5, kind="lock"),  # same run: not two holders
+        sec("M", "c", 1, 0.5, 1.5, kind="lock"),  # another key
+        sec("L", "d", 4, 1.2, None, kind="lock", result="lost"),  # never believed it held
+    ])
+    assert check(history) == []
+
+
+def test_the_same_token_in_two_runs_is_reuse() -> None:
+    history = History(sections=[
+        sec("L", "a", 7, 0.0, 1.0, kind="leader", result=None),  # killed
+        sec("L", "a2", 7, 2.0, 3.0, kind="leader"),  # its restart re-entered with token 7
+    ])
+    found = check(history)
+    assert kinds(found) == {"token_reuse"}
+    assert "token 7" in found[0].detail
+
+
+def test_a_lower_token_after_a_higher_one_goes_backwards() -> None:
+    history = History(sections=[
+        sec("L", "a", 1_700_000_000_000_000, 0.0, 1.0, kind="lock"),
+        sec("L", "b", 1, 2.0, 3.0, kind="lock"),  # after a server lost its data
+    ])
+    assert kinds(check(history)) == {"token_backwards"}
+    assert check(history, tokens=False) == []
+
+
+def test_unbelieved_sections_do_not_order_tokens_but_may_not_reuse_them() -> None:
+    history = History(sections=[
+        sec("L", "a", 2, 0.0, 1.0, kind="lock"),
+        sec("L", "b", 1, 2.0, None, kind="lock", result="lost"),  # paused before its start
+    ])
+    assert check(history) == []
+
+
+def test_two_runs_reporting_done_is_double_done() -> None:
+    history, effects, final = good_job()
+    history.outcomes.append(Outcome("a", JOB, "j", "done", 1.7))
+    assert kinds(check(history, effects=effects, final=final)) == {"double_done"}
+
+
+def test_done_reported_by_a_run_that_did_not_finish_the_job_is_double_done() -> None:
+    history, effects, final = good_job()
+    history.outcomes = [Outcome("c", JOB, "j", "done", 1.7)]  # a restart with the same owner
+    assert kinds(check(history, effects=effects, final=final)) == {"double_done"}
+
+
+def test_an_attempt_or_commit_after_done_is_double_done() -> None:
+    history, effects, final = good_job()
+    late = sec("j", "c", 3, 2.0, 2.2)
+    history.sections.append(late)
+    effects.append(commit(late, 3))
+    found = check(history, effects=effects, final=final)
+    assert kinds(found) == {"double_done", "lost"}  # the state also fell behind token 3
+    assert sum(1 for v in found if v.kind == "double_done") == 2
+
+
+def test_done_reported_for_a_job_that_gave_up_is_double_done() -> None:
+    history, effects, _ = good_job()
+    assert kinds(check(history, effects=effects, final={"j": Final("gave_up", 2, 2)})) == {
+        "double_done"
+    }
+
+
+def test_a_job_left_pending_is_lost_only_when_pending_is_not_allowed() -> None:
+    history = History(sections=[sec("j", "a", 1, 0.0, 0.5, result="failed")])
+    final = {"j": Final("pending", 1, 1)}
+    assert check(history, final=final) == []
+    assert kinds(check(history, final=final, pending_ok=False)) == {"lost"}
+
+
+def test_done_without_a_finished_attempt_is_lost() -> None:
+    history = History(sections=[sec("j", "a", 1, 0.0, 0.5, result=None)])  # killed
+    assert kinds(check(history, final={"j": Final("done", 1, 1)})) == {"lost"}
+
+
+def test_done_without_the_commit_in_the_store_is_lost() -> None:
+    history, effects, final = good_job()
+    assert kinds(check(history, effects=effects[:2], final=final)) == {"lost"}
+
+
+def test_a_state_behind_the_tokens_handed_out_is_lost() -> None:
+    history, effects, _ = good_job()
+    history.outcomes = []
+    found = check(history, effects=effects, final={"j": Final("pending", 0, 0)})
+    assert kinds(found) == {"lost"}
+    assert "fell behind" in found[0].detail
+
+
+def test_a_job_without_a_final_state_is_lost() -> None:
+    history, effects, _ = good_job()
+    assert kinds(check(history, effects=effects, final={})) == {"lost"}
+
+
+def test_done_reported_while_the_state_says_pending_is_lost() -> None:
+    history, effects, _ = good_job()
+    assert kinds(check(history, effects=effects, final={"j": Final("pending", 2, 2)})) == {
+        "lost"
+    }
+
+
+def test_more_hook_runs_than_max_attempts() -> None:
+    history, effects, final = good_job()
+    assert kinds(check(history, effects=effects, final=final, max_attempts=1)) == {
+        "too_many_attempts"
+    }
+
+
+def test_the_store_accepting_a_lower_token_after_a_higher_one_is_a_fence_violation() -> None:
+    history, effects, final = good_job()
+    swapped = [effects[1], effects[0], effects[2]]
+    reordered = [Effect(e.kind, e.key, e.token, e.run, e.sid, e.op, n)
+                 for n, e in enumerate(swapped)]
+    assert kinds(check(history, effects=reordered, final=final)) == {"fence"}
+
+
+def test_an_accepted_write_of_no_known_section_is_a_fence_violation() -> None:
+    history, effects, final = good_job()
+    effects.append(Effect(JOB, "j", 2, "ghost", 99, "write", 3))
+    found = check(history, effects=effects, final=final)
+    assert "fence" in kinds(found)
+    assert "token_reuse" in kinds(found)  # token 2 accepted from two runs
+
+
+def test_recorded_events_fold_into_sections_and_a_torn_last_line_is_skipped(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "h.jsonl"
+    rec = Recorder(path, owner="me")
+    sid = rec.begin("lock", "L", 5, lambda: False)
+    believed = rec.holding(sid, lambda: False)
+    assert rec.holding(sid, lambda: True) is None
+    rec.end(sid, "returned")
+    killed = rec.begin("lock", "L", 6, lambda: False)
+    rec.outcome("j", "done")
+    rec.close()
+    with path.open("a") as f:
+        f.write('{"ev":"believe","run":"x')  # SIGKILL in the middle of a line
+    history = load([path])
+    first, second = history.sections
+    assert (first.token, first.result, first.owner) == (5, "returned", "me")
+    assert believed is not None and first.end is not None
+    assert first.last_believed == believed
+    assert first.start <= believed <= first.end
+    assert (second.sid, second.end, second.result) == (killed, None, None)
+    assert history.outcomes[0].outcome == "done"
+    assert first.run == second.run and first.run.startswith(f"{os.getpid()}-")
+
+
+def test_a_torn_line_before_the_end_is_an_error() -> None:
+    lines = ['{"ev":"note","run":"r","what":"ready","t":1', json.dumps(
+        {"ev": "note", "run": "r", "what": "exit", "t": 2})]
+    with pytest.raises(json.JSONDecodeError):
+        parse_lines(lines)
+
+
+def test_a_section_that_was_already_lost_at_its_start_is_never_believed(
+    tmp_path: Path,
+) -> None:
+    rec = Recorder(tmp_path / "h.jsonl")
+    rec.begin("job", "j", 1, lambda: True)
+    rec.close()
+    (section,) = load([tmp_path / "h.jsonl"]).sections
+    assert section.last_believed is None
+
+
+def test_handovers_count_changes_of_run_per_key() -> None:
+    history = History(sections=[
+        sec("L", "a", 1, 0.0, 0.1, kind="lock"), sec("L", "a", 2, 0.2, 0.3, kind="lock"),
+        sec("L", "b", 3, 0.4, 0.5, kind="lock"), sec("L", "a", 4, 0.6, 0.7, kind="lock"),
+        sec("M", "c", 1, 0.0, 0.1, kind="lock"),
+    ])
+    assert handovers(history) == 2
+
+
+# Property: sequential histories (each section after the previous one stopped believing,
+# with growing tokens) are clean, whoever holds; shifting one start back into the
+# previous holder's belief is always reported as an overlap.
+
+holds = st.lists(
+    st.tuples(st.sampled_from("abcd"), st.floats(0.001, 1.0), st.floats(0.0, 0.5),
+              st.integers(1, 3)),
+    min_size=2, max_size=30,
+)
+
+
+def sequential(spec: list[tuple[str, float, float, int]]) -> list[Section]:
+    sections, t, token = [], 0.0, 0
+    for run, length, gap, step in spec:
+        token += step
+        sections.append(sec("K", run, token, t, t + length, kind="lock"))
+        t += length + gap
+    return sections
+
+
+@settings(max_examples=200, deadline=None, database=None)
+@given(holds)
+def test_sequential_histories_are_clean(spec: list[tuple[str, float, float, int]]) -> None:
+    assert check(History(sections=sequential(spec))) == []
+
+
+@settings(max_examples=200, deadline=None, database=None)
+@given(holds, st.data())
+def test_any_start_moved_into_the_previous_belief_is_an_overlap(
+    spec: list[tuple[str, float, float, int]], data: st.DataObject
+) -> None:
+    sections = sequential(spec)
+    i = data.draw(st.integers(1, len(sections) - 1))
+    prev, cur = sections[i - 1], sections[i]
+    assert prev.last_believed is not None
+    if prev.run == cur.run:
+        cur.run = prev.run + "-other"
+    cur.start = data.draw(st.floats(prev.start, prev.last_believed, exclude_max=True))
+    assert "overlap" in kinds(check(History(sections=sections)))

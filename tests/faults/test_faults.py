@@ -1,0 +1,78 @@
+"""The fault battery: real processes against real servers the tests start, faults
+injected at random moments, and the whole history checked (see scenarios.py).
+
+Each test prints its figure (visible with ``-s``) and asserts that no violation was
+found; the figure and the violations are the assertion message. The history files of
+a failed test stay in its ``tmp_path``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from . import scenarios
+from .scenarios import Result
+
+pytestmark = pytest.mark.faults
+
+
+def verdict(result: Result, workdir: Path) -> None:
+    print(result.figure())
+    assert not result.violations, f"{result.report()}\nhistories: {workdir}"
+
+
+def test_sigkill_of_holders_at_random_points(tmp_path: Path) -> None:
+    verdict(scenarios.sigkill(tmp_path), tmp_path)
+
+
+def test_sigstop_past_the_lease_then_sigcont(tmp_path: Path) -> None:
+    result = scenarios.sigstop(tmp_path)
+    verdict(result, tmp_path)
+    # The pauses hit holders inside their sections, and they noticed (not vacuous).
+    assert result.extra["noticed"] >= 1, result.figure()
+
+
+def test_restarts_with_the_same_owner_at_random_phases_of_the_lease(tmp_path: Path) -> None:
+    result = scenarios.same_owner_restart(tmp_path)
+    verdict(result, tmp_path)
+    assert result.faults >= 1, result.figure()
+
+
+def test_a_hook_crashing_its_process_runs_at_most_max_attempts_times(tmp_path: Path) -> None:
+    result = scenarios.same_owner_crash(tmp_path, max_attempts=3)
+    verdict(result, tmp_path)
+    assert result.extra["final"] == "gave_up", result.figure()
+
+
+def test_leader_terms_with_restarts_under_the_same_owner(tmp_path: Path) -> None:
+    verdict(scenarios.leader_same_owner(tmp_path), tmp_path)
+
+
+def test_proxy_black_hole_close_and_delay_phases(tmp_path: Path) -> None:
+    verdict(scenarios.proxy_phases(tmp_path), tmp_path)
+
+
+def test_server_restarts_with_appendfsync_always_lose_nothing(tmp_path: Path) -> None:
+    verdict(scenarios.server_restart(tmp_path, durable=True), tmp_path)
+
+
+def test_server_restarts_without_persistence_keep_tokens_growing(tmp_path: Path) -> None:
+    verdict(scenarios.server_restart(tmp_path, durable=False), tmp_path)
+
+
+def test_wall_clock_jumps_do_not_matter(tmp_path: Path) -> None:
+    result = scenarios.clock_jumps(tmp_path)
+    verdict(result, tmp_path)
+    assert result.extra["jumps"] >= 1, result.figure()
+
+
+def test_redlock_with_masters_killed_and_restarted(tmp_path: Path) -> None:
+    result = scenarios.redlock(tmp_path, masters=3, durable=True)
+    verdict(result, tmp_path)
+    assert result.extra["holds"] >= 1, result.figure()
+
+
+def test_processes_starting_while_the_server_is_unreachable(tmp_path: Path) -> None:
+    verdict(scenarios.startup_outage(tmp_path), tmp_path)
