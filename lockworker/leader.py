@@ -48,7 +48,7 @@ from lockworker.protocol import ScriptProtocol, text
 from lockworker.signals import stop_on_signals
 from lockworker.state import Grant, Renewal, Settle, Snapshot
 from lockworker.term import Term
-from lockworker.wake import WakeHub
+from lockworker.wake import Waits
 
 T = TypeVar("T")
 
@@ -151,7 +151,7 @@ class Leader:
         self._retention_ms = round(RETENTION * 1000)
         self._stop = threading.Event()
         self._heartbeat = Heartbeat(self.clock, self.lock_timeout / 3)
-        self._hub = WakeHub(client, self.clock)
+        self._hub = Waits(client)
         self._term: Term | None = None
 
     # -- hooks -----------------------------------------------------------------------

@@ -1,77 +1,111 @@
-"""Waking waiting processes at once when a job changes hands.
+"""Waking waiting processes at once when a job, lock or permit changes hands.
 
-Every step that ends an attempt (complete, fail, release, give up) publishes on the
-job's wake channel. A :class:`WakeHub` holds one pub/sub connection per worker and one
-reader thread; a waiter registers the job's channel, re-reads the job, then blocks on a
-local event until a message arrives or its own deadline passes.
+Every step that ends a hold (complete, fail, release, give up) publishes on the
+wake channel of what it held. A process keeps **one** :class:`WakeHub` per connection
+pool of its clients: one pub/sub connection and one reader thread, shared by every
+``Lock``, ``Semaphore``, ``compute_once``, ``Worker`` and ``Leader`` that uses that pool
+(:func:`hub_for`). A new object therefore pays no connection or thread start of its
+own: ``with Lock(client, "x"):`` in a loop costs the same as reusing one object.
+
+A waiter registers the channel, waits until the server *confirmed* the subscription
+(skipped when the channel was already subscribed for another waiter of this process),
+re-reads, then blocks on a local event until a message arrives or its own deadline
+passes. A release can thus never fall between a waiter's failed read and its wait
+unseen: either the release came before the confirmed subscription, and the re-read
+sees it, or after, and the message wakes the waiter.
 
 Why pub/sub and a client-side deadline: a message reaches every waiter at once (a DONE
 must release them all, not one), and the deadline is kept by this process's own timer,
 so a waiter whose holder died wakes when the lease ends, not when the server's
 blocking-command timer gets round to it (measured up to 100 ms late).
 
-Lost messages cannot hang anyone: a waiter subscribes (and waits for the server's
-confirmation) before it re-reads the job, and always wakes at the lease's end anyway;
-when the pub/sub connection breaks, every waiter is woken to re-read.
+Lost messages cannot hang anyone: when the pub/sub connection breaks, every waiter is
+woken to re-read, and every waiter wakes at the lease's end anyway. The hub closes its
+connection and ends its thread after :data:`IDLE_CLOSE` seconds without a channel; a
+forked child starts with no hub (its parent's connection and thread are not its own).
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
+import weakref
 from collections.abc import Iterator
 from typing import Any
 
 import redis
 
-from lockworker.clock import Clock
+from lockworker.clock import SystemClock
 from lockworker.protocol import text
 
-READ_TIMEOUT = 0.5
-"""How long the reader thread blocks on the socket before checking whether to close."""
+READ_TIMEOUT = 0.2
+"""How long the reader thread blocks on the socket before checking whether to stop."""
+IDLE_CLOSE = 5.0
+"""Seconds without any subscribed channel after which a hub closes its connection."""
+LINGER = 2.0
+"""Seconds a channel stays subscribed after its last waiter left, so that a process
+that keeps contending for a lock does not subscribe and unsubscribe for every wait."""
+CONFIRM_TIMEOUT = 5.0
+"""Seconds to wait for the server to confirm a subscription before re-reading anyway."""
 
 
 class WakeHub:
-    """One pub/sub connection shared by all waiters of a worker."""
+    """One pub/sub connection and reader thread shared by all waiters of a process.
 
-    def __init__(self, client: redis.Redis, clock: Clock) -> None:
-        self._client = client
-        self._clock = clock
+    Created by :func:`hub_for`, one per connection pool; never closed by the objects
+    that use it (it closes itself when idle).
+    """
+
+    def __init__(self) -> None:
         self._lock = threading.Lock()
         self._waiters: dict[str, set[threading.Event]] = {}
         self._confirmed: dict[str, threading.Event] = {}
         self._pubsub: Any = None
         self._thread: threading.Thread | None = None
-        self._closed = threading.Event()
+        self._linger: dict[str, float] = {}
+        self._closed = False
+        self._clock = SystemClock()
 
-    def _ensure_reader(self) -> None:
-        # Started after the first SUBSCRIBE, so the reader never polls an idle connection.
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._read, name="lockworker-wake", daemon=True)
-            self._thread.start()
+    def subscribed(self, channel: str) -> bool:
+        """True if the server confirmed this hub's subscription to ``channel``."""
+        confirmed = self._confirmed.get(channel)
+        return confirmed is not None and confirmed.is_set()
+
+    def lingering(self, channel: str) -> bool:
+        """True if ``channel`` is subscribed though nobody of this process waits on it
+        (it then counts among PUBLISH's receivers without being a waiter)."""
+        return channel in self._linger and self.subscribed(channel)
 
     @contextlib.contextmanager
-    def listen(self, channel: str, *, confirm_timeout: float = 5.0) -> Iterator[threading.Event]:
+    def listen(
+        self, client: redis.Redis, channel: str, *, confirm_timeout: float = CONFIRM_TIMEOUT
+    ) -> Iterator[threading.Event]:
         """Subscribe to ``channel`` for the ``with`` block; yield the event it sets.
 
         Returns only once the server confirmed the subscription, so a change made after
-        the caller's next read cannot be missed.
+        the caller's next read cannot be missed. If no confirmation comes within
+        ``confirm_timeout`` the event is set, so the caller re-reads rather than trusts.
         """
         event = threading.Event()
         with self._lock:
             if self._pubsub is None:
-                self._pubsub = self._client.pubsub()  # type: ignore[no-untyped-call]
-            waiters = self._waiters.setdefault(channel, set())
-            waiters.add(event)
-            first = len(waiters) == 1
-            confirmed = self._confirmed.setdefault(channel, threading.Event())
-            if first:
-                confirmed.clear()
+                self._pubsub = client.pubsub()  # type: ignore[no-untyped-call]
+            self._waiters.setdefault(channel, set()).add(event)
+            self._linger.pop(channel, None)
+            confirmed = self._confirmed.get(channel)
+            if confirmed is None:
+                confirmed = self._confirmed[channel] = threading.Event()
                 self._pubsub.subscribe(channel)
-            self._ensure_reader()
+            if self._thread is None:
+                # Started after the first SUBSCRIBE, so it never polls an idle connection.
+                self._thread = threading.Thread(
+                    target=self._read, name="lockworker-wake", daemon=True
+                )
+                self._thread.start()
         try:
-            if not self._clock.wait(confirmed, confirm_timeout):
-                event.set()  # no confirmation: let the caller re-read rather than trust it
+            if not confirmed.wait(confirm_timeout):
+                event.set()
             yield event
         finally:
             with self._lock:
@@ -79,12 +113,20 @@ class WakeHub:
                 waiters.discard(event)
                 if not waiters:
                     self._waiters.pop(channel, None)
-                    self._confirmed.pop(channel, None)
+                    self._linger[channel] = self._clock.monotonic() + LINGER
+
+    def _unsubscribe_lingering_locked(self) -> None:
+        now = self._clock.monotonic()
+        for channel, until in list(self._linger.items()):
+            if until <= now:
+                del self._linger[channel]
+                self._confirmed.pop(channel, None)
+                if self._pubsub is not None:
                     with contextlib.suppress(redis.RedisError, OSError):
                         self._pubsub.unsubscribe(channel)
 
     def wake_all(self) -> None:
-        """Wake every waiter (on stop, or when messages may have been lost)."""
+        """Wake every waiter (when messages may have been lost)."""
         with self._lock:
             for waiters in self._waiters.values():
                 for event in waiters:
@@ -93,36 +135,131 @@ class WakeHub:
                 confirmed.set()
 
     def _read(self) -> None:
-        while not self._closed.is_set():
-            try:
-                message = self._pubsub.get_message(timeout=READ_TIMEOUT)
-            except (redis.RedisError, OSError, ValueError, AttributeError):
-                # The connection broke: messages may be lost, so everyone re-reads.
-                self.wake_all()
-                if self._closed.is_set():
+        idle = 0.0
+        while True:
+            with self._lock:
+                pubsub = self._pubsub
+                if self._linger:
+                    self._unsubscribe_lingering_locked()
+                if self._closed or (not self._confirmed and idle >= IDLE_CLOSE):
+                    self._stop_locked()
                     return
-                self._clock.sleep(0.05)
+            try:
+                message = pubsub.get_message(timeout=READ_TIMEOUT)
+            except (redis.RedisError, OSError, ValueError, AttributeError, TypeError):
+                # The connection broke (TypeError: redis-py polled a socket closed under
+                # it): messages may be lost, so everyone re-reads; redis-py subscribes
+                # every channel afresh when it reconnects.
+                with self._lock:
+                    for confirmed in self._confirmed.values():
+                        confirmed.clear()
+                    for waiters in self._waiters.values():
+                        for event in waiters:
+                            event.set()
+                    idle = idle if self._confirmed else idle + READ_TIMEOUT
+                threading.Event().wait(0.05)
                 continue
+            idle = 0.0 if self._confirmed else idle + (READ_TIMEOUT if message is None else 0)
             if message is None:
                 continue
+            kind = message.get("type")
             channel = text(message.get("channel"))
             with self._lock:
-                if message.get("type") == "subscribe":
-                    confirmed = self._confirmed.get(channel)
-                    if confirmed is not None:
-                        confirmed.set()
-                elif message.get("type") == "message":
+                if kind == "subscribe":
+                    done = self._confirmed.get(channel)
+                    if done is not None:
+                        done.set()
+                elif kind == "message":
                     for event in self._waiters.get(channel, ()):
                         event.set()
 
-    def close(self) -> None:
-        """Stop the reader thread and close the connection."""
-        self._closed.set()
-        self.wake_all()
-        thread, self._thread = self._thread, None
-        if thread is not None:
-            thread.join(timeout=READ_TIMEOUT * 4)
-        if self._pubsub is not None:
+    def _stop_locked(self) -> None:
+        pubsub, self._pubsub, self._thread = self._pubsub, None, None
+        self._confirmed.clear()
+        self._linger.clear()
+        if pubsub is not None:
             with contextlib.suppress(redis.RedisError, OSError):
-                self._pubsub.close()
-            self._pubsub = None
+                pubsub.close()
+
+    def close(self) -> None:
+        """Stop the reader thread and close the connection (tests, interpreter exit)."""
+        with self._lock:
+            self._closed = True
+            thread = self._thread
+        self.wake_all()
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout=READ_TIMEOUT * 4)
+
+
+class _Registry:
+    """This process's hubs, one per connection pool, forgotten when the pool is."""
+
+    def __init__(self) -> None:
+        self.forget()
+
+    def forget(self) -> None:
+        # Also run in a forked child: the parent's hubs belong to threads it lacks.
+        self.hubs: weakref.WeakKeyDictionary[Any, WakeHub] = weakref.WeakKeyDictionary()
+        self.lock = threading.Lock()
+
+    def get(self, pool: Any) -> WakeHub:
+        with self.lock:
+            hub = self.hubs.get(pool)
+            if hub is None or hub._closed:
+                hub = self.hubs[pool] = WakeHub()
+            return hub
+
+
+_registry = _Registry()
+os.register_at_fork(after_in_child=_registry.forget)
+
+
+def hub_for(client: redis.Redis) -> WakeHub:
+    """The wake hub of this process for ``client``'s connection pool."""
+    return _registry.get(client.connection_pool)
+
+
+class Waits:
+    """The waits of one object (a worker, a leader, a lock) on the shared hub.
+
+    :meth:`wake_all` and :meth:`close` wake only this object's waiters, never those of
+    other objects sharing the process's hub.
+    """
+
+    def __init__(self, client: redis.Redis) -> None:
+        self._client = client
+        self._lock = threading.Lock()
+        self._events: set[threading.Event] = set()
+
+    def hub(self) -> WakeHub:
+        return hub_for(self._client)
+
+    def subscribed(self, channel: str) -> bool:
+        """True if this process listens on ``channel`` already (no round trip to join)."""
+        return self.hub().subscribed(channel)
+
+    def lingering(self, channel: str) -> bool:
+        """See :meth:`WakeHub.lingering`."""
+        return self.hub().lingering(channel)
+
+    @contextlib.contextmanager
+    def listen(self, channel: str) -> Iterator[threading.Event]:
+        """:meth:`WakeHub.listen` on the process's hub, wakeable by :meth:`wake_all`."""
+        with self.hub().listen(self._client, channel) as event:
+            with self._lock:
+                self._events.add(event)
+            try:
+                yield event
+            finally:
+                with self._lock:
+                    self._events.discard(event)
+
+    def wake_all(self) -> None:
+        """Wake this object's waiters (on stop)."""
+        with self._lock:
+            for event in self._events:
+                event.set()
+
+    def close(self) -> None:
+        """Wake this object's waiters; the shared connection stays for the others."""
+        self.wake_all()

@@ -33,7 +33,7 @@ from lockworker.serve import serve
 from lockworker.signals import stop_on_signals
 from lockworker.state import Outcome, Reset, Snapshot
 from lockworker.txn import TxnProtocol
-from lockworker.wake import WakeHub
+from lockworker.wake import Waits
 
 T = TypeVar("T")
 
@@ -152,7 +152,7 @@ class Worker:
         self._retention_ms = max(1, round(self.retention * 1000))
         self._stop = threading.Event()
         self._heartbeat = Heartbeat(self.clock, self.lock_timeout / 3)
-        self._hub = WakeHub(client, self.clock)
+        self._hub = Waits(client)
         self._signals: contextlib.ExitStack | None = None
 
     # -- hooks (override in a subclass, or pass as functions) ------------------------

@@ -9,8 +9,7 @@ abandoned one.
 from __future__ import annotations
 
 import uuid
-import weakref
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import redis
 
@@ -19,7 +18,6 @@ from lockworker.config import count, default_owner, optional_seconds, positive, 
 from lockworker.errors import AlreadyHeld, InvalidConfig
 from lockworker.keys import JobKeys, Space, check_name
 from lockworker.lease import Heartbeat, Lease
-from lockworker.wake import WakeHub
 
 ACQUIRED = "lock.acquired"
 RELEASED = "lock.released"
@@ -66,38 +64,6 @@ def check_bool(value: object, argument: str) -> bool:
 def new_owner(base: str) -> str:
     """A fresh owner id for one acquisition: readable prefix, unique suffix."""
     return f"{base}:{uuid.uuid4().hex[:12]}"
-
-
-class HubHolder:
-    """A :class:`WakeHub` created on first use and closed when its owner is collected.
-
-    A primitive used as ``with Lock(...)`` is often thrown away after one use; the
-    finaliser closes the hub's pub/sub connection and reader thread then, so contended
-    one-shot locks do not leak connections.
-    """
-
-    def __init__(self, owner: object, client: redis.Redis, clock: Clock) -> None:
-        self._client = client
-        self._clock = clock
-        self._hub: WakeHub | None = None
-        self._finalizer: Any = None
-        self._owner_ref = weakref.ref(owner)
-
-    def get(self) -> WakeHub:
-        if self._hub is None:
-            self._hub = WakeHub(self._client, self._clock)
-            owner = self._owner_ref()
-            if owner is not None:
-                self._finalizer = weakref.finalize(owner, self._hub.close)
-        return self._hub
-
-    def close(self) -> None:
-        if self._finalizer is not None:
-            self._finalizer()
-        elif self._hub is not None:
-            self._hub.close()
-        self._hub = None
-        self._finalizer = None
 
 
 class Primitive:

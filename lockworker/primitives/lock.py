@@ -13,8 +13,11 @@ Every acquisition has a run id of its own, so only a retry of that same acquisit
 Each step is one Lua script, one round trip: acquire (take it if free, INCR the token
 counter, set the TTL), release and extend (compare the caller's exact value and only
 then delete or PEXPIRE; never GET then DEL). Waiters subscribe to the wake channel
-and block until a release is published or, if the holder died, until the lock's own
-PTTL runs out on this process's clock; there is no polling sleep.
+(through the process's shared hub, :mod:`lockworker.wake`) and block until a release
+is published or, if the holder died, until the lock's own PTTL runs out on this
+process's clock; there is no polling sleep. A release that others wait for hands the
+lock over to one of them; ``fair=True`` queues waiters in order of arrival
+(:mod:`lockworker.primitives.lockproto`).
 
 Whether this process still holds the lock is judged by its own monotonic clock, taken
 before the request that granted or extended it (:mod:`lockworker.lease`). A lock that
@@ -24,6 +27,7 @@ rather than report success, so the caller learns its critical section was not ex
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -32,12 +36,19 @@ import redis
 from lockworker import events, retry
 from lockworker.clock import Clock
 from lockworker.codec import Holder, LockValue, new_run
-from lockworker.errors import AcquireTimeout, ForeignValueError, LockLost, NotHeld
+from lockworker.errors import (
+    AcquireTimeout,
+    ForeignValueError,
+    LockLost,
+    LockworkerError,
+    NotHeld,
+)
 from lockworker.keys import Space
 from lockworker.lease import Heartbeat, Lease, valid_until
 from lockworker.primitives import common
-from lockworker.protocol import ScriptProtocol
+from lockworker.primitives.lockproto import LockSteps
 from lockworker.state import Grant, Snapshot
+from lockworker.wake import Waits
 
 NAMESPACE = "locks"
 MAX_ACQUISITIONS = 10**15
@@ -61,6 +72,12 @@ class Lock(common.Primitive):
         is held; renewal stops at release, or when it fails (the lock is then lost).
     :param timeout: default for :meth:`acquire` and ``with``: seconds to wait, None for
         ever.
+    :param fair: pass the lock on in order of arrival (a FIFO queue of waiters, as
+        Redisson's fair lock). By default a release that others wait for hands the lock
+        to one of the woken waiters rather than back to the releasing thread, in no
+        particular order (:mod:`lockworker.primitives.lockproto`).
+
+        .. versionadded:: 0.2
 
     One ``Lock`` object is one holder; it is not re-entrant (acquiring it again while
     holding it raises :class:`~lockworker.primitives.common.AlreadyHeld`). Use one
@@ -81,6 +98,7 @@ class Lock(common.Primitive):
         clock: Clock | None = None,
         logger: Any = None,
         redis_retry: retry.RetryPolicy | None = None,
+        fair: bool = False,
     ) -> None:
         self.client = common.check_client(client)
         self._configure(
@@ -88,7 +106,9 @@ class Lock(common.Primitive):
             clock=clock,
         )
         self.redis_retry = redis_retry or retry.RetryPolicy()
-        self.protocol = ScriptProtocol(client)
+        self.fair = common.check_bool(fair, "fair")
+        self._steps = LockSteps(client, self.keys, fair=self.fair)
+        self.protocol = self._steps.protocol
         self._log = events.logger(
             events.LOCK, logger, lock=self.name, namespace=self.keys.namespace
         )
@@ -96,7 +116,7 @@ class Lock(common.Primitive):
         self._held: LockValue | None = None
         self._token: int | None = None
         self._valid_until = 0.0
-        self._hub = common.HubHolder(self, client, self.clock)
+        self._hub = Waits(client)
 
     # -- state -----------------------------------------------------------------------
 
@@ -164,34 +184,61 @@ class Lock(common.Primitive):
         who = Holder(self._base, new_run())
         start = self.clock.monotonic()
         deadline = None if wait is None else start + wait
-        seen = self._try(who, deadline)
-        if seen is None:
-            return True
-        if not blocking or (deadline is not None and self.clock.monotonic() >= deadline):
-            return False
-        with self._hub.get().listen(self.keys.wake) as event:
-            while True:
-                event.clear()
-                seen = self._try(who, deadline)
-                if seen is None:
-                    return True
-                now = self.clock.monotonic()
-                if deadline is not None and now >= deadline:
-                    self._log.debug(common.TIMED_OUT, holder=seen.holder, waited=now - start)
-                    return False
-                # Wake on a release message, or when the holder's TTL runs out on this
-                # process's clock (a dead holder publishes nothing).
-                pause = (seen.pttl_ms or 0) / 1000.0 + MIN_WAIT
-                if deadline is not None:
-                    pause = min(pause, deadline - now)
-                self.clock.wait(event, max(MIN_WAIT, pause))
+        if not blocking or not self._hub.subscribed(self.keys.wake):
+            # One try first: a free lock costs one round trip and no subscription.
+            if self._try(who, deadline, queue=False) is None:
+                return True
+            if not blocking or (deadline is not None and self.clock.monotonic() >= deadline):
+                return False
+        granted = False
+        try:
+            # Subscribed (confirmed) before the next look: a release after it wakes us. A
+            # process that contends again finds its subscription still there, and goes
+            # straight to this loop.
+            with self._hub.listen(self.keys.wake) as event:
+                while True:
+                    event.clear()
+                    seen = self._try(who, deadline, queue=True)
+                    if seen is None:
+                        granted = True
+                        return True
+                    now = self.clock.monotonic()
+                    if deadline is not None and now >= deadline:
+                        self._log.debug(common.TIMED_OUT, waited=now - start)
+                        return False
+                    self.clock.wait(event, self._pause(seen, now, deadline))
+        finally:
+            if not granted:
+                self._leave(who)
 
-    def _try(self, who: Holder, deadline: float | None) -> Snapshot | None:
-        """One acquire step; None if granted (state recorded), else what was seen."""
+    def _pause(self, seen: Snapshot | float, now: float, deadline: float | None) -> float:
+        """How long to wait for a wake-up before looking again.
+
+        Until the holder's TTL runs out on this process's clock (a dead holder publishes
+        nothing), or the hand-off mark ends; a waiter of a fair lock looks again every
+        ``ttl / 3`` at least, which keeps its place in the queue alive.
+        """
+        pause = seen if isinstance(seen, float) else (seen.pttl_ms or 0) / 1000.0
+        pause += MIN_WAIT
+        if self.fair:
+            pause = min(pause, self.ttl / 3)
+        if deadline is not None:
+            pause = min(pause, deadline - now)
+        return max(MIN_WAIT, pause)
+
+    def _leave(self, who: Holder) -> None:
+        # Give our place in the queue up (even on KeyboardInterrupt), so nobody waits
+        # behind it; if Redis is unreachable the place expires after ttl anyway.
+        if self.fair:
+            with contextlib.suppress(LockworkerError, redis.RedisError):
+                self._call(lambda: self._steps.leave(who), "leave the queue")
+
+    def _try(self, who: Holder, deadline: float | None, *, queue: bool) -> Snapshot | float | None:
+        """One acquire step; None if granted (state recorded), else what to wait for."""
         sent = self.clock.monotonic()
         result = self._call(
-            lambda: self.protocol.acquire(
-                self.keys, who, self._ttl_ms, MAX_ACQUISITIONS, self._retention_ms
+            lambda: self._steps.acquire(
+                who, self._ttl_ms, MAX_ACQUISITIONS, self._retention_ms, queue=queue
             ),
             "acquire the lock",
             deadline=deadline,
@@ -199,7 +246,7 @@ class Lock(common.Primitive):
         if isinstance(result, Grant):
             self._granted(who.value(result.token, result.attempt), sent)
             return None
-        if result.resolved:
+        if isinstance(result, Snapshot) and result.resolved:
             # A job of the worker under this namespace, not a lock: refuse to touch it.
             raise ForeignValueError(self.keys.state, result.status.value)
         return result
@@ -258,7 +305,9 @@ class Lock(common.Primitive):
         """
         held = self._take_held()
         result = self._call(
-            lambda: self.protocol.release(self.keys, held, self._retention_ms),
+            lambda: self._steps.release(
+                held, self._retention_ms, self._hub.lingering(self.keys.wake)
+            ),
             "release the lock",
         )
         if result.refused:
@@ -309,7 +358,7 @@ class Lock(common.Primitive):
         )
 
     def close(self) -> None:
-        """Stop renewing and close the pub/sub connection used for waiting.
+        """Stop renewing and wake this object's waits (the shared hub stays).
 
         Does not release the lock; call :meth:`release` first if it is held.
         """

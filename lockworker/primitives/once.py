@@ -147,7 +147,7 @@ def compute_once(
     start = clock.monotonic()
     deadline = None if wait is None else start + wait
     try:
-        with lock._hub.get().listen(keys.wake) as event:
+        with lock._hub.listen(keys.wake) as event:
             while True:
                 event.clear()
                 hit, value = cached()

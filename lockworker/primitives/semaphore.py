@@ -40,6 +40,7 @@ from lockworker.keys import Space
 from lockworker.lease import Heartbeat, Lease, valid_until
 from lockworker.primitives import common, lua
 from lockworker.protocol import text
+from lockworker.wake import Waits
 
 NAMESPACE = "semaphores"
 ACQUIRED = "semaphore.acquired"
@@ -100,7 +101,7 @@ class Semaphore(common.Primitive):
         )
         self._held: str | None = None
         self._valid_until = 0.0
-        self._hub = common.HubHolder(self, client, self.clock)
+        self._hub = Waits(client)
 
     @property
     def held(self) -> bool:
@@ -141,7 +142,7 @@ class Semaphore(common.Primitive):
         deadline = None if wait is None else start + wait
         granted = False
         try:
-            with self._hub.get().listen(self.keys.wake) as event:
+            with self._hub.listen(self.keys.wake) as event:
                 while True:
                     event.clear()
                     left = self._step(member, queue=True, deadline=deadline)
@@ -255,7 +256,7 @@ class Semaphore(common.Primitive):
         )
 
     def close(self) -> None:
-        """Close the pub/sub connection used for waiting (does not release)."""
+        """Wake this object's waits (does not release; the shared hub stays)."""
         self._hub.close()
 
     def __enter__(self) -> Semaphore:
