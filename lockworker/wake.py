@@ -28,7 +28,9 @@ forked child starts with no hub (its parent's connection and thread are not its 
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
+import select
 import threading
 import weakref
 from collections.abc import Iterator
@@ -48,6 +50,10 @@ LINGER = 2.0
 that keeps contending for a lock does not subscribe and unsubscribe for every wait."""
 CONFIRM_TIMEOUT = 5.0
 """Seconds to wait for the server to confirm a subscription before re-reading anyway."""
+BROKEN_PAUSE = 0.05
+"""Seconds the reader pauses after a failed read before it tries (and reconnects) again."""
+
+_log = logging.getLogger("lockworker.wake")
 
 
 class WakeHub:
@@ -59,6 +65,11 @@ class WakeHub:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
+        # One thread at a time does I/O on the pub/sub connection: redis-py reconnects
+        # inside whichever call finds the socket broken, and a reconnect racing a read
+        # in another thread lets that read steal the handshake's reply. The reader holds
+        # it only for non-blocking reads; it waits for data without it.
+        self._io = threading.RLock()
         self._waiters: dict[str, set[threading.Event]] = {}
         self._confirmed: dict[str, threading.Event] = {}
         self._pubsub: Any = None
@@ -66,6 +77,8 @@ class WakeHub:
         self._linger: dict[str, float] = {}
         self._closed = False
         self._clock = SystemClock()
+        self._client: redis.Redis | None = None
+        """A client of this hub's pool, to open a new pub/sub connection after a reset."""
 
     def subscribed(self, channel: str) -> bool:
         """True if the server confirmed this hub's subscription to ``channel``."""
@@ -89,22 +102,28 @@ class WakeHub:
         """
         event = threading.Event()
         with self._lock:
+            self._client = client
             if self._pubsub is None:
                 self._pubsub = client.pubsub()  # type: ignore[no-untyped-call]
+            pubsub = self._pubsub
             self._waiters.setdefault(channel, set()).add(event)
             self._linger.pop(channel, None)
             confirmed = self._confirmed.get(channel)
+            join = confirmed is None
             if confirmed is None:
                 confirmed = self._confirmed[channel] = threading.Event()
-                self._pubsub.subscribe(channel)
-            if self._thread is None:
+        listening = not join or self._subscribe(pubsub, channel)
+        if not listening:
+            event.set()  # not listening: the caller re-reads, and its own retries report
+        with self._lock:
+            if self._thread is None and not self._closed:
                 # Started after the first SUBSCRIBE, so it never polls an idle connection.
                 self._thread = threading.Thread(
                     target=self._read, name="lockworker-wake", daemon=True
                 )
                 self._thread.start()
         try:
-            if not confirmed.wait(confirm_timeout):
+            if listening and not confirmed.wait(confirm_timeout):
                 event.set()
             yield event
         finally:
@@ -115,6 +134,21 @@ class WakeHub:
                     self._waiters.pop(channel, None)
                     self._linger[channel] = self._clock.monotonic() + LINGER
 
+    def _subscribe(self, pubsub: Any, channel: str) -> bool:
+        """SUBSCRIBE ``channel``; False if the connection failed (never raises).
+
+        A failure is not the caller's to handle: its next read of the job goes through
+        its retry policy, and the reader thread reconnects and subscribes again.
+        """
+        try:
+            with self._io:
+                pubsub.subscribe(channel)
+        except Exception:  # redis-py raises more than RedisError on a broken socket
+            with self._lock:
+                self._confirmed.pop(channel, None)
+            return False
+        return True
+
     def _unsubscribe_lingering_locked(self) -> None:
         now = self._clock.monotonic()
         for channel, until in list(self._linger.items()):
@@ -122,7 +156,7 @@ class WakeHub:
                 del self._linger[channel]
                 self._confirmed.pop(channel, None)
                 if self._pubsub is not None:
-                    with contextlib.suppress(redis.RedisError, OSError):
+                    with self._io, contextlib.suppress(Exception):
                         self._pubsub.unsubscribe(channel)
 
     def wake_all(self) -> None:
@@ -135,6 +169,8 @@ class WakeHub:
                 confirmed.set()
 
     def _read(self) -> None:
+        """The reader thread: dispatch messages until closed or idle. It never dies of
+        an error: a broken connection wakes every waiter and is retried."""
         idle = 0.0
         while True:
             with self._lock:
@@ -144,27 +180,50 @@ class WakeHub:
                 if self._closed or (not self._confirmed and idle >= IDLE_CLOSE):
                     self._stop_locked()
                     return
+                missing = [c for c in self._waiters if c not in self._confirmed]
             try:
-                message = pubsub.get_message(timeout=READ_TIMEOUT)
-            except (redis.RedisError, OSError, ValueError, AttributeError, TypeError):
-                # The connection broke (TypeError: redis-py polled a socket closed under
-                # it): messages may be lost, so everyone re-reads; redis-py subscribes
-                # every channel afresh when it reconnects.
-                with self._lock:
-                    for confirmed in self._confirmed.values():
-                        confirmed.clear()
-                    for waiters in self._waiters.values():
-                        for event in waiters:
-                            event.set()
-                    idle = idle if self._confirmed else idle + READ_TIMEOUT
-                threading.Event().wait(0.05)
+                for channel in missing:  # waiters whose subscription failed: try again
+                    with self._lock:
+                        self._confirmed.setdefault(channel, threading.Event())
+                    if not self._subscribe(pubsub, channel):
+                        raise redis.ConnectionError(f"could not subscribe to {channel!r}")
+                messages = self._drain(pubsub)
+            except Exception as exc:
+                self._broken(pubsub, exc)
                 continue
-            idle = 0.0 if self._confirmed else idle + (READ_TIMEOUT if message is None else 0)
-            if message is None:
-                continue
-            kind = message.get("type")
-            channel = text(message.get("channel"))
-            with self._lock:
+            if messages:
+                idle = 0.0
+                self._dispatch(messages)
+            else:
+                idle = 0.0 if self._confirmed else idle + READ_TIMEOUT
+                self._wait_readable(pubsub)
+
+    def _drain(self, pubsub: Any) -> list[dict[str, Any]]:
+        """Every message already readable, without blocking (so subscribers never wait
+        for the reader's timeout)."""
+        messages: list[dict[str, Any]] = []
+        with self._io:
+            while True:
+                message = pubsub.get_message(timeout=0)
+                if message is None:
+                    return messages
+                messages.append(message)
+
+    def _wait_readable(self, pubsub: Any) -> None:
+        """Block until the socket has data or READ_TIMEOUT passed, holding no lock."""
+        sock = getattr(getattr(pubsub, "connection", None), "_sock", None)
+        try:
+            if sock is None:
+                raise OSError("not connected")
+            select.select([sock], [], [], READ_TIMEOUT)
+        except (OSError, ValueError, TypeError):
+            threading.Event().wait(BROKEN_PAUSE)
+
+    def _dispatch(self, messages: list[dict[str, Any]]) -> None:
+        with self._lock:
+            for message in messages:
+                kind = message.get("type")
+                channel = text(message.get("channel"))
                 if kind == "subscribe":
                     done = self._confirmed.get(channel)
                     if done is not None:
@@ -173,12 +232,35 @@ class WakeHub:
                     for event in self._waiters.get(channel, ()):
                         event.set()
 
+    def _broken(self, pubsub: Any, exc: Exception) -> None:
+        """The connection broke, or redis-py failed in a way that leaves it unsure:
+        messages may be lost, so every waiter re-reads. A connection error is retried
+        by redis-py's own reconnect (which subscribes every channel again); anything
+        else replaces the pub/sub object, whose state can no longer be trusted."""
+        replace = not isinstance(exc, (redis.ConnectionError, redis.TimeoutError, OSError))
+        if replace:
+            _log.warning("wake.reader_reset", extra={"error": repr(exc)})
+        with self._lock:
+            for confirmed in self._confirmed.values():
+                confirmed.clear()
+            if replace:
+                self._confirmed.clear()
+                if self._pubsub is pubsub and self._client is not None:
+                    self._pubsub = self._client.pubsub()  # type: ignore[no-untyped-call]
+            for waiters in self._waiters.values():
+                for event in waiters:
+                    event.set()
+        if replace:
+            with self._io, contextlib.suppress(Exception):
+                pubsub.close()
+        threading.Event().wait(BROKEN_PAUSE)
+
     def _stop_locked(self) -> None:
         pubsub, self._pubsub, self._thread = self._pubsub, None, None
         self._confirmed.clear()
         self._linger.clear()
         if pubsub is not None:
-            with contextlib.suppress(redis.RedisError, OSError):
+            with self._io, contextlib.suppress(Exception):
                 pubsub.close()
 
     def close(self) -> None:
