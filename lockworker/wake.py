@@ -20,9 +20,11 @@ so a waiter whose holder died wakes when the lease ends, not when the server's
 blocking-command timer gets round to it (measured up to 100 ms late).
 
 Lost messages cannot hang anyone: when the pub/sub connection breaks, every waiter is
-woken to re-read, and every waiter wakes at the lease's end anyway. The hub closes its
-connection and ends its thread after :data:`IDLE_CLOSE` seconds without a channel; a
-forked child starts with no hub (its parent's connection and thread are not its own).
+woken to re-read, and again once its channel is subscribed anew (a message sent while
+the connection was down is lost); and every waiter wakes at the lease's end anyway.
+The hub closes its connection and ends its thread after :data:`IDLE_CLOSE` seconds
+without a channel; a forked child starts with no hub (its parent's connection and
+thread are not its own).
 """
 
 from __future__ import annotations
@@ -75,6 +77,9 @@ class WakeHub:
         self._pubsub: Any = None
         self._thread: threading.Thread | None = None
         self._linger: dict[str, float] = {}
+        self._rejoin: set[str] = set()
+        """Channels subscribed again after a break: their waiters re-read once the
+        subscription is back, since a message sent while it was down is lost."""
         self._closed = False
         self._clock = SystemClock()
         self._client: redis.Redis | None = None
@@ -228,6 +233,10 @@ class WakeHub:
                     done = self._confirmed.get(channel)
                     if done is not None:
                         done.set()
+                    if channel in self._rejoin:
+                        self._rejoin.discard(channel)
+                        for event in self._waiters.get(channel, ()):
+                            event.set()
                 elif kind == "message":
                     for event in self._waiters.get(channel, ()):
                         event.set()
@@ -243,6 +252,7 @@ class WakeHub:
         with self._lock:
             for confirmed in self._confirmed.values():
                 confirmed.clear()
+            self._rejoin.update(self._waiters)
             if replace:
                 self._confirmed.clear()
                 if self._pubsub is pubsub and self._client is not None:
@@ -259,6 +269,7 @@ class WakeHub:
         pubsub, self._pubsub, self._thread = self._pubsub, None, None
         self._confirmed.clear()
         self._linger.clear()
+        self._rejoin.clear()
         if pubsub is not None:
             with self._io, contextlib.suppress(Exception):
                 pubsub.close()

@@ -54,6 +54,10 @@ def test_close_drops_connections_and_refuses_new_ones(proxy: Proxy) -> None:
     proxy.close_all()
     with pytest.raises(redis.ConnectionError):
         client.ping()
+    # The proxy's threads notice the closed sockets on their own schedule.
+    deadline = time.monotonic() + 5.0
+    while proxy.connections and time.monotonic() < deadline:
+        time.sleep(0.01)
     assert proxy.connections == 0
     proxy.pass_through()
     assert client.ping()

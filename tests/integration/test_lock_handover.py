@@ -198,3 +198,35 @@ def test_steps_report_what_to_wait_for(redis_client: redis.Redis, namespace: str
     assert isinstance(seen, Snapshot) and seen.pttl_ms is not None
     holder.release()
     assert isinstance(holder._steps.acquire(who, 1000, 10**15, 10**6, queue=False), Grant)
+
+
+def test_the_wake_reader_survives_an_unexpected_error_and_still_wakes_waiters(
+    redis_client: redis.Redis, namespace: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A redis-py failure that is not a connection error (a reply consumed out of turn
+    once raised KeyError there) replaces the pub/sub connection; waiters still wake."""
+    holder, waiter = make(redis_client, namespace), make(redis_client, namespace)
+    assert holder.acquire()
+    original = redis.client.PubSub.get_message
+    failures = itertools.count()
+
+    def flaky(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if next(failures) == 3:
+            raise KeyError(0)
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(redis.client.PubSub, "get_message", flaky)
+    acquired = threading.Event()
+    thread = threading.Thread(target=lambda: waiter.acquire() and acquired.set(), daemon=True)
+    thread.start()
+    wait_for(lambda: _calls(failures) > 6, timeout=PROMPT)
+    started = time.monotonic()
+    holder.release()
+    assert acquired.wait(PROMPT), "the waiter was not woken"
+    assert time.monotonic() - started < PROMPT
+    waiter.release()
+
+
+def _calls(counter: itertools.count[int]) -> int:
+    """How many times the patched get_message ran (peeks by copying the counter)."""
+    return int(repr(counter)[len("count(") : -1])
