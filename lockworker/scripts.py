@@ -77,6 +77,15 @@ if redis.call('EXISTS', KEYS[2]) == 0 then return -1 end
 return 0
 """
 
+# The tail of every settle step once the caller's lease is not there: applied already
+# (2), refused (0), or refused because the job's state is gone too (-1).
+SETTLE_REFUSED = """
+local st = redis.call('GET', KEYS[2])
+if st == ARGV[2] then return 2 end
+if not st then return -1 end
+return 0
+"""
+
 # SETTLE: end an attempt (complete, fail, give up or release) and wake the waiters.
 # KEYS[1] lock   KEYS[2] state
 # ARGV[1] expected lock value   ARGV[2] new state value   ARGV[3] retention ms
@@ -91,11 +100,8 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('PUBLISH', ARGV[4], ARGV[5])
   return 1
 end
-local st = redis.call('GET', KEYS[2])
-if st == ARGV[2] then return 2 end
-if not st then return -1 end
-return 0
-"""
+""" + SETTLE_REFUSED
+
 
 # RESET: make a known job pending again with no attempts spent. The token counter is
 # kept, so fencing tokens never repeat.

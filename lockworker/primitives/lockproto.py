@@ -83,11 +83,8 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then
   end
   return 1
 end
-local st = redis.call('GET', KEYS[2])
-if st == ARGV[2] then return 2 end
-if not st then return -1 end
-return 0
-"""
+""" + scripts.SETTLE_REFUSED
+
 
 # FAIR_ACQUIRE: ACQUIRE for the first in the queue (or anyone when nobody queues).
 # KEYS[1] lock  KEYS[2] state  KEYS[3] queue  KEYS[4] waiting  KEYS[5] tickets
