@@ -247,7 +247,7 @@ class Lock(common.Primitive):
             self._granted(who.value(result.token, result.attempt), sent)
             return None
         if isinstance(result, Snapshot) and result.resolved:
-            # A job of the worker under this namespace, not a lock: refuse to touch it.
+            # A lock never resolves: DONE or GAVE_UP here was written by something else.
             raise ForeignValueError(self.keys.state, result.status.value)
         return result
 
