@@ -60,11 +60,33 @@ def state_keys(client: redis.Redis, namespace: str | None) -> Iterator[tuple[str
             yield key, *found
 
 
+_DIGITS = re.compile(r"([0-9]+)")
+
+# READ_JOBS: state, lock and both TTLs of every job in the batch, at one moment.
+# KEYS: state1, lock1, state2, lock2, ...   returns s1, l1, lock pttl1, state pttl1, ...
+# A key of another type reads as a value no job has, so it shows as foreign.
+READ_JOBS = """
+local out = {}
+local function read(key)
+  local v = redis.pcall('GET', key)
+  if type(v) == 'table' and v.err then return '<a value of another type>' end
+  return v
+end
+for i = 1, #KEYS, 2 do
+  out[#out + 1] = read(KEYS[i])
+  out[#out + 1] = read(KEYS[i + 1])
+  out[#out + 1] = redis.call('PTTL', KEYS[i + 1])
+  out[#out + 1] = redis.call('PTTL', KEYS[i])
+end
+return out
+"""
+
+
 def natural(text_: str) -> tuple[tuple[int, int | str], ...]:
     """Sort key that orders ``job-2`` before ``job-10``."""
     return tuple(
         (0, int(part)) if part.isdigit() else (1, part)
-        for part in re.split(r"([0-9]+)", text_) if part
+        for part in _DIGITS.split(text_) if part
     )
 
 
@@ -73,16 +95,13 @@ def job_rows(
 ) -> list[Row]:
     """Read ``keys`` (state key, namespace, id) in batches; one row each."""
     rows: list[Row] = []
+    read = client.register_script(READ_JOBS)
     for start in range(0, len(keys), BATCH):
         batch = keys[start : start + BATCH]
-        pipe = client.pipeline(transaction=True)  # one consistent moment per batch
-        for _key, namespace, job_id in batch:
-            jk = JobKeys(namespace, job_id, Space.JOB)
-            pipe.get(jk.state)
-            pipe.get(jk.lock)
-            pipe.pttl(jk.lock)
-            pipe.pttl(jk.state)
-        replies = pipe.execute(raise_on_error=False)
+        names: list[str] = []
+        for state_key, _namespace, _job_id in batch:
+            names += [state_key, state_key[: -len("state")] + "lock"]
+        replies = read(keys=names, client=client)  # one script: one consistent moment
         for i, (_key, namespace, job_id) in enumerate(batch):
             rows.append(_job_row(namespace, job_id, replies[4 * i : 4 * i + 4], retention))
     return rows

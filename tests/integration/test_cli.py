@@ -303,3 +303,24 @@ def test_console_script_and_python_dash_m_are_the_same_command() -> None:
         )
         assert out.returncode == 0
         assert out.stdout.strip() == f"lockworker {lockworker.__version__}"
+
+
+def test_status_shows_corrupt_and_wrong_type_jobs_as_foreign_in_natural_order(
+    redis_server: RedisServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    namespace = f"st-{uuid.uuid4().hex[:8]}"
+    client = redis_server.client(decode_responses=True)
+    worker = lockworker.Worker(client, namespace=namespace, on_acquired=lambda job: None)
+    for job_id in ("job-10", "job-2", "job-1"):
+        assert worker.process(job_id) is lockworker.Outcome.DONE
+    client.set(JobKeys.of(namespace, "job-3").state, "lw2|bogus|1|1|ab|x")
+    client.rpush(JobKeys.of(namespace, "job-4").state, "not a string")
+    assert main(["status", "--namespace", namespace, "--json", "--redis", redis_server.url]) == 0
+    jobs = json.loads(capsys.readouterr().out)["jobs"]
+    assert [j["id"] for j in jobs] == ["job-1", "job-2", "job-3", "job-4", "job-10"]
+    assert {j["id"]: j["state"] for j in jobs} == {
+        "job-1": "done", "job-2": "done", "job-3": "foreign", "job-4": "foreign",
+        "job-10": "done",
+    }
+    worker.close()
+    client.close()
