@@ -26,6 +26,8 @@ from typing import Any, Protocol
 
 import structlog
 
+from lockworker.state import Renewal
+
 ACQUIRED = "job.acquired"
 LOCKED = "job.locked"
 RENEWED = "lease.renewed"
@@ -188,3 +190,11 @@ def logger(name: str, base: Any = None, **context: Any) -> EventLog:
     """
     log = base if base is not None else _root(name)
     return log.bind(**context)
+
+
+def renewed(renewal: Renewal, log: Any) -> bool:
+    """True if ``renewal`` renewed the lease; a lease lost with the job's state (the
+    server lost its data) is logged as :data:`STATE_LOST` on the way."""
+    if renewal is Renewal.STATE_LOST:
+        log.error(STATE_LOST, step="renew")
+    return renewal is Renewal.RENEWED

@@ -20,7 +20,7 @@ from lockworker.errors import LockworkerError, StopRequested
 from lockworker.job import Job
 from lockworker.keys import JobKeys
 from lockworker.lease import Lease
-from lockworker.state import Grant, JobStatus, Outcome, Renewal, Settle, Snapshot
+from lockworker.state import Grant, JobStatus, Outcome, Settle, Snapshot
 
 if TYPE_CHECKING:
     from lockworker.worker import Worker
@@ -178,9 +178,7 @@ class JobRun:
                 "renew lease",
                 deadline=deadline,
             )
-            if renewal is Renewal.STATE_LOST:
-                log.error(events.STATE_LOST, step="renew")
-            return renewal is Renewal.RENEWED
+            return events.renewed(renewal, log)
 
         def lost(_lease: Lease, reason: str) -> None:
             log.warning(events.LOST, reason=reason)

@@ -46,7 +46,7 @@ from lockworker.keys import JobKeys, Space, check_name
 from lockworker.lease import Heartbeat, Lease
 from lockworker.protocol import ScriptProtocol, text
 from lockworker.signals import stop_on_signals
-from lockworker.state import Grant, Renewal, Settle, Snapshot
+from lockworker.state import Grant, Settle, Snapshot
 from lockworker.term import Term
 from lockworker.wake import Waits
 
@@ -318,9 +318,7 @@ class _Campaign:
                 "renew leadership",
                 deadline=deadline,
             )
-            if renewal is Renewal.STATE_LOST:
-                log.error(events.STATE_LOST, step="renew")
-            return renewal is Renewal.RENEWED
+            return events.renewed(renewal, log)
 
         def lost(_lease: Lease, reason: str) -> None:
             log.warning(LOST, reason=reason)

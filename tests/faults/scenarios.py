@@ -137,6 +137,25 @@ def full_check(env: Env, history: History, jobs: list[str], max_attempts: int) -
     )
 
 
+def kill_holders(
+    env: Env, mix: Mix, ids: list[str], rng: random.Random, *, rounds: int,
+    lock_timeout: float, max_attempts: int,
+) -> tuple[History, list[Violation]]:
+    """Spawn the fleet, SIGKILL a holder at a random point of its lease ``rounds`` times
+    (each replaced by a process with a fresh owner), let everything finish, and check
+    the whole history."""
+    mix.spawn(env, ids)
+    fleet = env.fleet
+    for _ in range(rounds):
+        child, _section = fleet.wait_holder()
+        time.sleep(rng.uniform(0, lock_timeout / 2))
+        fleet.kill(child)
+        fleet.respawn(child)
+    problems = finish(env)
+    history = fleet.history()
+    return history, problems + full_check(env, history, ids, max_attempts)
+
+
 def sigkill(
     workdir: Path, *, rounds: int = 8, jobs: int = 24, mix: Mix = Mix(),
     lock_timeout: float = 0.5, max_attempts: int = 6, seed: int | None = None,
@@ -148,16 +167,10 @@ def sigkill(
     ids = job_ids(jobs)
     with environment(workdir, lock_timeout=lock_timeout, max_attempts=max_attempts,
                      **mix.settings()) as env:
-        mix.spawn(env, ids)
-        fleet = env.fleet
-        for _ in range(rounds):
-            child, _section = fleet.wait_holder()
-            time.sleep(rng.uniform(0, lock_timeout / 2))
-            fleet.kill(child)
-            fleet.respawn(child)
-        problems = finish(env)
-        history = fleet.history()
-        violations = problems + full_check(env, history, ids, max_attempts)
+        history, violations = kill_holders(
+            env, mix, ids, rng, rounds=rounds, lock_timeout=lock_timeout,
+            max_attempts=max_attempts,
+        )
     return Result("sigkill", rounds, rounds, handovers(history), violations,
                   time.monotonic() - started, {"seed": seed, **late_writes(history)})
 
@@ -433,16 +446,10 @@ def clock_jumps(
     ids = job_ids(jobs)
     with environment(workdir, lock_timeout=lock_timeout, max_attempts=max_attempts,
                      clock_jumps=True, **mix.settings()) as env:
-        mix.spawn(env, ids)
-        fleet = env.fleet
-        for _ in range(rounds):
-            child, _section = fleet.wait_holder()
-            time.sleep(rng.uniform(0, lock_timeout / 2))
-            fleet.kill(child)
-            fleet.respawn(child)
-        problems = finish(env)
-        history = fleet.history()
-        violations = problems + full_check(env, history, ids, max_attempts)
+        history, violations = kill_holders(
+            env, mix, ids, rng, rounds=rounds, lock_timeout=lock_timeout,
+            max_attempts=max_attempts,
+        )
     jumps = sum(1 for n in history.notes if n.get("what") == "clock_jump")
     return Result("clock_jumps", rounds, rounds + jumps, handovers(history), violations,
                   time.monotonic() - started, {"seed": seed, "kills": rounds, "jumps": jumps})
