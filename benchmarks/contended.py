@@ -18,7 +18,6 @@ The processes are started once (``spawn``) and reused by every contender.
 from __future__ import annotations
 
 import contextlib
-import inspect
 import itertools
 import multiprocessing
 import time
@@ -46,11 +45,6 @@ Enter = Callable[[], Any]
 Exit = Callable[[Any], None]
 
 
-def fair_lock_supported() -> bool:
-    """True if :class:`lockworker.Lock` accepts ``fair`` (checked, not assumed)."""
-    return "fair" in inspect.signature(lockworker.Lock).parameters
-
-
 @dataclass(frozen=True)
 class Kind:
     name: str
@@ -62,9 +56,11 @@ class Kind:
 
 
 LOCK_KINDS = (
-    Kind("lockworker Lock (reused)", "pub/sub wake-up; own timer to the lease's end"),
+    Kind(
+        "lockworker Lock (reused)",
+        "FIFO queue: the release grants the first waiter, which BLPOPs its own list",
+    ),
     Kind("lockworker Lock (new object per use)", "the same, a new Lock (and close) per use"),
-    Kind("lockworker Lock(fair=True)", "fair queue (if the Lock class accepts `fair`)"),
     Kind("python-redis-lock", "BLPOP on a signal list", needs="redis_lock"),
     Kind("redis-py Lock", "polls, sleep 0.1 s (default)"),
 )
@@ -85,8 +81,6 @@ def kinds() -> list[Kind]:
     chosen = [
         kind for kind in (*LOCK_KINDS, SEMAPHORE, *REDLOCK_KINDS) if installed(kind.needs)
     ]
-    if not fair_lock_supported():
-        chosen = [kind for kind in chosen if "fair" not in kind.name]
     return chosen
 
 
@@ -111,8 +105,6 @@ def _locker(name: str, clients: list[redis.Redis], key: str) -> tuple[Enter, Exi
     lock: Any
     if name == "lockworker Lock (reused)":
         lock = lockworker.Lock(client, key, ttl=LEASE)
-    elif name == "lockworker Lock(fair=True)":
-        lock = lockworker.Lock(client, key, ttl=LEASE, fair=True)  # type: ignore[call-arg]
     elif name == "python-redis-lock":
         import redis_lock
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from benchmarks.contended import Contended, fair_lock_supported
+from benchmarks.contended import Contended
 from benchmarks.market import BOOK_SECONDS, MarketRun
 from benchmarks.scale import STATUS_TARGET, ScaleRun
 from benchmarks.stream import ROLES, StreamRun
@@ -28,9 +28,6 @@ def contended(results: list[Contended], seconds: float, chart: str | None) -> li
         "one after another, on the same long-lived processes."
     )
     add("")
-    if not fair_lock_supported():
-        add("`lockworker.Lock` accepts no `fair` argument in this version: no fair row.")
-        add("")
     add(
         "| contender | processes | waiter waits by | sections/s | handovers/s "
         "| shares min-max | max deviation | counter = sections | release errors |"

@@ -17,8 +17,8 @@ import math
 import numbers
 import operator
 import os
+import secrets
 import socket
-import uuid
 from typing import cast
 
 from lockworker.errors import InvalidConfig
@@ -31,9 +31,12 @@ MAX_COUNT = 2**53
 """The largest count a setting accepts: the largest integer Redis's Lua counts exactly."""
 
 
+_HOST = socket.gethostname()
+
+
 def default_owner() -> str:
     """``host:pid:random``: unique per object, readable in logs and status."""
-    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+    return f"{_HOST}:{os.getpid()}:{secrets.token_hex(4)}"
 
 
 def _bound(limit: float) -> str:
@@ -84,25 +87,30 @@ def number(
     """
     if value is None and allow_none:
         return None
-    expected = _expected(
-        minimum=minimum, strict_min=strict_min, maximum=maximum, strict_max=strict_max,
-        integer=integer, unit=unit, allow_none=allow_none,
-    )
-    refused = InvalidConfig(f"{name} must be {expected}, got {_shown(value)}")
+
+    def refused() -> InvalidConfig:
+        # Built only when refusing: a valid setting (every Lock made per use) pays
+        # for the check, not for the sentence.
+        expected = _expected(
+            minimum=minimum, strict_min=strict_min, maximum=maximum, strict_max=strict_max,
+            integer=integer, unit=unit, allow_none=allow_none,
+        )
+        return InvalidConfig(f"{name} must be {expected}, got {_shown(value)}")
+
     kind = numbers.Integral if integer else numbers.Real
     if isinstance(value, bool) or not isinstance(value, kind):
-        raise refused
+        raise refused()
     checked: float | int
     try:
         checked = operator.index(value) if integer else float(value)  # type: ignore[arg-type]
     except (OverflowError, TypeError, ValueError):
-        raise refused from None
+        raise refused() from None
     if not integer and not math.isfinite(checked):
-        raise refused
+        raise refused()
     low_ok = checked > minimum if strict_min else checked >= minimum
     high_ok = maximum is None or (checked < maximum if strict_max else checked <= maximum)
     if not (low_ok and high_ok):
-        raise refused
+        raise refused()
     cap = MAX_COUNT if integer else MAX_SECONDS
     if checked > cap:
         unit_text = f" {unit}" if unit and not integer else ""

@@ -141,7 +141,7 @@ class Leader:
             self.backup_delay if role == "backup" else 0.0,
         )
         self.clock: Clock = clock or SystemClock()
-        self.redis_retry = redis_retry or retry.RetryPolicy()
+        self.redis_retry = redis_retry or retry.DEFAULT
         self.handle_signals = handle_signals
         self.protocol = ScriptProtocol(client)
         self._log = events.logger(

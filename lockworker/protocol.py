@@ -33,12 +33,12 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 import redis
-from redis.commands.core import Script
 
 from lockworker import scripts
 from lockworker.codec import Holder, LockValue, StateValue, decode_lock, decode_state
 from lockworker.errors import ForeignValueError
 from lockworker.keys import JobKeys
+from lockworker.luacall import LuaScript
 from lockworker.state import Grant, JobStatus, Renewal, Reset, Settle, Snapshot
 
 
@@ -186,23 +186,27 @@ class SettleSteps:
         return inspect(self.client, keys)
 
 
+_ACQUIRE = LuaScript(scripts.ACQUIRE)
+_RENEW = LuaScript(scripts.RENEW)
+_SETTLE = LuaScript(scripts.SETTLE)
+_RESET = LuaScript(scripts.RESET)
+
+
 class ScriptProtocol(SettleSteps):
     """The protocol as Lua scripts: one round trip per step.
 
-    Scripts are registered on this object (not globally) and run by EVALSHA, falling
-    back to EVAL once per server when the script cache is empty (NOSCRIPT).
+    The scripts are shared by every object in the process (:mod:`lockworker.luacall`):
+    one EVALSHA per step, and a SCRIPT LOAD once per server whose cache is empty.
     """
+
+    __slots__ = ("client",)
 
     def __init__(self, client: redis.Redis) -> None:
         self.client = client
-        self._acquire: Script = client.register_script(scripts.ACQUIRE)
-        self._renew: Script = client.register_script(scripts.RENEW)
-        self._settle: Script = client.register_script(scripts.SETTLE)
-        self._reset: Script = client.register_script(scripts.RESET)
 
-    def _run(self, script: Script, keys: JobKeys, args: Sequence[str | int]) -> Any:
+    def _run(self, script: LuaScript, keys: JobKeys, args: Sequence[str | int]) -> Any:
         try:
-            return script(keys=[keys.lock, keys.state], args=list(args), client=self.client)
+            return script(self.client, (keys.lock, keys.state), args)
         except redis.ResponseError as exc:
             raise _foreign_on_wrongtype(keys, exc) from exc
 
@@ -210,12 +214,12 @@ class ScriptProtocol(SettleSteps):
         self, keys: JobKeys, who: Holder, lease_ms: int, max_attempts: int, retention_ms: int
     ) -> Grant | Snapshot:
         args = (who.owner, lease_ms, max_attempts, retention_ms, keys.wake, who.run)
-        return decode_acquire(keys, self._run(self._acquire, keys, args))
+        return decode_acquire(keys, self._run(_ACQUIRE, keys, args))
 
     def renew(
         self, keys: JobKeys, held: LockValue, lease_ms: int, retention_ms: int
     ) -> Renewal:
-        reply = int(self._run(self._renew, keys, (held.encode(), lease_ms, retention_ms)))
+        reply = int(self._run(_RENEW, keys, (held.encode(), lease_ms, retention_ms)))
         return renewal(reply)
 
     def _settle_step(
@@ -223,14 +227,14 @@ class ScriptProtocol(SettleSteps):
     ) -> Settle:
         new_state, message = settle_plan(held, kind, max_attempts)
         reply = self._run(
-            self._settle,
+            _SETTLE,
             keys,
             (held.encode(), new_state.encode(), retention_ms, keys.wake, message),
         )
         return settle_result(int(reply), new_state)
 
     def reset(self, keys: JobKeys, retention_ms: int, *, force: bool = False) -> Reset:
-        reply = self._run(self._reset, keys, (1 if force else 0, retention_ms, keys.wake))
+        reply = self._run(_RESET, keys, (1 if force else 0, retention_ms, keys.wake))
         return decode_reset(reply)
 
 

@@ -48,6 +48,10 @@ class RetryPolicy:
             object.__setattr__(self, name, seconds(getattr(self, name), f"retry {name}"))
 
 
+DEFAULT = RetryPolicy()
+"""The policy of every object not given one (immutable, so shared)."""
+
+
 def call(
     fn: Callable[[], T],
     *,

@@ -223,7 +223,7 @@ class StreamSource:
         self.start = start
         self.reader_ttl = float(reader_ttl)
         self.clock: Clock = clock or SystemClock()
-        self.redis_retry = redis_retry or retry.RetryPolicy()
+        self.redis_retry = redis_retry or retry.DEFAULT
         self._log = events.logger(events.SOURCES, logger, stream=stream, owner=self.owner)
         self._touch = client.register_script(TOUCH)
         self._lock = threading.Lock()

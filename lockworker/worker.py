@@ -142,7 +142,7 @@ class Worker:
         )
         self.clock: Clock = clock or SystemClock()
         self.protocol = make_protocol(client, protocol)
-        self.redis_retry = redis_retry or retry.RetryPolicy()
+        self.redis_retry = redis_retry or retry.DEFAULT
         self.handle_signals = handle_signals
         self._logger = logger
         self._log = events.logger(

@@ -18,7 +18,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "lockworker"
 MODULES = sorted(p for p in PACKAGE.rglob("*.py"))
 
 LEAF = {"errors", "clock", "keys", "codec", "state", "config"}
-CORE = {"protocol", "scripts", "txn", "policy"}
+CORE = {"protocol", "scripts", "luacall", "txn", "policy"}
 MECHANISMS = {"lease", "wake", "retry", "hooks", "job", "events", "signals", "term"}
 PRODUCTS = {"worker", "jobrun", "serve", "sources", "leader", "primitives"}
 MAX_LINES = 400

@@ -1,23 +1,22 @@
 """``Lock``: the SET NX + token + TTL recipe as a proper lock, with a fencing token.
 
-Built on the job-lock protocol (:mod:`lockworker.protocol`), as :mod:`lockworker.leader`
-is: a lock named ``report`` in namespace ``locks`` uses::
+The lock and its token counter are the job protocol's values (:mod:`lockworker.codec`),
+so a lock named ``report`` in namespace ``locks`` uses::
 
     lw:lock:locks:{report}:lock    holder's value lw2|<token>|<n>|<run>|<owner>, with the TTL
     lw:lock:locks:{report}:state   the fencing-token counter (kept a year after last use)
-    lw:lock:locks:{report}:wake    pub/sub channel: published on every release
+    lw:lock:locks:{report}:wake    pub/sub channel: published when a release frees it
 
-Every acquisition has a run id of its own, so only a retry of that same acquisition
-(whose reply was lost) can re-enter it.
+and the waiters' queue (:mod:`lockworker.primitives.lockqueue`). Every acquisition has a
+run id of its own, so only a retry of that same acquisition (whose reply was lost) can
+re-enter it.
 
-Each step is one Lua script, one round trip: acquire (take it if free, INCR the token
-counter, set the TTL), release and extend (compare the caller's exact value and only
-then delete or PEXPIRE; never GET then DEL). Waiters subscribe to the wake channel
-(through the process's shared hub, :mod:`lockworker.wake`) and block until a release
-is published or, if the holder died, until the lock's own PTTL runs out on this
-process's clock; there is no polling sleep. A release that others wait for hands the
-lock over to one of them; ``fair=True`` queues waiters in order of arrival
-(:mod:`lockworker.primitives.lockproto`).
+Each step is one Lua script, one round trip: acquire (take it if free and nobody is
+queued ahead, else join the queue), release (compare the caller's exact value, then
+grant the lock to the first live waiter or free it; never GET then DEL) and extend.
+A waiter blocks on its own grant list until a release grants it the lock or, if the
+holder died, until the lock's own PTTL runs out on this process's clock; there is no
+polling sleep, and nobody but the new holder wakes.
 
 Whether this process still holds the lock is judged by its own monotonic clock, taken
 before the request that granted or extended it (:mod:`lockworker.lease`). A lock that
@@ -46,9 +45,9 @@ from lockworker.errors import (
 from lockworker.keys import Space
 from lockworker.lease import Heartbeat, Lease, valid_until
 from lockworker.primitives import common
-from lockworker.primitives.lockproto import LockSteps
+from lockworker.primitives.lockqueue import LockSteps, decode_grant
+from lockworker.protocol import ScriptProtocol
 from lockworker.state import Grant, Snapshot
-from lockworker.wake import Waits
 
 NAMESPACE = "locks"
 MAX_ACQUISITIONS = 10**15
@@ -56,6 +55,10 @@ MAX_ACQUISITIONS = 10**15
 RETENTION = 365 * 86400.0
 """Seconds the token counter outlives the last use, so fencing tokens never repeat."""
 MIN_WAIT = 0.001
+SLICE = 1.0
+"""Longest a waiter blocks before it looks again (and so keeps its place alive)."""
+PLACE_MARGIN = 1.0
+"""Seconds a waiter's place outlives two slices: room for a slow round trip or a pause."""
 
 T = TypeVar("T")
 
@@ -72,12 +75,11 @@ class Lock(common.Primitive):
         is held; renewal stops at release, or when it fails (the lock is then lost).
     :param timeout: default for :meth:`acquire` and ``with``: seconds to wait, None for
         ever.
-    :param fair: pass the lock on in order of arrival (a FIFO queue of waiters, as
-        Redisson's fair lock). By default a release that others wait for hands the lock
-        to one of the woken waiters rather than back to the releasing thread, in no
-        particular order (:mod:`lockworker.primitives.lockproto`).
 
-        .. versionadded:: 0.2
+    The lock passes in order of arrival: waiters queue, and a release grants the lock
+    to the first live one directly (:mod:`lockworker.primitives.lockqueue`), which
+    learns it holds it without asking again. Each waiting thread blocks on a
+    connection of its own from the client's pool.
 
     One ``Lock`` object is one holder; it is not re-entrant (acquiring it again while
     holding it raises :class:`~lockworker.primitives.common.AlreadyHeld`). Use one
@@ -98,17 +100,15 @@ class Lock(common.Primitive):
         clock: Clock | None = None,
         logger: Any = None,
         redis_retry: retry.RetryPolicy | None = None,
-        fair: bool = False,
     ) -> None:
         self.client = common.check_client(client)
         self._configure(
             name, namespace=namespace, ttl=ttl, auto_renew=auto_renew, timeout=timeout,
             clock=clock,
         )
-        self.redis_retry = redis_retry or retry.RetryPolicy()
-        self.fair = common.check_bool(fair, "fair")
-        self._steps = LockSteps(client, self.keys, fair=self.fair)
-        self.protocol = self._steps.protocol
+        self.redis_retry = redis_retry or retry.DEFAULT
+        self._steps = LockSteps(client, self.keys)
+        self.protocol = ScriptProtocol(client)
         self._log = events.logger(
             events.LOCK, logger, lock=self.name, namespace=self.keys.namespace
         )
@@ -116,7 +116,8 @@ class Lock(common.Primitive):
         self._held: LockValue | None = None
         self._token: int | None = None
         self._valid_until = 0.0
-        self._hub = Waits(client)
+        self._slice = wait_slice(client, self.ttl)
+        self._place_ms = round((2 * self._slice + PLACE_MARGIN) * 1000)
 
     # -- state -----------------------------------------------------------------------
 
@@ -171,7 +172,7 @@ class Lock(common.Primitive):
     def acquire(self, blocking: bool = True, timeout: float | None = None) -> bool:
         """Take the lock; True if taken, False if not within ``timeout``.
 
-        :param blocking: False: one try, no waiting.
+        :param blocking: False: one try, no waiting (and no place in the queue).
         :param timeout: seconds to wait (None: the ``timeout`` given to the constructor,
             which is None, for ever, by default).
         """
@@ -182,70 +183,84 @@ class Lock(common.Primitive):
         if self._held is not None:
             raise common.AlreadyHeld(f"lock {self.name!r} is already held by this Lock object")
         who = Holder(self._base, new_run())
-        start = self.clock.monotonic()
+        start = sent = self.clock.monotonic()
         deadline = None if wait is None else start + wait
-        if not blocking or not self._hub.subscribed(self.keys.wake):
-            # One try first: a free lock costs one round trip and no subscription.
-            if self._try(who, deadline, queue=False) is None:
-                return True
-            if not blocking or (deadline is not None and self.clock.monotonic() >= deadline):
-                return False
         granted = False
         try:
-            # Subscribed (confirmed) before the next look: a release after it wakes us. A
-            # process that contends again finds its subscription still there, and goes
-            # straight to this loop.
-            with self._hub.listen(self.keys.wake) as event:
-                while True:
-                    event.clear()
-                    seen = self._try(who, deadline, queue=True)
-                    if seen is None:
-                        granted = True
-                        return True
-                    now = self.clock.monotonic()
-                    if deadline is not None and now >= deadline:
-                        self._log.debug(common.TIMED_OUT, waited=now - start)
-                        return False
-                    self.clock.wait(event, self._pause(seen, now, deadline))
+            # The first look queues a blocking caller at once: under contention a
+            # waiter needs one round trip before it blocks for its grant.
+            seen = self._look(who, deadline, queue=blocking)
+            bound = sent
+            while True:
+                if isinstance(seen, Grant):
+                    # A grant found by a look (not pushed) may date from any time after
+                    # the previous look: count the lease from that one.
+                    self._granted(
+                        who.value(seen.token, seen.attempt), bound if seen.reentered else sent
+                    )
+                    granted = True
+                    return True
+                bound = sent
+                now = self.clock.monotonic()
+                if not blocking:
+                    return False
+                if deadline is not None and now >= deadline:
+                    self._log.debug(common.TIMED_OUT, waited=now - start)
+                    return False
+                pushed = self._await_grant(who, self._pause(seen, now, deadline), deadline)
+                if pushed is not None:
+                    # Granted after our last look (the push went to this run only).
+                    self._granted(who.value(*pushed), bound)
+                    granted = True
+                    return True
+                sent = self.clock.monotonic()
+                seen = self._look(who, deadline, queue=True)
         finally:
-            if not granted:
+            if blocking and not granted:
                 self._leave(who)
 
     def _pause(self, seen: Snapshot | float, now: float, deadline: float | None) -> float:
-        """How long to wait for a wake-up before looking again.
+        """How long to block for a grant before looking again.
 
-        Until the holder's TTL runs out on this process's clock (a dead holder publishes
-        nothing), or the hand-off mark ends; a waiter of a fair lock looks again every
-        ``ttl / 3`` at least, which keeps its place in the queue alive.
+        Until the holder's TTL runs out on this process's clock (a dead holder grants
+        nothing), or the head of the queue's place ends; at most one slice, so this
+        waiter's own place stays alive.
         """
         pause = seen if isinstance(seen, float) else (seen.pttl_ms or 0) / 1000.0
-        pause += MIN_WAIT
-        if self.fair:
-            pause = min(pause, self.ttl / 3)
+        pause = min(pause + MIN_WAIT, self._slice)
         if deadline is not None:
             pause = min(pause, deadline - now)
         return max(MIN_WAIT, pause)
 
+    def _await_grant(
+        self, who: Holder, pause: float, deadline: float | None
+    ) -> tuple[int, int] | None:
+        """Block on this run's grant list: (token, attempt) if the lock was granted."""
+        key = self._steps.grant_key(who)
+        reply = self._call(
+            lambda: self.client.blpop([key], timeout=pause), "wait for the lock",
+            deadline=deadline,
+        )
+        return None if reply is None else decode_grant(reply[1])
+
     def _leave(self, who: Holder) -> None:
         # Give our place in the queue up (even on KeyboardInterrupt), so nobody waits
-        # behind it; if Redis is unreachable the place expires after ttl anyway.
-        if self.fair:
-            with contextlib.suppress(LockworkerError, redis.RedisError):
-                self._call(lambda: self._steps.leave(who), "leave the queue")
+        # behind it, and pass on a grant that came too late; if Redis is unreachable
+        # the place expires anyway.
+        with contextlib.suppress(LockworkerError, redis.RedisError):
+            self._call(lambda: self._steps.leave(who, self._retention_ms), "leave the queue")
 
-    def _try(self, who: Holder, deadline: float | None, *, queue: bool) -> Snapshot | float | None:
-        """One acquire step; None if granted (state recorded), else what to wait for."""
-        sent = self.clock.monotonic()
+    def _look(
+        self, who: Holder, deadline: float | None, *, queue: bool
+    ) -> Grant | Snapshot | float:
+        """One acquire step: a grant, the holder, or seconds until the queue's head ends."""
         result = self._call(
             lambda: self._steps.acquire(
-                who, self._ttl_ms, MAX_ACQUISITIONS, self._retention_ms, queue=queue
+                who, self._ttl_ms, self._retention_ms, self._place_ms, queue=queue
             ),
             "acquire the lock",
             deadline=deadline,
         )
-        if isinstance(result, Grant):
-            self._granted(who.value(result.token, result.attempt), sent)
-            return None
         if isinstance(result, Snapshot) and result.resolved:
             # A lock never resolves: DONE or GAVE_UP here was written by something else.
             raise ForeignValueError(self.keys.state, result.status.value)
@@ -296,7 +311,7 @@ class Lock(common.Primitive):
         return held
 
     def release(self) -> None:
-        """Release the lock and wake one waiting process at once.
+        """Release the lock, granting it at once to the first process in the queue.
 
         Raises :class:`~lockworker.NotHeld` if this object does not hold it, and
         :class:`~lockworker.LockLost` if it had expired (or was taken over) before the
@@ -305,10 +320,7 @@ class Lock(common.Primitive):
         """
         held = self._take_held()
         result = self._call(
-            lambda: self._steps.release(
-                held, self._retention_ms, self._hub.lingering(self.keys.wake)
-            ),
-            "release the lock",
+            lambda: self._steps.release(held, self._retention_ms), "release the lock"
         )
         if result.refused:
             self._log.warning(common.LOST, token=held.token, reason="expired before release")
@@ -358,12 +370,8 @@ class Lock(common.Primitive):
         )
 
     def close(self) -> None:
-        """Stop renewing and wake this object's waits (the shared hub stays).
-
-        Does not release the lock; call :meth:`release` first if it is held.
-        """
+        """Stop renewing. Does not release the lock; call :meth:`release` first."""
         self._stop_renewing()
-        self._hub.close()
 
     def __enter__(self) -> Lock:
         if not self.acquire(blocking=True, timeout=self.timeout):
@@ -377,3 +385,14 @@ class Lock(common.Primitive):
 
     def __repr__(self) -> str:
         return f"<Lock {self.name!r} namespace={self.keys.namespace!r} token={self.token}>"
+
+
+def wait_slice(client: redis.Redis, ttl: float) -> float:
+    """A waiter's longest block: a third of the lease, at most :data:`SLICE`, and less
+    than the client's socket timeout (a BLPOP longer than it would fail)."""
+    pause = min(SLICE, ttl / 3)
+    kwargs = getattr(getattr(client, "connection_pool", None), "connection_kwargs", {})
+    socket_timeout = kwargs.get("socket_timeout")
+    if isinstance(socket_timeout, (int, float)) and socket_timeout > 0:
+        pause = min(pause, socket_timeout / 2)
+    return max(MIN_WAIT, pause)

@@ -41,6 +41,7 @@ from lockworker.errors import AcquireTimeout, LockLost
 from lockworker.keys import JobKeys, Space, check_name
 from lockworker.primitives import common
 from lockworker.primitives.lock import MIN_WAIT, Lock
+from lockworker.wake import Waits
 
 NAMESPACE = "once"
 COMPUTED = "once.computed"
@@ -125,7 +126,7 @@ def compute_once(
     wait = common.check_timeout(timeout)
     codec = _check_codec(codec)
     clock = clock or SystemClock()
-    policy = redis_retry or retry.RetryPolicy()
+    policy = redis_retry or retry.DEFAULT
     keys = JobKeys(check_name(namespace, "namespace"), check_name(name, "name"), Space.ONCE)
     value_key = keys.extra("value")
     log = events.logger(events.ONCE, logger, key=name, namespace=keys.namespace)
@@ -144,10 +145,11 @@ def compute_once(
         client, name, ttl=lock_timeout, auto_renew=True, namespace=keys.namespace,
         clock=clock, logger=logger, redis_retry=policy,
     )
+    hub = Waits(client)
     start = clock.monotonic()
     deadline = None if wait is None else start + wait
     try:
-        with lock._hub.listen(keys.wake) as event:
+        with hub.listen(keys.wake) as event:
             while True:
                 event.clear()
                 hit, value = cached()
@@ -172,6 +174,7 @@ def compute_once(
                 clock.wait(event, max(MIN_WAIT, pause))
     finally:
         lock.close()
+        hub.close()
 
 
 def _compute(

@@ -90,7 +90,7 @@ class Semaphore(common.Primitive):
             clock=clock,
         )
         self.limit = int(common.positive(limit, "limit", integer=True))
-        self.redis_retry = redis_retry or retry.RetryPolicy()
+        self.redis_retry = redis_retry or retry.DEFAULT
         self._acquire: Script = client.register_script(lua.SEM_ACQUIRE)
         self._renew: Script = client.register_script(lua.SEM_RENEW)
         self._leave: Script = client.register_script(lua.SEM_LEAVE)

@@ -1,4 +1,4 @@
-"""Lock handover: wake-ups never missed, one shared wake hub, hand-off and FIFO order.
+"""Lock handover: grants never missed, FIFO order, dead waiters skipped, no leftovers.
 
 Every lock here has a 30 s TTL, so a waiter that missed its wake-up would wait out the
 TTL; each test's deadline is far below it, which is how they tell a wake-up by the
@@ -14,10 +14,11 @@ from typing import Any
 
 import pytest
 import redis
-from helpers import wait_for
+from helpers import in_thread, wait_for
 
-from lockworker.codec import Holder
-from lockworker.primitives import Lock
+from lockworker.codec import Holder, new_run
+from lockworker.primitives import Lock, Semaphore
+from lockworker.primitives.lockqueue import LockSteps
 from lockworker.state import Grant, Snapshot
 
 TTL = 30.0
@@ -60,71 +61,71 @@ def test_a_new_lock_per_use_hands_over_promptly(
     assert time.monotonic() - started < 2 * PROMPT < TTL
     handovers = sum(1 for a, b in itertools.pairwise(log) if a != b)
     assert handovers >= rounds  # the lock changed hands, not one thread after another
-    assert wake_threads() <= threads_before + 1  # one shared hub, not one per Lock
+    assert wake_threads() <= threads_before  # waiters block on their grant, no reader
 
 
 class _Racing(Lock):
-    """A Lock that lets another party release right after one of its failed tries."""
+    """A Lock that lets another party release right after one of its looks."""
 
-    after_try: int = 0
-    on_fail: Any = None
+    after_look: int = 0
+    on_look: Any = None
 
-    def _try(self, who: Holder, deadline: float | None, *, queue: bool) -> Any:
-        seen = super()._try(who, deadline, queue=queue)
-        self.after_try -= 1
-        if seen is not None and self.after_try == 0:
-            self.on_fail()
+    def _look(self, who: Holder, deadline: float | None, *, queue: bool) -> Any:
+        seen = super()._look(who, deadline, queue=queue)
+        self.after_look -= 1
+        if not isinstance(seen, Grant) and self.after_look == 0:
+            self.on_look()
         return seen
 
 
-@pytest.mark.parametrize("after_try", [1, 2], ids=["before-subscribing", "before-waiting"])
-def test_a_release_between_a_failed_try_and_the_wait_still_wakes(
-    redis_client: redis.Redis, namespace: str, after_try: int
+def test_a_release_between_a_look_and_the_wait_still_grants(
+    redis_client: redis.Redis, namespace: str
 ) -> None:
-    """Released just after the waiter's first failed try (before it subscribed) or its
-    second (subscribed, not yet waiting): either way it gets the lock at once."""
+    """Released just after the waiter queued, before it blocks: the grant waits in its
+    list, so the waiter gets the lock at once, not after the TTL."""
     holder = make(redis_client, namespace)
     assert holder.acquire()
     waiter = _Racing(redis_client, "res", namespace=namespace, ttl=TTL)
-    waiter.after_try, waiter.on_fail = after_try, holder.release
+    waiter.after_look, waiter.on_look = 1, holder.release
     started = time.monotonic()
     assert waiter.acquire(timeout=PROMPT)
     assert time.monotonic() - started < PROMPT < TTL
     assert not holder.held and waiter.owned()
+    assert waiter.token == holder.token + 1  # type: ignore[operator]
     waiter.release()
 
 
-def test_release_hands_off_to_the_waiter(redis_client: redis.Redis, namespace: str) -> None:
+def test_release_grants_the_waiter_before_the_releaser_can_return(
+    redis_client: redis.Redis, namespace: str
+) -> None:
     """The releaser cannot take the lock straight back while another waits for it."""
     holder = make(redis_client, namespace)
     waiter = make(redis_client, namespace)
     assert holder.acquire()
-    got = threading.Event()
-
-    def wait() -> None:
-        assert waiter.acquire(timeout=PROMPT)
-        got.set()
-
-    thread = threading.Thread(target=wait)
-    thread.start()
-    wait_for(lambda: redis_client.pubsub_numsub(holder.keys.wake)[0][1] >= 1)
+    thread, box = in_thread(lambda: waiter.acquire(timeout=PROMPT))
+    wait_for(lambda: redis_client.zcard(holder.keys.extra("queue")) == 1)
     holder.release()
-    assert not holder.acquire(blocking=False)  # handed off: the waiter goes first
-    assert got.wait(PROMPT)
-    thread.join()
+    assert not holder.acquire(blocking=False)  # granted already: the waiter holds it
+    thread.join(PROMPT)
+    assert box.get("result") is True and waiter.owned()
     waiter.release()
-    assert holder.acquire(blocking=False)  # nobody waits: no hand-off, one round trip
+    assert holder.acquire(blocking=False)  # nobody waits: taken in one round trip
     holder.release()
-    assert holder.acquire(blocking=False)
-    holder.release()
+    assert _leftovers(redis_client, holder) == []
 
 
-def test_fair_lock_serves_waiters_in_order_of_arrival(
+def _leftovers(client: redis.Redis, lock: Lock) -> list[str]:
+    """Keys of ``lock`` other than its token counter: none once nobody holds or waits."""
+    keys = sorted(str(k) for k in client.scan_iter(match=lock.keys.extra("*")))
+    return [k for k in keys if k != lock.keys.state]
+
+
+def test_waiters_are_served_in_order_of_arrival(
     redis_client: redis.Redis, namespace: str
 ) -> None:
     """Queue 4 waiters one after another, then release: they get it in that order, and
     the releaser, coming back at once, only after all of them."""
-    holder = make(redis_client, namespace, fair=True)
+    holder = make(redis_client, namespace)
     queue = holder.keys.extra("queue")
     assert holder.acquire()
     order: list[int] = []
@@ -136,28 +137,30 @@ def test_fair_lock_serves_waiters_in_order_of_arrival(
         lock.release()
 
     for me in range(4):
-        lock = make(redis_client, namespace, fair=True)
+        lock = make(redis_client, namespace)
         thread = threading.Thread(target=wait, args=(me, lock))
         thread.start()
         threads.append(thread)
         wait_for(lambda n=me + 1: redis_client.zcard(queue) == n)  # queued: next one
     holder.release()
-    wait_for(lambda: redis_client.zcard(queue) < 4)  # the first took it
+    wait_for(lambda: redis_client.zcard(queue) < 4)  # the first holds it
     assert holder.acquire(timeout=PROMPT)  # behind the 3 still queued
     order.append(-1)
     holder.release()
     for thread in threads:
         thread.join(PROMPT)
     assert order == [0, 1, 2, 3, -1]
+    assert _leftovers(redis_client, holder) == []
 
 
-def test_fair_lock_shares_evenly(redis_client: redis.Redis, namespace: str) -> None:
-    """4 threads that each come straight back: FIFO gives each the same share."""
+def test_contending_threads_share_evenly(redis_client: redis.Redis, namespace: str) -> None:
+    """4 threads that each come straight back: FIFO gives each the same share (within
+    20 % of the mean, what the benchmark of processes asks for too)."""
     stop, order = threading.Event(), []
     start = threading.Barrier(4)
 
     def run(me: int) -> None:
-        lock = make(redis_client, namespace, fair=True)
+        lock = make(redis_client, namespace)
         start.wait(PROMPT)
         while not stop.is_set():
             assert lock.acquire(timeout=PROMPT)
@@ -173,36 +176,108 @@ def test_fair_lock_shares_evenly(redis_client: redis.Redis, namespace: str) -> N
         thread.join(3 * PROMPT)
     # Count from the moment every thread has had a turn (all are in the queue), so
     # that how fast the threads started does not count; FIFO then serves each once
-    # per round of 4, and a thread slow to queue again loses at most a round or two.
+    # per round of 4, and a thread slow to queue again loses a round now and then.
     steady = next(i for i in range(len(order)) if len(set(order[: i + 1])) == 4) + 1
     counts = [order[steady:].count(me) for me in range(4)]
     mean = sum(counts) / 4
     assert sum(counts) >= 150
-    assert all(abs(c - mean) <= 3 for c in counts), counts
+    assert all(abs(c - mean) <= 0.2 * mean for c in counts), counts
 
 
-def test_fair_waiter_that_times_out_leaves_the_queue(
+def test_a_waiter_that_times_out_leaves_the_queue(
     redis_client: redis.Redis, namespace: str
 ) -> None:
-    holder = make(redis_client, namespace, fair=True)
+    holder = make(redis_client, namespace)
     assert holder.acquire()
-    waiter = make(redis_client, namespace, fair=True)
+    waiter = make(redis_client, namespace)
     assert not waiter.acquire(timeout=0.2)
     assert redis_client.zcard(holder.keys.extra("queue")) == 0
     holder.release()
     assert waiter.acquire(blocking=False)  # nobody queued ahead: taken at once
     waiter.release()
+    assert _leftovers(redis_client, holder) == []
+
+
+def test_a_grant_to_a_waiter_that_leaves_passes_on(
+    redis_client: redis.Redis, namespace: str
+) -> None:
+    """Granted while it leaves (its timeout, an interrupt): the lock goes to the next
+    waiter unused, it is not held by nobody until its TTL."""
+    holder = make(redis_client, namespace)
+    assert holder.acquire()
+    steps = LockSteps(redis_client, holder.keys)
+    early = Holder("early", new_run())
+    assert not isinstance(steps.acquire(early, 30_000, 10**6, 60_000, queue=True), Grant)
+    late = make(redis_client, namespace)
+    thread, box = in_thread(lambda: late.acquire(timeout=PROMPT))
+    wait_for(lambda: redis_client.zcard(holder.keys.extra("queue")) == 2)
+    holder.release()  # granted to "early", which is not looking
+    assert steps.leave(early, 10**6)  # it had the lock; passes it on
+    thread.join(PROMPT)
+    assert box.get("result") is True and late.owned()
+    late.release()
+    assert _leftovers(redis_client, holder) == []
+
+
+def test_a_dead_waiters_place_expires_and_is_skipped(
+    redis_client: redis.Redis, namespace: str
+) -> None:
+    """A waiter that stopped looking (killed) is not granted the lock once its place
+    has expired: the next live waiter is."""
+    holder = make(redis_client, namespace)
+    assert holder.acquire()
+    steps = LockSteps(redis_client, holder.keys)
+    dead = Holder("dead", new_run())
+    assert not isinstance(steps.acquire(dead, 30_000, 10**6, 50, queue=True), Grant)
+    live = make(redis_client, namespace)
+    thread, box = in_thread(lambda: live.acquire(timeout=PROMPT))
+    wait_for(lambda: redis_client.zcard(holder.keys.extra("queue")) == 2)
+    wait_for(lambda: _place_expired(redis_client, holder, dead.run))
+    holder.release()
+    thread.join(PROMPT)
+    assert box.get("result") is True and live.owned()
+    live.release()
+    assert _leftovers(redis_client, holder) == []
+
+
+def _place_expired(client: redis.Redis, lock: Lock, run: str) -> bool:
+    raw = client.hget(lock.keys.extra("waiters"), run)
+    seconds, micros = client.time()
+    return raw is not None and int(str(raw).split("|")[0]) < seconds * 1000 + micros // 1000
+
+
+def test_waiters_take_over_a_dead_holders_lock_in_order(
+    redis_client: redis.Redis, namespace: str
+) -> None:
+    """The holder dies (never releases): at its TTL's end the first waiter takes it,
+    then the next, in order of arrival."""
+    dead = Lock(redis_client, "res", namespace=namespace, ttl=0.3)
+    assert dead.acquire()
+    order: list[int] = []
+    threads = []
+    for me in range(2):
+        lock = make(redis_client, namespace)
+        thread = threading.Thread(
+            target=lambda lk=lock, m=me: lk.acquire(timeout=PROMPT)
+            and (order.append(m), lk.release())
+        )
+        thread.start()
+        threads.append(thread)
+        wait_for(lambda n=me + 1: redis_client.zcard(dead.keys.extra("queue")) == n)
+    for thread in threads:
+        thread.join(PROMPT)
+    assert order == [0, 1]
 
 
 def test_steps_report_what_to_wait_for(redis_client: redis.Redis, namespace: str) -> None:
-    """The hand-off answer carries the mark's time left, the queue answer a bound."""
+    """A held lock answers with its PTTL; a free one with nobody queued is granted."""
     holder = make(redis_client, namespace)
     assert holder.acquire()
     who = Holder("x", "run1")
-    seen = holder._steps.acquire(who, 1000, 10**15, 10**6, queue=False)
+    seen = holder._steps.acquire(who, 1000, 10**6, 3000, queue=False)
     assert isinstance(seen, Snapshot) and seen.pttl_ms is not None
     holder.release()
-    assert isinstance(holder._steps.acquire(who, 1000, 10**15, 10**6, queue=False), Grant)
+    assert isinstance(holder._steps.acquire(who, 1000, 10**6, 3000, queue=False), Grant)
 
 
 def test_the_wake_reader_survives_an_unexpected_error_and_still_wakes_waiters(
@@ -210,7 +285,8 @@ def test_the_wake_reader_survives_an_unexpected_error_and_still_wakes_waiters(
 ) -> None:
     """A redis-py failure that is not a connection error (a reply consumed out of turn
     once raised KeyError there) replaces the pub/sub connection; waiters still wake."""
-    holder, waiter = make(redis_client, namespace), make(redis_client, namespace)
+    holder = Semaphore(redis_client, "res", 1, namespace=namespace, ttl=TTL)
+    waiter = Semaphore(redis_client, "res", 1, namespace=namespace, ttl=TTL)
     assert holder.acquire()
     original = redis.client.PubSub.get_message
     failures = itertools.count()

@@ -1,0 +1,246 @@
+"""The ``Lock``'s atomic steps: a FIFO queue of waiters and a release that grants.
+
+Waking every waiter on a release and letting them race is slow and unfair: each
+handover costs the winner a round trip to ask for the lock, the losers one each for
+nothing, and the releasing process usually wins its own lock back. Here a release
+whose lock others wait for *grants* it: in the same script it writes the first live
+waiter's lease (next token, that waiter's run, owner and ttl) and pushes the token
+onto that waiter's own grant list, on which the waiter blocks (BLPOP). The new holder
+learns it holds the lock when the push arrives, without asking; nobody else wakes. So
+the lock passes in order of arrival, at the cost of one blocked connection per
+waiting thread. Keys of lock ``report`` in namespace ``locks``::
+
+    lw:lock:locks:{report}:lock          the holder's value and TTL (codec: lw2|...)
+    lw:lock:locks:{report}:state         the fencing-token counter (codec), a year
+    lw:lock:locks:{report}:queue         zset: waiter run -> ticket (order of arrival)
+    lw:lock:locks:{report}:waiters       hash: run -> "place expiry ms|ttl ms|owner";
+                                         field "#" numbers the tickets
+    lw:lock:locks:{report}:grant:<run>   list: the token granted to that waiter
+
+A waiter keeps its place alive by looking again at least every slice (one second at
+most); a place not refreshed for ``place_ms`` has expired, and the next step that
+meets it at the head of the queue drops it. A waiter that died after its last look
+can still be granted the lock: it is then held by nobody for that waiter's ttl, as if
+its holder had died. A lock nobody holds while waiters are queued (its holder died)
+goes to the first live waiter, which wakes at the lease's end and takes it.
+
+Times of places come from the server's ``TIME``: one clock for every process.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import redis
+
+from lockworker import scripts
+from lockworker.codec import LUA_PROLOGUE, Holder, LockValue
+from lockworker.keys import JobKeys
+from lockworker.luacall import LuaScript
+from lockworker.protocol import (
+    _foreign_on_wrongtype,
+    decode_acquire,
+    settle_plan,
+    settle_result,
+    text,
+)
+from lockworker.state import Grant, Settle, Snapshot
+
+KEEP_MS = 60_000
+"""The queue's keys expire this long after the last waiter looked (abandoned queues)."""
+
+# Shared by the three scripts. KEYS[1] lock  KEYS[2] state  KEYS[3] queue  KEYS[4] waiters
+_QUEUE = LUA_PROLOGUE + """
+local function lw_now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+-- The next attempt and token from the counter, and write the lease of run/owner.
+local function lw_take(run, owner, ttl_ms, retention_ms)
+  local attempt, token = '1', nil
+  local raw = redis.call('GET', KEYS[2])
+  if raw then
+    local st = lw_state(raw)
+    if not st or st.status ~= 'pending' then return {'foreign', KEYS[2], raw} end
+    attempt, token = lw_incr(st.attempt), lw_incr(st.token)
+  else
+    token = lw_now_us()
+  end
+  redis.call('SET', KEYS[1], lw_lock_value(token, attempt, run, owner), 'PX', ttl_ms)
+  redis.call('SET', KEYS[2], lw_state_value('pending', attempt, token, run, owner),
+             'PX', retention_ms)
+  return {'granted', attempt, token, 0}
+end
+local function lw_unqueue(run)
+  redis.call('ZREM', KEYS[3], run)
+  if redis.call('EXISTS', KEYS[3]) == 0 then
+    redis.call('DEL', KEYS[4])  -- the last one: the ticket numbers start again
+  else
+    redis.call('HDEL', KEYS[4], run)
+  end
+end
+-- The first waiter whose place has not expired (dropping those that have):
+-- run, ttl ms, owner, place expiry ms; nil if nobody waits.
+local function lw_head(now)
+  while true do
+    local first = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
+    if not first then return nil end
+    local info = redis.call('HGET', KEYS[4], first)
+    if info then
+      local a = string.find(info, '|', 1, true)
+      local b = string.find(info, '|', a + 1, true)
+      local expiry = tonumber(string.sub(info, 1, a - 1))
+      if expiry > now then
+        return first, string.sub(info, a + 1, b - 1), string.sub(info, b + 1), expiry
+      end
+    end
+    lw_unqueue(first)
+  end
+end
+-- The lock is ours to give up: grant it to the first live waiter, or free it (writing
+-- ``released`` as the state, if given) and publish on the wake channel (for those
+-- that wait without queueing).
+local function lw_pass(retention_ms, grant_prefix, channel, released)
+  if redis.call('EXISTS', KEYS[3]) == 1 then
+    local first, ttl, owner = lw_head(lw_now_ms())
+    if first then
+      local r = lw_take(first, owner, ttl, retention_ms)
+      if r[1] == 'granted' then
+        lw_unqueue(first)
+        local g = grant_prefix .. first
+        redis.call('RPUSH', g, r[3] .. '|' .. r[2])
+        redis.call('PEXPIRE', g, ttl)
+        return 1
+      end
+    end
+  end
+  redis.call('DEL', KEYS[1])
+  if released then redis.call('SET', KEYS[2], released, 'PX', retention_ms) end
+  redis.call('PUBLISH', channel, 'released')
+  return 1
+end
+"""
+
+# ACQUIRE: take a free lock if nobody live is queued ahead; else (ARGV[6] = '1') join
+# the queue or keep the caller's place alive.
+# ARGV[1] owner  ARGV[2] ttl ms  ARGV[3] retention ms  ARGV[4] run  ARGV[5] place ms
+# ARGV[6] '1' queue if not granted, '0' one try that never queues
+# ARGV[7] ms the queue's keys outlive the caller's look
+# returns {'granted', attempt, token, reentered(0|1)}    the caller's run holds it
+#         {'locked', attempt, token, owner, pttl ms, run}  another run holds it
+#         {'queued', ms}            free, but others are ahead; the head's place ends in ms
+#         {'foreign', key, value}   a key holds a value we did not write
+ACQUIRE = LuaScript(_QUEUE + """
+local cur = redis.call('GET', KEYS[1])
+local r, now = nil, nil
+if cur then
+  local l = lw_lock(cur)
+  if not l then return {'foreign', KEYS[1], cur} end
+  if l.run == ARGV[4] and l.owner == ARGV[1] then return {'granted', l.attempt, l.token, 1} end
+  r = {'locked', l.attempt, l.token, l.owner, redis.call('PTTL', KEYS[1]), l.run}
+else
+  local first, expiry = nil, nil
+  if redis.call('EXISTS', KEYS[3]) == 1 then
+    now = lw_now_ms()
+    local f, _t, _o, e = lw_head(now)
+    first, expiry = f, e
+  end
+  if not first or first == ARGV[4] then
+    r = lw_take(ARGV[4], ARGV[1], ARGV[2], ARGV[3])
+    if first and r[1] == 'granted' then lw_unqueue(ARGV[4]) end
+    return r
+  end
+  r = {'queued', expiry - now}
+end
+if ARGV[6] == '1' then
+  now = now or lw_now_ms()
+  if not redis.call('ZSCORE', KEYS[3], ARGV[4]) then
+    redis.call('ZADD', KEYS[3], redis.call('HINCRBY', KEYS[4], '#', 1), ARGV[4])
+  end
+  local place = (now + tonumber(ARGV[5])) .. '|' .. ARGV[2] .. '|' .. ARGV[1]
+  redis.call('HSET', KEYS[4], ARGV[4], place)
+  redis.call('PEXPIRE', KEYS[3], ARGV[7])
+  redis.call('PEXPIRE', KEYS[4], ARGV[7])
+end
+return r
+""")
+
+# RELEASE: give the caller's exact lease up, to the first live waiter if any.
+# ARGV[1] the caller's lock value  ARGV[2] the state a release leaves when nobody waits
+# ARGV[3] retention ms  ARGV[4] grant prefix  ARGV[5] wake channel
+# returns 1 released (and granted, or freed), 2 freed already (a retry whose first
+#         reply was lost), 0 refused: not the holder, -1 refused, and the lock's state
+#         is gone (the server lost its data). A retry of a release that granted the
+#         lock cannot tell it from a lease that expired and was taken: it is refused.
+RELEASE = LuaScript(_QUEUE + """
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return lw_pass(ARGV[3], ARGV[4], ARGV[5], ARGV[2])
+end
+""" + scripts.SETTLE_REFUSED)
+
+# LEAVE: give up a place in the queue (a timeout, an interrupt); if the lock was granted
+# to the caller meanwhile, pass it on unused.
+# ARGV[1] run  ARGV[2] owner  ARGV[3] retention ms  ARGV[4] grant prefix  ARGV[5] channel
+# returns 1 the lock had been granted to the caller and was passed on, 0 it had not
+LEAVE = LuaScript(_QUEUE + """
+lw_unqueue(ARGV[1])
+redis.call('DEL', ARGV[4] .. ARGV[1])
+local cur = redis.call('GET', KEYS[1])
+local l = cur and lw_lock(cur)
+if l and l.run == ARGV[1] and l.owner == ARGV[2] then
+  return lw_pass(ARGV[3], ARGV[4], ARGV[5])
+end
+return 0
+""")
+
+
+class LockSteps:
+    """The ``Lock``'s three steps for one lock's keys; shares the scripts process-wide."""
+
+    __slots__ = ("_keys", "client", "grant_prefix", "keys")
+
+    def __init__(self, client: redis.Redis, keys: JobKeys) -> None:
+        self.client = client
+        self.keys = keys
+        self.grant_prefix = keys.extra("grant:")
+        self._keys = (keys.lock, keys.state, keys.extra("queue"), keys.extra("waiters"))
+
+    def grant_key(self, who: Holder) -> str:
+        """The list on which ``who`` waits for the lock to be granted."""
+        return self.grant_prefix + who.run
+
+    def acquire(
+        self, who: Holder, ttl_ms: int, retention_ms: int, place_ms: int, *, queue: bool
+    ) -> Grant | Snapshot | float:
+        """One look: a :class:`Grant`, the holder, or seconds until the head's place ends."""
+        args = (who.owner, ttl_ms, retention_ms, who.run, place_ms, "1" if queue else "0",
+                KEEP_MS)
+        reply = self._run(ACQUIRE, args)
+        if text(reply[0]) == "queued":
+            return max(0, int(reply[1])) / 1000.0
+        return decode_acquire(self.keys, reply)
+
+    def release(self, held: LockValue, retention_ms: int) -> Settle:
+        """Release (granting the lock to the first live waiter, if any)."""
+        new_state, _ = settle_plan(held, "release")
+        args = (held.encode(), new_state.encode(), retention_ms, self.grant_prefix,
+                self.keys.wake)
+        return settle_result(int(self._run(RELEASE, args)), new_state)
+
+    def leave(self, who: Holder, retention_ms: int) -> bool:
+        """Leave the queue; True if the lock had been granted to ``who`` (passed on)."""
+        args = (who.run, who.owner, retention_ms, self.grant_prefix, self.keys.wake)
+        return bool(self._run(LEAVE, args))
+
+    def _run(self, script: LuaScript, args: Sequence[Any]) -> Any:
+        try:
+            return script(self.client, self._keys, args)
+        except redis.ResponseError as exc:
+            raise _foreign_on_wrongtype(self.keys, exc) from exc
+
+
+def decode_grant(raw: bytes | str) -> tuple[int, int]:
+    """The ``token|attempt`` a release pushed onto a waiter's grant list."""
+    token, _, attempt = text(raw).partition("|")
+    return int(token), int(attempt)
