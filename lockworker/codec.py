@@ -132,7 +132,6 @@ LUA_PROLOGUE = r"""
 local function lw_num(s)
   return s ~= nil and (s == '0' or string.find(s, '^[1-9][0-9]*$') ~= nil)
 end
-local LW_STATUS = {pending = true, done = true, gave_up = true}
 local function lw_lock(v)
   local t, a, r, o = string.match(v, '^lw2|([0-9]+)|([0-9]+)|([0-9a-f]*)|(.*)$')
   if not (lw_num(t) and lw_num(a)) then return nil end
@@ -140,7 +139,8 @@ local function lw_lock(v)
 end
 local function lw_state(v)
   local s, a, t, r, o = string.match(v, '^lw2|([a-z_]+)|([0-9]+)|([0-9]+)|([0-9a-f]*)|(.*)$')
-  if not (s and LW_STATUS[s] and lw_num(a) and lw_num(t)) then return nil end
+  if not (s == 'pending' or s == 'done' or s == 'gave_up') then return nil end
+  if not (lw_num(a) and lw_num(t)) then return nil end
   return {status = s, attempt = a, token = t, run = r, owner = o}
 end
 local function lw_lock_value(token, attempt, run, owner)
