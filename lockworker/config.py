@@ -74,6 +74,7 @@ def number(
     integer: bool = False,
     unit: str = "seconds",
     allow_none: bool = False,
+    why: str = "",
 ) -> float | int | None:
     """``value`` checked as the numeric setting ``name``: the one check they all use.
 
@@ -95,7 +96,8 @@ def number(
             minimum=minimum, strict_min=strict_min, maximum=maximum, strict_max=strict_max,
             integer=integer, unit=unit, allow_none=allow_none,
         )
-        return InvalidConfig(f"{name} must be {expected}, got {_shown(value)}")
+        reason = f" ({why})" if why else ""
+        return InvalidConfig(f"{name} must be {expected}, got {_shown(value)}{reason}")
 
     kind = numbers.Integral if integer else numbers.Real
     if isinstance(value, bool) or not isinstance(value, kind):
@@ -123,6 +125,21 @@ def number(
 def seconds(value: object, name: str, *, positive: bool = True) -> float:
     """A duration: a finite number of seconds > 0 (>= 0 unless ``positive``)."""
     return cast(float, number(value, name, strict_min=positive))
+
+
+MIN_LEASE = 0.1
+"""The shortest lease accepted, in seconds. A lease must outlast the request that
+grants it, the drift allowance (:mod:`lockworker.lease`) and a renewal sent at a third
+of it; below this, a lease is as good as lost when granted and a job would run again
+and again."""
+
+
+def lease(value: object, name: str) -> float:
+    """A lease (``ttl``, ``lock_timeout``): seconds, at least :data:`MIN_LEASE`."""
+    return cast(float, number(value, name, minimum=MIN_LEASE, why=_LEASE_WHY))
+
+
+_LEASE_WHY = "a lease must outlast a round trip and a renewal at a third of it"
 
 
 def optional_seconds(value: object, name: str) -> float | None:

@@ -39,7 +39,7 @@ import redis
 from lockworker import events, policy, retry
 from lockworker.clock import Clock, SystemClock, wall_time
 from lockworker.codec import Holder, LockValue, decode_lock, new_run
-from lockworker.config import default_owner, positive
+from lockworker.config import default_owner, lease
 from lockworker.errors import ForeignValueError, InvalidConfig, StopRequested
 from lockworker.hooks import check_hooks
 from lockworker.keys import JobKeys, Space, check_name
@@ -122,7 +122,7 @@ class Leader:
             raise InvalidConfig(f"client must be a redis.Redis client, got {client!r}")
         self.keys = leader_keys(name)
         self.name = name
-        self.lock_timeout = positive(lock_timeout, "lock_timeout")
+        self.lock_timeout = lease(lock_timeout, "lock_timeout")
         self.owner = check_name(owner, "owner") if owner is not None else default_owner()
         self.run_id = new_run()
         """This object's run id: only it re-enters a term its lease records."""

@@ -21,7 +21,7 @@ import redis
 from lockworker import events, policy, retry
 from lockworker.clock import Clock, SystemClock
 from lockworker.codec import Holder, check_payload, new_run
-from lockworker.config import default_owner, positive, seconds
+from lockworker.config import default_owner, lease, positive, seconds
 from lockworker.errors import InvalidConfig, JobNotFound
 from lockworker.hooks import check_hooks
 from lockworker.job import Job
@@ -108,7 +108,7 @@ class Worker:
             raise InvalidConfig(f"client must be a redis.Redis client, got {client!r}")
         self.namespace = check_name(namespace, "namespace")
         self.role, self.backup_delay = policy.check_role(role, backup_delay)
-        self.lock_timeout = positive(lock_timeout, "lock_timeout")
+        self.lock_timeout = lease(lock_timeout, "lock_timeout")
         self.max_attempts = int(positive(max_attempts, "max_attempts", integer=True))
         self.owner = check_name(owner, "owner") if owner is not None else default_owner()
         self.run_id = new_run()

@@ -14,7 +14,7 @@ from typing import ClassVar
 import redis
 
 from lockworker.clock import Clock, SystemClock
-from lockworker.config import count, default_owner, optional_seconds, positive, seconds
+from lockworker.config import count, default_owner, lease, optional_seconds, positive, seconds
 from lockworker.errors import AlreadyHeld, InvalidConfig
 from lockworker.keys import JobKeys, Space, check_name
 from lockworker.lease import Heartbeat, Lease
@@ -37,6 +37,7 @@ __all__ = [
     "check_timeout",
     "count",
     "default_owner",
+    "lease",
     "new_owner",
     "positive",
     "seconds",
@@ -91,7 +92,7 @@ class Primitive:
     ) -> None:
         self.name = check_name(name, "name")
         self.keys = JobKeys(check_name(namespace, "namespace"), self.name, self.space)
-        self.ttl = positive(ttl, "ttl")
+        self.ttl = lease(ttl, "ttl")
         self.auto_renew = check_bool(auto_renew, "auto_renew")
         self.timeout = check_timeout(timeout)
         self.clock = clock or SystemClock()

@@ -343,7 +343,7 @@ class Lock(common.Primitive):
         held = self._held
         if held is None:
             raise NotHeld(f"lock {self.name!r} is not held by this Lock object")
-        seconds = self.ttl if ttl is None else common.positive(ttl, "ttl")
+        seconds = self.ttl if ttl is None else common.lease(ttl, "ttl")
         sent = self.clock.monotonic()
         ok = self._call(
             lambda: self.protocol.renew(

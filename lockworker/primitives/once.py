@@ -122,7 +122,7 @@ def compute_once(
     if not callable(fn):
         raise TypeError(f"fn must be a callable taking no arguments, got {fn!r}")
     ttl_ms = max(1, round(common.positive(ttl, "ttl") * 1000))
-    common.positive(lock_timeout, "lock_timeout")
+    common.lease(lock_timeout, "lock_timeout")
     wait = common.check_timeout(timeout)
     codec = _check_codec(codec)
     clock = clock or SystemClock()

@@ -109,7 +109,7 @@ class Redlock:
         self.clients = [common.check_client(c, f"clients[{i}]") for i, c in enumerate(clients)]
         self.name = check_name(name, "name")
         self.keys = JobKeys(check_name(namespace, "namespace"), self.name, Space.REDLOCK)
-        self.ttl = common.positive(ttl, "ttl")
+        self.ttl = common.lease(ttl, "ttl")
         self.retry_count = common.count(retry_count, "retry_count", minimum=0)
         self.retry_delay = common.seconds(retry_delay, "retry_delay", positive=False)
         self.drift_factor = float(
@@ -313,7 +313,7 @@ class Redlock:
         held = self._held
         if held is None:
             raise NotHeld(f"redlock {self.name!r} is not held by this object")
-        seconds = self.ttl if ttl is None else common.positive(ttl, "ttl")
+        seconds = self.ttl if ttl is None else common.lease(ttl, "ttl")
         until = self._renew_all(held, seconds) if not self.lost else None
         if until is None:
             self._drop()

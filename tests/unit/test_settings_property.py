@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 import lockworker
 from lockworker import InvalidConfig, Lock, Redlock, RetryPolicy, Semaphore, compute_once
 from lockworker.cli.main import non_negative_float, positive_float, positive_int
-from lockworker.config import MAX_COUNT, MAX_SECONDS
+from lockworker.config import MAX_COUNT, MAX_SECONDS, MIN_LEASE
 from lockworker.sources import StreamSource
 from lockworker.testing import FakeClock
 
@@ -42,6 +42,11 @@ def is_real(v: object) -> bool:
 
 def seconds_above_zero(v: object) -> bool:
     return is_real(v) and 0 < v <= MAX_SECONDS  # type: ignore[operator]
+
+
+def a_lease(v: object) -> bool:
+    """A lease: at least MIN_LEASE, which a round trip and a renewal need."""
+    return is_real(v) and MIN_LEASE <= v <= MAX_SECONDS  # type: ignore[operator]
 
 
 def seconds_from_zero(v: object) -> bool:
@@ -133,32 +138,32 @@ def once(**kwargs: Any) -> None:
 
 SETTINGS: list[tuple[str, str, Callable[[Any], None], Callable[[object], bool]]] = [
     ("Worker", "lock_timeout", lambda v: worker(lock_timeout=v),
-     both(seconds_above_zero, lambda v: v < 86400)),  # below the default retention
+     both(a_lease, lambda v: v < 86400)),  # below the default retention
     ("Worker", "max_attempts", lambda v: worker(max_attempts=v), count_from(1)),
     ("Worker", "retention", lambda v: worker(retention=v),
      both(seconds_above_zero, lambda v: v > 10)),  # above the default lock_timeout
     ("Worker", "retry_delay", lambda v: worker(retry_delay=v), timeout),  # None: default
     ("Worker", "backup_delay", lambda v: worker(backup_delay=v), seconds_from_zero),
     ("Worker.serve", "concurrency", serve, count_from(1)),
-    ("Leader", "lock_timeout", lambda v: leader(lock_timeout=v), seconds_above_zero),
+    ("Leader", "lock_timeout", lambda v: leader(lock_timeout=v), a_lease),
     ("Leader", "backup_delay", lambda v: leader(backup_delay=v), seconds_from_zero),
-    ("Lock", "ttl", lambda v: Lock(fakeredis.FakeRedis(), "l", ttl=v), seconds_above_zero),
+    ("Lock", "ttl", lambda v: Lock(fakeredis.FakeRedis(), "l", ttl=v), a_lease),
     ("Lock", "timeout", lambda v: Lock(fakeredis.FakeRedis(), "l", timeout=v), timeout),
     ("Lock.acquire", "timeout", lock_acquire, timeout),
     ("Lock.extend", "ttl", lock_extend,
-     lambda v: v is None or seconds_above_zero(v)),  # None: the lock's ttl
+     lambda v: v is None or a_lease(v)),  # None: the lock's ttl
     ("Semaphore", "limit", lambda v: Semaphore(fakeredis.FakeRedis(), "s", v), count_from(1)),
     ("Semaphore", "ttl", lambda v: Semaphore(fakeredis.FakeRedis(), "s", 2, ttl=v),
-     seconds_above_zero),
+     a_lease),
     ("Semaphore", "timeout", lambda v: Semaphore(fakeredis.FakeRedis(), "s", 2, timeout=v),
      timeout),
-    ("Redlock", "ttl", lambda v: redlock(ttl=v), seconds_above_zero),
+    ("Redlock", "ttl", lambda v: redlock(ttl=v), a_lease),
     ("Redlock", "retry_count", lambda v: redlock(retry_count=v), count_from(0)),
     ("Redlock", "retry_delay", lambda v: redlock(retry_delay=v), seconds_from_zero),
     ("Redlock", "drift_factor", lambda v: redlock(drift_factor=v), fraction),
     ("Redlock", "timeout", lambda v: redlock(timeout=v), timeout),
     ("compute_once", "ttl", lambda v: once(ttl=v), seconds_above_zero),
-    ("compute_once", "lock_timeout", lambda v: once(lock_timeout=v), seconds_above_zero),
+    ("compute_once", "lock_timeout", lambda v: once(lock_timeout=v), a_lease),
     ("compute_once", "timeout", lambda v: once(timeout=v), timeout),
     ("RetryPolicy", "budget", lambda v: RetryPolicy(budget=v), seconds_above_zero),
     ("RetryPolicy", "initial", lambda v: RetryPolicy(initial=v), seconds_above_zero),
@@ -235,3 +240,22 @@ def test_the_command_line_applies_the_same_rules(
         return
     with pytest.raises(argparse.ArgumentTypeError):
         parse(text)
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: worker(lock_timeout=0.001),
+        lambda: Lock(fakeredis.FakeRedis(), "l", ttl=0.001),
+        lambda: leader(lock_timeout=0.05),
+        lambda: once(lock_timeout=0.01),
+    ],
+    ids=["Worker", "Lock", "Leader", "compute_once"],
+)
+def test_a_lease_too_short_to_hold_is_refused_naming_the_minimum(
+    make: Callable[[], object],
+) -> None:
+    """A lease of 1 ms was accepted, invalid when granted: the hook ran 3 times and the
+    job gave up with a misleading reason. It is refused before any Redis call."""
+    with pytest.raises(InvalidConfig, match=r">= 0\.1, got 0\.0.*a lease must outlast"):
+        make()
