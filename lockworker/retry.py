@@ -8,6 +8,10 @@ never past it, so retrying can never keep two holders alive at once.
 
 Only connection-level failures are retried. Errors in the reply (a script error, a
 foreign value) are raised at once: retrying would not change them.
+
+Retrying is never silent: the first failure and every backoff are logged at WARNING
+(event ``redis.retry``, with the step, the try and the error), so an operator sees a
+Redis outage as it happens, not only when the budget runs out.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from typing import TypeVar
 import redis
 import tenacity
 
+from lockworker import events
 from lockworker.clock import Clock
 from lockworker.config import seconds
 from lockworker.errors import Contended, RedisUnavailable
@@ -59,17 +64,21 @@ def call(
     policy: RetryPolicy,
     what: str,
     deadline: float | None = None,
+    log: events.EventLog | None = None,
 ) -> T:
     """Run ``fn``, retrying connection errors until ``policy.budget`` or ``deadline``.
 
-    ``deadline`` is a time on ``clock.monotonic()``; no new try starts after it.
-    Raises :class:`RedisUnavailable` (chained to the last connection error) when the
-    retries run out.
+    ``what`` names the step (and its job or lock) in logs and errors; ``log`` gets a
+    ``redis.retry`` warning for the first failure and each backoff. ``deadline`` is a
+    time on ``clock.monotonic()``; no new try starts after it. Raises
+    :class:`RedisUnavailable` (chained to the last connection error, naming ``what``)
+    when the retries run out.
     """
     try:
         return fn()  # the common case costs no retry machinery
-    except RETRYABLE:
-        pass
+    except RETRYABLE as exc:
+        if log is not None:
+            log.warning(events.REDIS_RETRY, step=what, tries=1, error=_brief(exc))
     start = clock.monotonic()
     end = start + policy.budget if deadline is None else min(deadline, start + policy.budget)
 
@@ -82,6 +91,7 @@ def call(
         wait=tenacity.wait_exponential(multiplier=policy.initial, max=policy.maximum)
         + tenacity.wait_random(0, policy.initial),
         sleep=clock.sleep,
+        before_sleep=None if log is None else _report_backoff(log, what),
         reraise=False,
     )
     try:
@@ -90,5 +100,23 @@ def call(
         last = exc.last_attempt.exception()
         raise RedisUnavailable(
             f"Redis unreachable while trying to {what}: gave up after "
-            f"{exc.last_attempt.attempt_number} tries ({last})"
+            f"{exc.last_attempt.attempt_number + 1} tries ({last})"
         ) from last
+
+
+def _brief(exc: BaseException | None) -> str:
+    return f"{type(exc).__name__}: {exc}" if exc is not None else "unknown"
+
+
+def _report_backoff(
+    log: events.EventLog, what: str
+) -> Callable[[tenacity.RetryCallState], None]:
+    def report(state: tenacity.RetryCallState) -> None:
+        error = state.outcome.exception() if state.outcome is not None else None
+        wait = state.next_action.sleep if state.next_action is not None else 0.0
+        log.warning(
+            events.REDIS_RETRY, step=what, tries=state.attempt_number + 1,
+            retry_in=round(wait, 3), error=_brief(error),
+        )
+
+    return report

@@ -268,9 +268,13 @@ class Worker:
             if stack.enter_context(stop_on_signals(lambda _signum: self.stop())):
                 self._signals = stack
 
-    def _call(self, fn: Callable[[], T], what: str, deadline: float | None = None) -> T:
+    def _call(
+        self, fn: Callable[[], T], what: str, deadline: float | None = None,
+        log: events.EventLog | None = None,
+    ) -> T:
         return retry.call(
-            fn, clock=self.clock, policy=self.redis_retry, what=what, deadline=deadline
+            fn, clock=self.clock, policy=self.redis_retry, what=what, deadline=deadline,
+            log=self._log if log is None else log,
         )
 
     def _hook(self, log: Any, name: str, *args: Any) -> None:

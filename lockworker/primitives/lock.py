@@ -366,7 +366,8 @@ class Lock(common.Primitive):
 
     def _call(self, fn: Callable[[], T], what: str, *, deadline: float | None = None) -> T:
         return retry.call(
-            fn, clock=self.clock, policy=self.redis_retry, what=what, deadline=deadline
+            fn, clock=self.clock, policy=self.redis_retry, what=f"{what} {self.name!r}",
+            deadline=deadline, log=self._log,
         )
 
     def close(self) -> None:

@@ -251,8 +251,8 @@ class Semaphore(common.Primitive):
 
     def _call(self, fn: Callable[[], T], what: str, *, deadline: float | None = None) -> T:
         return retry.call(
-            fn, clock=self.clock, policy=self.redis_retry, what=f"{what} ({self.name})",
-            deadline=deadline,
+            fn, clock=self.clock, policy=self.redis_retry, what=f"{what} {self.name!r}",
+            deadline=deadline, log=self._log,
         )
 
     def close(self) -> None:

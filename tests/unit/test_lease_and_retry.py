@@ -102,6 +102,53 @@ def test_retry_gives_up_at_the_deadline_with_redis_unavailable() -> None:
     assert clock.monotonic() - start < 1.0 + RetryPolicy().maximum + RetryPolicy().initial
 
 
+class _Log:
+    """Records what retry logs: (level, event, fields)."""
+
+    def __init__(self) -> None:
+        self.records: list[tuple[str, str, dict[str, object]]] = []
+
+    def bind(self, **context: object) -> _Log:
+        return self
+
+    def debug(self, event: str, **fields: object) -> None:
+        self.records.append(("debug", event, fields))
+
+    def info(self, event: str, **fields: object) -> None:
+        self.records.append(("info", event, fields))
+
+    def warning(self, event: str, **fields: object) -> None:
+        self.records.append(("warning", event, fields))
+
+    def error(self, event: str, **fields: object) -> None:
+        self.records.append(("error", event, fields))
+
+
+def test_retry_logs_the_first_failure_and_every_backoff_at_warning() -> None:
+    """Retrying used to be silent for the whole budget: an outage showed only when the
+    step finally failed. Each failed try is now a ``redis.retry`` warning naming the
+    step, and the final error names it and counts every try."""
+    clock, log = FakeClock(), _Log()
+    tries: list[int] = []
+
+    def down() -> None:
+        tries.append(1)
+        raise redis.ConnectionError("Connection refused")
+
+    with pytest.raises(RedisUnavailable, match=r"acquire job 'j-7'.*after (\d+) tries") as err:
+        call(down, clock=clock, policy=RetryPolicy(budget=2.0), what="acquire job 'j-7'",
+             log=log)
+    assert f"after {len(tries)} tries" in str(err.value)
+    warnings = [r for r in log.records if r[0] == "warning"]
+    # Every failed try but the last is followed by a backoff, and each is reported.
+    assert len(tries) >= 3
+    assert [r[1] for r in warnings] == ["redis.retry"] * (len(tries) - 1)
+    assert warnings[0][2]["tries"] == 1 and "Connection refused" in str(warnings[0][2]["error"])
+    assert all(r[2]["step"] == "acquire job 'j-7'" for r in warnings)
+    assert [r[2]["tries"] for r in warnings] == list(range(1, len(warnings) + 1))
+    assert all("retry_in" in r[2] for r in warnings[1:])
+
+
 def test_retry_does_not_retry_errors_in_the_reply() -> None:
     clock = FakeClock()
     tries: list[int] = []
