@@ -28,7 +28,7 @@ import json
 import re
 import secrets
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from lockworker.errors import InvalidConfig
 from lockworker.state import JobStatus
@@ -179,9 +179,18 @@ def check_payload(payload: Any) -> str:
 
     Payloads travel between processes (streams, status), so they must be JSON. This is
     checked before any Redis call, so a bad payload never reaches the lock protocol.
+    Dict keys must be strings: JSON would turn ``{1: "a"}`` into ``{"1": "a"}`` (and
+    ``{1: "a", "1": "b"}`` into one key), so a process reading it back would see
+    another payload than the one submitted.
     """
     if payload is None:
         return "null"
+    bad_key = _non_text_key(payload)
+    if bad_key is not None:
+        raise InvalidConfig(
+            f"payload dict keys must be strings (JSON has no other keys), got {bad_key!r} "
+            f"in {type(payload).__name__}"
+        )
     try:
         return to_json(payload)
     except (TypeError, ValueError) as exc:
@@ -189,3 +198,34 @@ def check_payload(payload: Any) -> str:
             f"payload must be JSON-serialisable (dict, list, str, int, float, bool, None), "
             f"got {type(payload).__name__}: {exc}"
         ) from exc
+
+
+def payload_view(payload: Any) -> Any:
+    """``payload`` as every process sees it: checked, encoded and decoded again.
+
+    The hook of the process that was handed the payload gets this too, so a tuple is a
+    list there as well, and no process sees an object the others cannot.
+    """
+    if payload is None or isinstance(payload, (str, bool, int)):
+        check_payload(payload)  # still refuses what JSON cannot hold (none of these)
+        return payload
+    return json.loads(check_payload(payload))
+
+
+def _non_text_key(value: Any, depth: int = 0) -> object | None:
+    """The first dict key that is not a str, anywhere in ``value`` (None if none)."""
+    if depth > 100:
+        return None  # deeper nesting is json's to refuse (recursion)
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                return cast(object, key)
+            found = _non_text_key(item, depth + 1)
+            if found is not None:
+                return found
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            found = _non_text_key(item, depth + 1)
+            if found is not None:
+                return found
+    return None

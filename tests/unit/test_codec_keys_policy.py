@@ -2,10 +2,22 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from lockworker import policy
-from lockworker.codec import LockValue, StateValue, decode_lock, decode_state
+from lockworker.codec import (
+    LockValue,
+    StateValue,
+    check_payload,
+    decode_lock,
+    decode_state,
+    payload_view,
+)
+from lockworker.errors import InvalidConfig
 from lockworker.keys import JobKeys, Space, parse_state_key, state_pattern
 from lockworker.state import JobStatus, Snapshot
 
@@ -73,3 +85,33 @@ def test_on_locked_news_is_a_new_holder_or_attempt() -> None:
     assert not policy.is_news(seen(100), seen(50))
     assert policy.is_news(seen(100), seen(100, holder="c"))
     assert policy.is_news(seen(100), seen(100, token=2))
+
+
+_JSON_LEAVES = (
+    st.none() | st.booleans() | st.integers() | st.text()
+    | st.floats(allow_nan=False, allow_infinity=False)
+)
+_JSON_LIKE = st.recursive(
+    _JSON_LEAVES,
+    lambda inner: st.lists(inner) | st.lists(inner).map(tuple)
+    | st.dictionaries(st.text(), inner),
+    max_leaves=20,
+)
+
+
+@given(_JSON_LIKE)
+def test_the_local_hook_sees_the_payload_every_other_process_sees(payload: object) -> None:
+    """A tuple used to reach the local hook as a tuple and every other process as a
+    list: the local view is now the decoded JSON, as anywhere else."""
+    view = payload_view(payload)
+    assert view == json.loads(check_payload(payload))
+    assert payload_view(view) == view  # the view is stable: seen once, seen the same
+
+
+@pytest.mark.parametrize(
+    "payload", [{1: "a"}, {"outer": [{2.5: "x"}]}, ({(1, 2): "t"},), {True: 1}]
+)
+def test_a_payload_with_keys_json_would_rename_is_refused(payload: object) -> None:
+    """``{1: "a"}`` would arrive elsewhere as ``{"1": "a"}``: refused, naming the key."""
+    with pytest.raises(InvalidConfig, match="payload dict keys must be strings"):
+        payload_view(payload)
