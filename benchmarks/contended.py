@@ -229,6 +229,18 @@ class Contended:
     final: int = 0
     peak_inside: int = 0
     release_errors: int = 0
+    server_commands: int = 0
+    """Commands the (first) server ran meanwhile (INFO commandstats; inside scripts too)."""
+    server_cpu: float = 0.0
+    """Seconds of CPU the (first) server used meanwhile (INFO cpu, user + system)."""
+
+    @property
+    def commands_per_section(self) -> float:
+        return self.server_commands / self.sections if self.sections else 0.0
+
+    @property
+    def server_us_per_section(self) -> float:
+        return self.server_cpu * 1e6 / self.sections if self.sections else 0.0
 
     @property
     def sections(self) -> int:
@@ -281,6 +293,8 @@ def run_one(pool: Pool, client: redis.Redis, kind: Kind, seconds: float) -> Cont
     for pipe in pipes:
         if not pipe.poll(REPLY_TIMEOUT) or pipe.recv()[0] != "ready":
             raise RuntimeError(f"{kind.name}: a contending process did not get ready")
+    client.config_resetstat()
+    cpu_before = _server_cpu(client)
     start_at = time.monotonic() + START_DELAY
     for pipe in pipes:
         pipe.send(start_at)
@@ -297,10 +311,20 @@ def run_one(pool: Pool, client: redis.Redis, kind: Kind, seconds: float) -> Cont
         result.seen.append(seen)
         result.peak_inside = max(result.peak_inside, peak)
         result.release_errors += errors
+    result.server_cpu = _server_cpu(client) - cpu_before
+    stats = client.info("commandstats")
+    result.server_commands = sum(
+        int(v["calls"]) for k, v in stats.items() if not k.startswith("cmdstat_config")
+    )
     if failures:
         raise RuntimeError(f"{kind.name}: {'; '.join(failures)}")
     result.final = int(client.get(f"bench:{key}:counter") or 0)
     return result
+
+
+def _server_cpu(client: redis.Redis) -> float:
+    cpu = client.info("cpu")
+    return float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"])
 
 
 def run(ports: list[int], client: redis.Redis, seconds: float) -> list[Contended]:

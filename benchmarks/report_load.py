@@ -30,9 +30,10 @@ def contended(results: list[Contended], seconds: float, chart: str | None) -> li
     add("")
     add(
         "| contender | processes | waiter waits by | sections/s | handovers/s "
-        "| shares min-max | max deviation | counter = sections | release errors |"
+        "| shares min-max | max deviation | counter = sections | release errors "
+        "| server commands / section | server CPU µs / section |"
     )
-    add("|---|---:|---|---:|---:|---:|---:|---|---:|")
+    add("|---|---:|---|---:|---:|---:|---:|---|---:|---:|---:|")
     for r in results:
         low, high = min(r.shares), max(r.shares)
         if r.kind.semaphore:
@@ -50,7 +51,8 @@ def contended(results: list[Contended], seconds: float, chart: str | None) -> li
         add(
             f"| {r.kind.name} | {r.kind.processes} | {r.kind.waits_by} | {_n(r.rate)} "
             f"| {handovers} | {_n(low)}-{_n(high)} | {r.max_deviation:.0f} % | {check} "
-            f"| {r.release_errors} |"
+            f"| {r.release_errors} | {r.commands_per_section:.1f} "
+            f"| {r.server_us_per_section:.0f} |"
         )
     add("")
     add(
@@ -59,7 +61,13 @@ def contended(results: list[Contended], seconds: float, chart: str | None) -> li
         "The Redlock rows take the lock on 3 masters (quorum 2), the counter lives on the "
         "first. A lock whose waiters poll or sleep (redis-py's 0.1 s, pottery's random "
         "0-0.2 s, Redlock's retry pause) passes mostly to the process that just released "
-        "it: many sections, few handovers, uneven shares."
+        "it: many sections, few handovers, uneven shares. Server commands count those a "
+        "script runs too (the Redlock rows: the first master only). On this machine every "
+        "round trip costs the client and the server far more CPU than the commands "
+        "themselves, and 4 processes and the server share 2 cores, so sections/s follow "
+        "the work per section: lockworker's `Lock` hands over on every release and wakes "
+        "only the next holder, which needs no request of its own to take the lock, but a "
+        "process coming back still pays a round trip to queue and one to block."
     )
     add("")
     if chart:
