@@ -40,6 +40,7 @@ GAVE_UP = "job.gave_up"
 STOPPED = "job.stopped"
 REDIS_UNAVAILABLE = "redis.unavailable"
 REDIS_RETRY = "redis.retry"
+PARKED = "job.parked"
 HOOK_ERROR = "hook.error"
 STATE_LOST = "server.state_lost"
 """A lease's job state vanished while the lease was held: the server lost its data
@@ -48,7 +49,7 @@ Work finished before the loss may run again; see docs/guarantees.md."""
 
 ALL = (
     ACQUIRED, LOCKED, RENEWED, DONE, DONE_ELSEWHERE, FAILED, LOST, RELEASED, GAVE_UP,
-    STOPPED, REDIS_UNAVAILABLE, REDIS_RETRY, HOOK_ERROR, STATE_LOST,
+    STOPPED, REDIS_UNAVAILABLE, REDIS_RETRY, HOOK_ERROR, STATE_LOST, PARKED,
 )
 
 # Logger names: one per product, under the ``lockworker`` logger.

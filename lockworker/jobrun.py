@@ -4,13 +4,16 @@ Take the next attempt if it is free; if granted, run ``on_acquired`` under a ren
 lease and settle it (complete, fail, release); if not, wait for a wake message or the
 end of the holder's lease, and look again. Decisions come from :mod:`lockworker.policy`,
 Redis steps from the worker's protocol; this module only sequences them.
+
+Under ``Worker.serve`` a run gets a :class:`Gate` (the server's slots): while it waits
+for another holder's lease it parks, giving its slot back (see :mod:`lockworker.park`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import threading
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import redis
 
@@ -26,11 +29,26 @@ if TYPE_CHECKING:
     from lockworker.worker import Worker
 
 
+class Gate(Protocol):
+    """What ``serve`` lends a run: giving its slot back while it waits on another holder."""
+
+    def park(self) -> bool:
+        """Give the slot back; False if the run must keep it (and wait in it)."""
+        ...
+
+    def unpark(self) -> None:
+        """Take a slot again (blocks until one is free)."""
+        ...
+
+
 class JobRun:
     """One ``process`` call: the loop for one job in one thread."""
 
-    def __init__(self, worker: Worker, keys: JobKeys, payload: Any, log: Any) -> None:
+    def __init__(
+        self, worker: Worker, keys: JobKeys, payload: Any, log: Any, gate: Gate | None = None
+    ) -> None:
         self.w = worker
+        self.gate = gate
         self.keys = keys
         self.payload = payload
         self.log = log
@@ -85,7 +103,10 @@ class JobRun:
                     return outcome
                 if self.subscribe():
                     continue  # subscribed just now: look again before waiting
-                self.wait_until(policy.recheck_at(result, self.w.clock.monotonic(), self.w.timing))
+                self.wait_until(
+                    policy.recheck_at(result, self.w.clock.monotonic(), self.w.timing),
+                    park=result.holder is not None,
+                )
 
     def backup_ready(self) -> Outcome | bool:
         """A backup looks before it competes: True to acquire now, False to look again.
@@ -105,7 +126,9 @@ class JobRun:
         if view.compete:
             return True
         if not self.subscribe():
-            self.wait_until(view.look_again)
+            # Held: wait for the lease (parked under serve). Free: the backup delay
+            # keeps the slot, so a backup reads no further ahead of a live primary.
+            self.wait_until(view.look_again, park=seen.holder is not None)
         return False
 
     def subscribe(self) -> bool:
@@ -115,16 +138,23 @@ class JobRun:
         self.wake = self.stack.enter_context(self.w._hub.listen(self.keys.wake))
         return True
 
-    def wait_until(self, deadline: float, *, observe: bool = False) -> Outcome | None:
+    def wait_until(
+        self, deadline: float, *, observe: bool = False, park: bool = False
+    ) -> Outcome | None:
         """Block until ``deadline``, a wake message or a stop. With ``observe``, a wake
-        message makes it read the job and return its outcome if it was resolved."""
+        message makes it read the job and return its outcome if it was resolved. With
+        ``park`` (a wait on another holder's lease), the run's gate, if any, gets its
+        slot back meanwhile."""
         self.subscribe()
         assert self.wake is not None
         while not self.w.stopping:
             remaining = deadline - self.w.clock.monotonic()
             if remaining <= 0:
                 return None
-            woken = self.w.clock.wait(self.wake, remaining)
+            if park:
+                woken = self.parked_wait(self.wake, remaining)
+            else:
+                woken = self.w.clock.wait(self.wake, remaining)
             if not woken:
                 return None
             self.wake.clear()
@@ -135,6 +165,18 @@ class JobRun:
             if outcome is not None:
                 return outcome
         return None
+
+    def parked_wait(self, wake: threading.Event, remaining: float) -> bool:
+        """Wait on ``wake`` for ``remaining`` seconds without holding a slot, if the
+        gate lets this run park; True if woken. Takes a slot again before returning."""
+        gate = self.gate
+        if gate is None or not gate.park():
+            return self.w.clock.wait(wake, remaining)
+        self.log.debug(events.PARKED, seconds=round(remaining, 3))
+        try:
+            return self.w.clock.wait(wake, remaining)
+        finally:
+            gate.unpark()
 
     def observe(self, seen: Snapshot) -> Outcome | None:
         """React to a job this process does not hold: resolved, or held by another."""

@@ -1,11 +1,18 @@
 """``Worker.serve``: jobs from a source, a bounded number at a time, until stopped.
 
-The serving thread takes a free slot, then the next delivery from the source, and hands
-it to a pool thread that runs :meth:`lockworker.Worker.process`. At most
-``concurrency`` jobs run at once, so one slow job holds up only its own slot.
+The serving thread takes the next delivery from the source, then a free slot, and hands
+it to a pool thread that runs it as :meth:`lockworker.Worker.process` does. At most
+``concurrency`` jobs work at once, so one slow job holds up only its own slot.
 
 Rules kept here:
 
+- A job that waits for another holder's lease (a live one, or a dead one whose lease
+  has not run out) parks: it gives its slot back, so the slot serves the next job, and
+  takes one again, ahead of new deliveries, when a wake message or the lease's end on
+  this process's clock says to look again (:mod:`lockworker.park`). Parked jobs still
+  count as running: nothing is lost, and a later delivery of the same id waits behind.
+- The source is read without holding a slot, so a source that blocks (an idle stream)
+  never keeps a parked job from its slot; at most one delivery waits for a slot.
 - One job id runs at most once at a time in one worker: a delivery whose id is already
   running waits behind it and runs in the same slot when that one ends.
 - A delivery is reported resolved (so a stream may save its position past it) only
@@ -13,8 +20,8 @@ Rules kept here:
   a stop is not, so it is seen again after a restart.
 - On ``stop()`` (or SIGTERM/SIGINT when the worker handles signals) no new delivery is
   taken; running jobs see ``job.stopping`` (a hook that raises StopRequested hands its
-  job over at once without spending an attempt; others finish); waiting ones return
-  STOPPED at once. ``serve`` returns when the last of them has ended.
+  job over at once without spending an attempt; others finish); waiting and parked ones
+  return STOPPED once they have a slot. ``serve`` returns when the last of them ended.
 - A job ``process`` refuses (an invalid id or payload, a key holding a foreign value)
   is logged as ``serve.job_error`` and skipped. Any other error (Redis unreachable past
   the retry budget) stops the serving; it is re-raised once the running jobs ended.
@@ -30,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 from lockworker import events
 from lockworker.config import count
 from lockworker.errors import ForeignValueError, InvalidConfig
+from lockworker.park import Slots
 from lockworker.sources import Delivery, as_source
 from lockworker.state import Outcome
 
@@ -57,7 +65,7 @@ class _Server:
     def __init__(self, worker: Worker, concurrency: int) -> None:
         self.worker = worker
         self.concurrency = concurrency
-        self.slots = threading.Semaphore(concurrency)
+        self.slots = Slots(concurrency)
         self.mutex = threading.Lock()
         self.idle = threading.Condition(self.mutex)
         self.running: dict[str, collections.deque[Delivery]] = {}
@@ -70,21 +78,23 @@ class _Server:
     def run(self, deliveries: Any) -> None:
         w = self.worker
         self.log.info(STARTED, concurrency=self.concurrency)
-        pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="lockworker-serve")
+        # A thread per working or parked job: parked ones sleep without a slot.
+        pool = ThreadPoolExecutor(
+            self.concurrency + self.slots.park_limit, thread_name_prefix="lockworker-serve"
+        )
         try:
             while not w.stopping and self.error is None:
-                self.slots.acquire()  # running jobs end on stop, so this returns then too
-                if w.stopping or self.error is not None:
-                    self.slots.release()
-                    break
                 delivery = next(deliveries, None)
                 if delivery is None:
-                    self.slots.release()
+                    break
+                self.slots.take()  # running jobs end on stop, so this returns then too
+                if w.stopping or self.error is not None:
+                    self.slots.give()
                     break
                 if self.claim(delivery):
                     pool.submit(self.work, delivery)
                 else:
-                    self.slots.release()
+                    self.slots.give()
         finally:
             close = getattr(deliveries, "close", None)
             if close is not None:
@@ -120,11 +130,11 @@ class _Server:
                 del self.running[current.job_id]
                 self.idle.notify_all()
                 current = None
-        self.slots.release()
+        self.slots.give()
 
     def run_one(self, delivery: Delivery) -> None:
         try:
-            outcome = self.worker.process(delivery.job_id, delivery.payload)
+            outcome = self.worker._process(delivery.job_id, delivery.payload, self.slots)
         except (InvalidConfig, ForeignValueError) as exc:
             self.log.error(JOB_ERROR, job_id=delivery.job_id, error=repr(exc), skipped=True)
             delivery.resolved()

@@ -20,12 +20,12 @@ import redis
 
 from lockworker import events, policy, retry
 from lockworker.clock import Clock, SystemClock
-from lockworker.codec import Holder, check_payload, new_run
+from lockworker.codec import Holder, new_run, payload_view
 from lockworker.config import default_owner, lease, positive, seconds
 from lockworker.errors import InvalidConfig, JobNotFound
 from lockworker.hooks import check_hooks
 from lockworker.job import Job
-from lockworker.jobrun import JobRun
+from lockworker.jobrun import Gate, JobRun
 from lockworker.keys import JobKeys, check_name
 from lockworker.lease import Heartbeat
 from lockworker.protocol import LockProtocol, ScriptProtocol
@@ -190,11 +190,7 @@ class Worker:
         retry budget (the job then stays pending, and is recoverable), and
         :class:`~lockworker.ForeignValueError` if the job's keys hold foreign values.
         """
-        keys = JobKeys.of(self.namespace, job_id)
-        check_payload(payload)
-        log = self._log.bind(job_id=job_id)
-        self._install_signal_handlers()
-        return JobRun(self, keys, payload, log).run()
+        return self._process(job_id, payload)
 
     def serve(self, source: Any, *, concurrency: int = 4) -> None:
         """Process jobs from ``source`` until it is exhausted or the worker is stopped.
@@ -267,6 +263,14 @@ class Worker:
             stack = contextlib.ExitStack()
             if stack.enter_context(stop_on_signals(lambda _signum: self.stop())):
                 self._signals = stack
+
+    def _process(self, job_id: str, payload: Any, gate: Gate | None = None) -> Outcome:
+        """:meth:`process`; ``serve`` passes its slots as ``gate`` (see lockworker.park)."""
+        keys = JobKeys.of(self.namespace, job_id)
+        payload = payload_view(payload)  # what any other process would see
+        log = self._log.bind(job_id=job_id)
+        self._install_signal_handlers()
+        return JobRun(self, keys, payload, log, gate).run()
 
     def _call(
         self, fn: Callable[[], T], what: str, deadline: float | None = None,

@@ -9,10 +9,12 @@ from typing import Any
 
 import pytest
 import redis
-from helpers import wait_for
+from helpers import RETENTION, grant, held, wait_for
 
 import lockworker
 from lockworker import InvalidConfig, Job, JobStatus, Worker
+from lockworker.keys import JobKeys
+from lockworker.protocol import ScriptProtocol
 
 
 def make_worker(client: redis.Redis, namespace: str, **kwargs: Any) -> Worker:
@@ -93,6 +95,78 @@ def test_same_job_id_never_runs_twice_at_once(redis_client: redis.Redis, namespa
         assert worker.inspect("a").status is JobStatus.DONE
     assert overlaps == []
     assert sorted(calls) == [1, 3]  # the repeats of "a" found it done
+
+
+def test_jobs_held_by_a_dead_holder_park_and_free_slots_serve_new_jobs(
+    redis_client: redis.Redis, namespace: str
+) -> None:
+    """More jobs held elsewhere than slots: the new jobs run while the held ones wait
+    (parked, holding no slot), and the held ones are taken over when their leases end."""
+    protocol = ScriptProtocol(redis_client)
+    stalled = [f"stalled-{i}" for i in range(3)]
+    for job_id in stalled:  # a holder that never renews: a process killed mid-job
+        grant(protocol, JobKeys.of(namespace, job_id), "dead", lease_ms=1500)
+    lease_end = time.monotonic() + 1.5
+    lock = threading.Lock()
+    active = 0
+    most = 0
+    ran: list[tuple[str, float]] = []
+
+    def on_acquired(job: Job) -> None:
+        nonlocal active, most
+        with lock:
+            active += 1
+            most = max(most, active)
+            ran.append((job.id, time.monotonic()))
+        threading.Event().wait(0.02)
+        with lock:
+            active -= 1
+
+    fresh = [f"new-{i}" for i in range(4)]
+    # stalled-0 twice: the second delivery waits behind the parked first one.
+    jobs = [(j, None) for j in stalled + fresh + ["stalled-0"]]
+    worker = make_worker(redis_client, namespace, on_acquired=on_acquired)
+    thread = serve_in_thread(worker, jobs, concurrency=2)
+    try:
+        wait_for(lambda: all(worker.inspect(j).status is JobStatus.DONE for j in fresh))
+        assert time.monotonic() < lease_end
+        assert [worker.inspect(j).holder for j in stalled] == ["dead"] * 3
+        thread.join(timeout=10)
+        assert not thread.is_alive()
+    finally:
+        worker.stop()
+        worker.close()
+    assert sorted(j for j, _ in ran) == sorted(stalled + fresh)  # each once
+    assert all(t >= lease_end - 0.05 for j, t in ran if j in stalled)
+    assert most <= 2
+    for job_id in stalled:
+        seen = worker.inspect(job_id)
+        assert (seen.status, seen.owner, seen.attempt) == (JobStatus.DONE, worker.owner, 2)
+
+
+def test_a_parked_job_wakes_when_its_live_holder_releases_it(
+    redis_client: redis.Redis, namespace: str
+) -> None:
+    """The wake message, not the (long) lease's end, ends a parked job's wait."""
+    protocol = ScriptProtocol(redis_client)
+    keys = JobKeys.of(namespace, "held")
+    g = grant(protocol, keys, "alive", lease_ms=30_000)
+    ran: list[str] = []
+    worker = make_worker(redis_client, namespace, on_acquired=lambda job: ran.append(job.id))
+    thread = serve_in_thread(worker, [("held", None), ("new", None)], concurrency=1)
+    try:
+        # One slot, and the held job came first: "new" runs only if "held" parked.
+        wait_for(lambda: ran == ["new"])
+        released_at = time.monotonic()
+        protocol.release(keys, held(g, "alive"), RETENTION)
+        thread.join(timeout=10)
+        assert not thread.is_alive()
+        assert ran == ["new", "held"]
+        assert time.monotonic() - released_at < 5.0  # the lease had 30 s left
+    finally:
+        worker.stop()
+        worker.close()
+    assert worker.inspect("held").status is JobStatus.DONE
 
 
 def test_stop_hands_over_polite_jobs_and_lets_others_finish(

@@ -187,3 +187,18 @@ def test_a_holder_that_loses_redis_mid_job_marks_the_job_lost(namespace: str) ->
     finally:
         worker.close()
         server.close()
+
+
+def test_the_local_hook_sees_the_payload_as_json_gives_it_back(
+    redis_client: redis.Redis, namespace: str
+) -> None:
+    """A tuple reached the local hook as a tuple while other processes saw a list."""
+    seen: list[object] = []
+    worker = lockworker.Worker(
+        redis_client, namespace=namespace, on_acquired=lambda job: seen.append(job.payload)
+    )
+    assert worker.process("p", payload={"items": (1, 2), "nested": [("a", None)]}) is (
+        lockworker.Outcome.DONE
+    )
+    assert seen == [{"items": [1, 2], "nested": [["a", None]]}]
+    worker.close()

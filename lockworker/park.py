@@ -1,0 +1,88 @@
+"""The slots of ``Worker.serve``, and parking: a job waiting on another holder holds none.
+
+A slot is the right to work on a job: run its Redis steps and its hooks. ``serve``
+takes one for each delivery and gives it back when the job ends, so at most
+``concurrency`` jobs work at once. A job that finds another process holding its lease
+(alive, or dead with time left on its lease) has nothing to do until that lease ends
+or a wake message says the holder finished, failed or released it. It **parks**: it
+gives its slot back, so the slot serves the next job, and waits (its thread asleep on
+the job's wake channel, with the lease's end on this process's clock as its
+deadline). When the wait ends it takes a slot again, ahead of new deliveries, and looks
+at the job again.
+
+Parked jobs are not lost: a parked job is still a running ``process`` call, which
+ends DONE, DONE_ELSEWHERE, GAVE_UP or STOPPED like any other, and ``serve`` returns
+only once it ended. At most :data:`PARK_LIMIT` jobs park at once; past that a job waits
+in its slot, as every waiting job did before parking existed.
+"""
+
+from __future__ import annotations
+
+import threading
+
+PARK_LIMIT = 256
+"""Jobs of one ``serve`` call parked at once, at most (each costs a sleeping thread)."""
+
+
+class Slots:
+    """``size`` slots for working jobs; parked jobs take theirs back before new ones.
+
+    Thread-safe. ``take``/``give`` bracket a job; ``park``/``unpark`` bracket a wait
+    inside it (``unpark`` blocks until a slot is free again).
+    """
+
+    def __init__(self, size: int, park_limit: int = PARK_LIMIT) -> None:
+        self.size = size
+        self.park_limit = park_limit
+        self._cond = threading.Condition()
+        self._free = size
+        self._parked = 0
+        """Jobs that gave their slot back and have not taken one again."""
+        self._returning = 0
+        """Parked jobs whose wait ended, waiting for a slot: they go before new jobs."""
+
+    @property
+    def parked(self) -> int:
+        with self._cond:
+            return self._parked
+
+    @property
+    def working(self) -> int:
+        """Slots taken now (jobs working, not parked)."""
+        with self._cond:
+            return self.size - self._free
+
+    def take(self) -> None:
+        """A slot for a new job; waits while none is free or a parked job wants one."""
+        with self._cond:
+            while self._free == 0 or self._returning:
+                self._cond.wait()
+            self._free -= 1
+
+    def give(self) -> None:
+        """Give back the slot of a job that ended."""
+        with self._cond:
+            self._free += 1
+            self._cond.notify_all()
+
+    def park(self) -> bool:
+        """Give the caller's slot back for a wait; False (keep it) if too many parked."""
+        with self._cond:
+            if self._parked >= self.park_limit:
+                return False
+            self._parked += 1
+            self._free += 1
+            self._cond.notify_all()
+            return True
+
+    def unpark(self) -> None:
+        """Take a slot again after a parked wait, ahead of new jobs."""
+        with self._cond:
+            self._returning += 1
+            while self._free == 0:
+                self._cond.wait()
+            self._free -= 1
+            self._returning -= 1
+            self._parked -= 1
+            if not self._returning:
+                self._cond.notify_all()  # new jobs may go again
