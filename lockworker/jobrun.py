@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import redis
 
@@ -28,6 +29,8 @@ from lockworker.state import Grant, JobStatus, Outcome, Settle, Snapshot
 if TYPE_CHECKING:
     from lockworker.worker import Worker
 
+
+T = TypeVar("T")
 
 class Gate(Protocol):
     """What ``serve`` lends a run: giving its slot back while it waits on another holder."""
@@ -86,7 +89,7 @@ class JobRun:
                         continue
                     now = self.w.clock.monotonic()
                 sent_at = now
-                result = self.w._call(
+                result = self.call(
                     lambda: self.w.protocol.acquire(
                         self.keys, self.w._who, self.w._lease_ms, self.w.max_attempts,
                         self.w._retention_ms,
@@ -115,7 +118,7 @@ class JobRun:
         competes only once it has been free for ``backup_delay``, waiting meanwhile on
         the wake channel so that a job finished elsewhere ends the wait at once.
         """
-        seen = self.w._call(lambda: self.w.protocol.inspect(self.keys), "inspect job")
+        seen = self.call(lambda: self.w.protocol.inspect(self.keys), "inspect job")
         outcome = self.observe(seen)
         if outcome is not None:
             return outcome
@@ -160,11 +163,16 @@ class JobRun:
             self.wake.clear()
             if not observe:
                 return None
-            seen = self.w._call(lambda: self.w.protocol.inspect(self.keys), "inspect job")
+            seen = self.call(lambda: self.w.protocol.inspect(self.keys), "inspect job")
             outcome = self.observe(seen)
             if outcome is not None:
                 return outcome
         return None
+
+    def call(self, fn: Callable[[], T], step: str, deadline: float | None = None) -> T:
+        """One Redis step of this job, retried by the worker's policy; logs and errors
+        name the step and the job."""
+        return self.w._call(fn, f"{step} (job {self.keys.job_id!r})", deadline, log=self.log)
 
     def parked_wait(self, wake: threading.Event, remaining: float) -> bool:
         """Wait on ``wake`` for ``remaining`` seconds without holding a slot, if the
@@ -215,7 +223,7 @@ class JobRun:
         job = self.job(grant.attempt, grant.token, w.owner)
 
         def renew(deadline: float) -> bool:
-            renewal = w._call(
+            renewal = self.call(
                 lambda: w.protocol.renew(self.keys, held, w._lease_ms, w._retention_ms),
                 "renew lease",
                 deadline=deadline,
@@ -247,7 +255,7 @@ class JobRun:
                 w.protocol.release(self.keys, held, w._retention_ms)
             raise
         w._heartbeat.drop(lease)
-        settled = w._call(
+        settled = self.call(
             lambda: w.protocol.complete(self.keys, held, w._retention_ms), "mark job done"
         )
         if settled is Settle.DONE:
@@ -272,7 +280,7 @@ class JobRun:
         w = self.w
         log.warning(events.FAILED, error=repr(exc), last=job.is_last_attempt)
         w._hook(log, "on_failed", job, exc)
-        settled = w._call(
+        settled = self.call(
             lambda: w.protocol.fail(self.keys, held, w.max_attempts, w._retention_ms),
             "release failed attempt",
         )
@@ -289,7 +297,7 @@ class JobRun:
 
     def settle_stop(self, held: LockValue, log: Any) -> Outcome:
         w = self.w
-        settled = w._call(
+        settled = self.call(
             lambda: w.protocol.release(self.keys, held, w._retention_ms), "release on stop"
         )
         log.info(events.RELEASED, reason="stopping", settled=settled.value)

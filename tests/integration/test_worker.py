@@ -202,3 +202,26 @@ def test_the_local_hook_sees_the_payload_as_json_gives_it_back(
     )
     assert seen == [{"items": [1, 2], "nested": [["a", None]]}]
     worker.close()
+
+
+def test_an_outage_is_reported_as_it_happens_and_names_the_job(namespace: str) -> None:
+    """While Redis was down, process() retried for its whole budget without a line and
+    then raised an error that did not name the job. Now every failed try is a
+    ``redis.retry`` warning naming the step and job, and so is the final error."""
+    with RedisServer() as server:
+        client = server.client(retry=Retry(NoBackoff(), 0))  # lockworker's retries only
+        worker = lockworker.Worker(
+            client, namespace=namespace, on_acquired=lambda job: None,
+            redis_retry=lockworker.RetryPolicy(budget=0.5, initial=0.02, maximum=0.1),
+        )
+        server.stop()
+        with capture_events() as logs, pytest.raises(lockworker.RedisUnavailable) as error:
+            worker.process("nightly-7")
+    assert "acquire job (job 'nightly-7')" in str(error.value)
+    retries = [e for e in logs if e["event"] == events.REDIS_RETRY]
+    assert len(retries) >= 2
+    assert all(e["log_level"] == "warning" for e in retries)
+    assert all(e["step"] == "acquire job (job 'nightly-7')" for e in retries)
+    assert [e["tries"] for e in retries] == list(range(1, len(retries) + 1))
+    worker.close()
+    client.close()
