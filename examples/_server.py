@@ -1,4 +1,5 @@
-"""Where the examples find Redis: $REDIS_URL, or an embedded real server they start."""
+"""Where the examples find Redis: $LOCKWORKER_REDIS_URL (the variable the ``lockworker``
+command reads), or an embedded real server they start."""
 
 from __future__ import annotations
 
@@ -11,9 +12,10 @@ from lockworker.testing import RedisServer
 
 @contextlib.contextmanager
 def redis_url() -> Iterator[str]:
-    """$REDIS_URL if set, else the URL of a server started (and stopped) here."""
-    if os.environ.get("REDIS_URL"):
-        yield os.environ["REDIS_URL"]
+    """$LOCKWORKER_REDIS_URL if set, else the URL of a server started (and stopped) here."""
+    url = os.environ.get("LOCKWORKER_REDIS_URL")
+    if url:
+        yield url
         return
     with RedisServer() as server:
         yield server.url

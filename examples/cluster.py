@@ -7,7 +7,8 @@ Then every process agrees: done, or given up.
 
     python examples/cluster.py [--processes 4] [--jobs 5] [--seed 1]
 
-Uses $REDIS_URL if set, otherwise starts an embedded real server for the run.
+Uses $LOCKWORKER_REDIS_URL if set (as the ``lockworker`` command does), otherwise
+starts an embedded real server for the run.
 """
 
 from __future__ import annotations

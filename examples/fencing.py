@@ -11,7 +11,8 @@ write, then thaws the holder: its late write is refused.
 
     python examples/fencing.py
 
-Uses $REDIS_URL if set, otherwise starts an embedded real server for the run.
+Uses $LOCKWORKER_REDIS_URL if set (as the ``lockworker`` command does), otherwise
+starts an embedded real server for the run.
 """
 
 from __future__ import annotations

@@ -1,9 +1,12 @@
 """Graceful stop on SIGTERM/SIGINT: the handler only sets a flag.
 
 The first signal sets a flag and puts the previous handlers back, so a second signal
-does what it did before: SIGINT raises KeyboardInterrupt, SIGTERM ends the process. A
-small courier thread then calls ``on_stop`` (which stops the worker and wakes its
-waiters) outside the signal handler, where taking locks is safe. The loop notices the
+does what it did before: SIGINT raises KeyboardInterrupt, SIGTERM ends the process.
+A caller that passes ``on_again`` (the ``lockworker`` command) keeps the handlers
+instead, and a second signal calls ``on_again`` (which may end the process at once).
+A small courier thread then calls ``on_stop`` (which stops the worker and wakes its
+waiters), and another ``on_again``, outside the signal handler, where taking locks is
+safe. The loop notices the
 stop at safe points (between protocol steps, while waiting), never in the middle of a
 transaction or a hook.
 Handlers are installed only for the duration of the ``with`` block, only from the main
@@ -25,9 +28,16 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
 @contextlib.contextmanager
-def stop_on_signals(on_stop: Callable[[int], None], *, enabled: bool = True) -> Iterator[bool]:
-    """Call ``on_stop(signum)`` on the first SIGTERM/SIGINT inside the block.
+def stop_on_signals(
+    on_stop: Callable[[int], None], *, enabled: bool = True,
+    on_again: Callable[[int], None] | None = None,
+) -> Iterator[bool]:
+    """Call ``on_stop(signum)`` on the first SIGTERM/SIGINT inside the block, and
+    ``on_again(signum)``, if given, on the second.
 
+    A KeyboardInterrupt raised by a second SIGINT lands wherever the main thread is,
+    and the threads still running jobs keep the process alive until they end: a caller
+    that must end at once passes ``on_again`` (and calls ``os._exit`` in it).
     Yields whether handlers were installed (False off the main thread or if disabled).
     """
     if not enabled or threading.current_thread() is not threading.main_thread():
@@ -36,6 +46,7 @@ def stop_on_signals(on_stop: Callable[[int], None], *, enabled: bool = True) -> 
     previous: dict[int, Any] = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}
     received: list[int] = []
     fired = threading.Event()
+    again = threading.Event()
 
     def restore() -> None:
         for sig, handler in previous.items():
@@ -45,8 +56,11 @@ def stop_on_signals(on_stop: Callable[[int], None], *, enabled: bool = True) -> 
         # Only a flag: the main thread may be interrupted while it holds any lock
         # (a client's connection pool, a waiter registry), so calling into them here
         # could deadlock. ``on_stop`` runs in the thread below instead.
-        restore()  # a second signal escalates to the previous behaviour
         received.append(signum)
+        if on_again is None:
+            restore()  # a second signal escalates to the previous behaviour
+        elif len(received) > 1:
+            again.set()
         fired.set()
 
     def deliver() -> None:
@@ -54,8 +68,17 @@ def stop_on_signals(on_stop: Callable[[int], None], *, enabled: bool = True) -> 
         if received:
             on_stop(received[0])
 
+    def escalate() -> None:
+        again.wait()
+        if on_again is not None and len(received) > 1:
+            on_again(received[1])
+
     courier = threading.Thread(target=deliver, name="lockworker-signals", daemon=True)
     courier.start()
+    escalator: threading.Thread | None = None
+    if on_again is not None:  # its own thread: on_stop may still be running
+        escalator = threading.Thread(target=escalate, name="lockworker-signals-2", daemon=True)
+        escalator.start()
     for sig in STOP_SIGNALS:
         signal.signal(sig, handler)
     try:
@@ -63,5 +86,7 @@ def stop_on_signals(on_stop: Callable[[int], None], *, enabled: bool = True) -> 
     finally:
         restore()
         fired.set()  # let the courier end (it calls on_stop only if a signal came)
-        if courier is not threading.current_thread():
-            courier.join(timeout=5.0)
+        again.set()  # and the escalator (it calls on_again only if two came)
+        for thread in (courier, escalator):
+            if thread is not None and thread is not threading.current_thread():
+                thread.join(timeout=5.0)

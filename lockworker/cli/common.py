@@ -1,4 +1,5 @@
-"""What every subcommand shares: the error type that becomes one line, and connecting.
+"""What every subcommand shares: the error type that becomes one line, the Redis URL
+(checked before anything connects), and connecting.
 
 A failure the user can fix (a bad argument, an unimportable class, Redis not
 reachable) is raised as :class:`CliError` and printed by ``main`` as one line on
@@ -8,6 +9,7 @@ stderr, never as a traceback, with the exit code it carries.
 from __future__ import annotations
 
 import os
+import re
 import urllib.parse
 
 import redis
@@ -20,6 +22,8 @@ EXIT_FAILURE = 1
 """Something went wrong at run time (Redis unreachable, a job left undone)."""
 EXIT_USAGE = 2
 """The command line cannot work as given (the code argparse uses too)."""
+EXIT_INTERRUPTED = 130
+"""Ctrl-C where there is nothing to hand over; for ``run``, a second SIGINT/SIGTERM."""
 
 
 class CliError(Exception):
@@ -31,20 +35,69 @@ class CliError(Exception):
 
 
 def redis_url(given: str | None) -> str:
-    """``--redis``, else ``$LOCKWORKER_REDIS_URL``, else the local default."""
-    return given or os.environ.get(ENV_URL) or DEFAULT_URL
+    """``--redis``, else ``$LOCKWORKER_REDIS_URL``, else the local default; checked by
+    :func:`check_url` (a bad one is :class:`CliError`, exit 2, naming where it came from)."""
+    if given is not None:
+        return check_url(given, "--redis")
+    from_env = os.environ.get(ENV_URL)
+    if from_env:
+        return check_url(from_env, f"${ENV_URL}")
+    return DEFAULT_URL
+
+
+def check_url(url: str, source: str = "--redis") -> str:
+    """``url`` if redis-py can build a connection from it, else :class:`CliError`.
+
+    Everything that can be wrong with the text of a URL (the scheme, the port, an IPv6
+    address, the database number, an unknown query option) is found here, before
+    anything connects. The message names ``source`` and the URL with its password
+    masked, and says what is wrong with the masked URL, so no part of the password can
+    show in it.
+    """
+    problem = _problem(url)
+    if problem is None:
+        return url
+    masked = safe_url(url)
+    if masked != url:
+        problem = _problem(masked) or (
+            "the password must be percent-encoded (it holds '/', '?', '#' or '@')"
+        )
+    raise CliError(f"{source}: invalid Redis URL {masked!r}: {problem}")
+
+
+def _problem(url: str) -> str | None:
+    """What is wrong with ``url`` for redis-py, or None."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+        parts.port  # noqa: B018 (reading it checks it: ValueError if not a port number)
+        pool = redis.ConnectionPool.from_url(url)  # parses, refuses a bad scheme or value
+        path = urllib.parse.unquote(parts.path).strip("/")
+        query = urllib.parse.parse_qs(parts.query)
+        if parts.scheme != "unix" and path and "db" not in query and not path.isdigit():
+            return f"the database must be a number, got {path!r}"
+        pool.make_connection()  # connects nothing; refuses options it does not know
+        pool.disconnect()
+    except TypeError as exc:
+        unknown = re.search(r"unexpected keyword argument '([^']*)'", str(exc))
+        return f"unknown option {unknown.group(1)!r}" if unknown else str(exc)
+    except ValueError as exc:
+        return str(exc) or "cannot be parsed"
+    return None
 
 
 def safe_url(url: str) -> str:
-    """``url`` with any password replaced, for messages and logs."""
-    parts = urllib.parse.urlsplit(url)
-    if parts.password is None:
-        return url
-    host = parts.hostname or ""
-    if parts.port is not None:
-        host = f"{host}:{parts.port}"
-    user = f"{parts.username}:***@" if parts.username else ":***@"
-    return urllib.parse.urlunsplit(parts._replace(netloc=user + host))
+    """``url`` with any password (``user:password@``, ``?password=``) replaced by
+    ``***``, for messages and logs; never raises, whatever the URL.
+
+    The password is found without parsing: everything between the user name and the
+    last ``@`` (a password holding ``/`` or ``@`` unencoded is masked whole too).
+    """
+    scheme, sep, rest = url.partition("://")
+    if sep:
+        userinfo, at, host = rest.rpartition("@")
+        if at and ":" in userinfo:
+            url = f"{scheme}://{userinfo.split(':', 1)[0]}:***@{host}"
+    return re.sub(r"([?&]password=)[^&#]*", r"\1***", url)
 
 
 def connect(url: str, *, socket_timeout: float = 5.0) -> redis.Redis:

@@ -4,7 +4,8 @@ SIGKILLed part way; every job is still done exactly once.
 What it does, in order:
 
 1. Starts an embedded real server (:class:`lockworker.testing.RedisServer`) unless
-   ``--redis`` is given (then it works under a fresh namespace there).
+   ``--redis`` is given (``$LOCKWORKER_REDIS_URL`` is not read: the demo writes to a
+   server only when asked by name). Either way it works under a namespace of its own.
 2. Starts three ``lockworker run`` processes of
    :class:`lockworker.cli.demo_worker.DemoWorker`: ``primary`` and ``backup-1``,
    ``backup-2`` (role backup), and waits until all three read the stream.
@@ -17,7 +18,8 @@ What it does, in order:
    handovers and the takeover latency. Exit 0 only if every job was done exactly once.
 
 Everything it started (the three processes, the server, its temporary directory) is
-stopped and removed at the end, also on Ctrl-C or SIGTERM.
+stopped and removed at the end, also on Ctrl-C or SIGTERM, and every key it wrote
+(those of its namespace, :func:`demo_patterns`) is deleted.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import argparse
 import contextlib
 import json
 import random
+import re
 import shutil
 import subprocess
 import sys
@@ -38,11 +41,11 @@ from pathlib import Path
 
 import redis
 
-from lockworker.cli.common import EXIT_FAILURE, EXIT_OK, CliError, connect
+from lockworker.cli.common import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, CliError, connect
 from lockworker.cli.demo_view import Board, Process, View
-from lockworker.cli.demo_worker import records_key
+from lockworker.cli.demo_worker import key_prefix, records_key
 from lockworker.clock import SystemClock
-from lockworker.keys import JobKeys
+from lockworker.keys import PREFIX, JobKeys, Space, escape
 from lockworker.protocol import snapshot_from
 from lockworker.signals import stop_on_signals
 from lockworker.sources import stream_keys, submit
@@ -55,6 +58,20 @@ REDRAW = 0.1
 """Seconds between two reads of every job for the view."""
 LONG_MS = 60_000
 """The killed job's first run: long enough that the kill surely lands inside it."""
+
+
+def demo_patterns(namespace: str) -> list[str]:
+    """SCAN patterns of every key a demo run in ``namespace`` writes: its jobs' keys,
+    its stream's (the stream is named after the namespace) and the demo worker's."""
+
+    def glob(text: str) -> str:
+        return re.sub(r"([*?\[\]\\])", r"\\\1", text)
+
+    return [
+        glob(f"{PREFIX}:{Space.JOB.value}:{escape(namespace)}:{{") + "*",
+        glob(stream_keys(namespace).base + ":") + "*",
+        glob(key_prefix(namespace)) + "*",
+    ]
 
 
 class Interrupted(Exception):
@@ -70,7 +87,7 @@ class Demo:
         self.client = client
         self.clock = SystemClock()
         self.t0 = self.clock.monotonic()
-        self.namespace = f"demo-{uuid.uuid4().hex[:8]}"
+        self.namespace = f"demo-{uuid.uuid4().hex[:12]}"
         self.logdir = Path(tempfile.mkdtemp(prefix="lockworker-demo-"))
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.stop = threading.Event()
@@ -130,6 +147,20 @@ class Demo:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+
+    def delete_keys(self) -> int:
+        """Delete every key of this run (after its processes stopped); how many."""
+        deleted = 0
+        for pattern in demo_patterns(self.namespace):
+            batch: list[str] = []
+            for key in self.client.scan_iter(match=pattern, count=1000):
+                batch.append(key)
+                if len(batch) >= 500:
+                    deleted += self.client.unlink(*batch)
+                    batch = []
+            if batch:
+                deleted += self.client.unlink(*batch)
+        return deleted
 
     # -- waiting ---------------------------------------------------------------------
 
@@ -303,9 +334,14 @@ def main(args: argparse.Namespace) -> int:
         except Interrupted:
             interrupted = True
             demo.view.event(demo.now(), "interrupted: stopping everything the demo started")
-            return 130
+            return EXIT_INTERRUPTED
         finally:
             demo.terminate()
+            try:
+                demo.delete_keys()
+            except redis.RedisError as exc:
+                print(f"lockworker demo: could not delete the keys of namespace "
+                      f"{demo.namespace}: {exc}", file=sys.stderr)
             client.close()
             if ok or interrupted:
                 shutil.rmtree(demo.logdir, ignore_errors=True)

@@ -23,14 +23,19 @@ STEP = 0.02
 """Seconds between two checks of ``job.check()`` while a job works."""
 
 
+def key_prefix(namespace: str) -> str:
+    """What the names of the demo worker's own keys in ``namespace`` start with."""
+    return f"lockworker-demo:{namespace}:"
+
+
 def records_key(namespace: str) -> str:
     """The Redis list of completed runs of jobs in ``namespace``."""
-    return f"lockworker-demo:{namespace}:records"
+    return key_prefix(namespace) + "records"
 
 
 def first_run_key(namespace: str, job_id: str) -> str:
     """Set (NX) by the first run of a job that has ``first_run_ms``."""
-    return f"lockworker-demo:{namespace}:first-run:{job_id}"
+    return key_prefix(namespace) + f"first-run:{job_id}"
 
 
 class DemoWorker(Worker):

@@ -4,33 +4,69 @@ Subcommands live in their own modules (:mod:`~lockworker.cli.run`,
 :mod:`~lockworker.cli.jobs`, :mod:`~lockworker.cli.status`,
 :mod:`~lockworker.cli.demo`). Every error a user can fix ends as one line on stderr,
 ``lockworker <command>: <what is wrong>``, and a non-zero exit code (2 for a command
-line that cannot work, 1 for a failure at run time); never a traceback.
+line that cannot work, 1 for a failure at run time); never a traceback. Output into a
+closed pipe (``lockworker status | head``) ends quietly, exit 141.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable, Sequence
-from typing import NoReturn, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import redis
 
 from lockworker import __version__, config
 from lockworker.cli import logs
-from lockworker.cli.common import ENV_URL, EXIT_FAILURE, EXIT_USAGE, CliError
+from lockworker.cli.common import (
+    DEFAULT_URL,
+    ENV_URL,
+    EXIT_FAILURE,
+    EXIT_INTERRUPTED,
+    EXIT_USAGE,
+    CliError,
+    check_url,
+)
 from lockworker.errors import InvalidConfig, LockworkerError
 
 T = TypeVar("T")
 
-EXIT_INTERRUPTED = 130
+
+EXIT_BROKEN_PIPE = 141
+"""Whoever read the output went away (``lockworker status | head``): 128 + SIGPIPE, as
+a shell reports a command that SIGPIPE ended; nothing is printed."""
+
+
+class HelpFormatter(argparse.HelpFormatter):
+    """Every option's default at the end of its help, unless the help names it itself."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        if (
+            "default" in text or not action.option_strings
+            or action.default in (None, False, argparse.SUPPRESS)
+        ):
+            return text
+        return f"{text} (default: %(default)s)"
 
 
 class Parser(argparse.ArgumentParser):
     """argparse, but a usage error is one line (and a hint), not usage text plus a line."""
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        super().__init__(*args, **kwargs)
+
     def error(self, message: str) -> NoReturn:
         self.exit(EXIT_USAGE, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+    def exit(self, status: int = 0, message: str | None = None) -> NoReturn:
+        # --help and --version print to stdout: flush here, inside main(), so a closed
+        # pipe is the quiet BrokenPipeError main() handles, not a message at exit.
+        sys.stdout.flush()
+        super().exit(status, message)
 
 
 def _checked(text: str, parse: Callable[[str], T], check: Callable[[T], T], kind: str) -> T:
@@ -69,18 +105,28 @@ def positive_int(text: str) -> int:
     return _checked(text, int, lambda v: config.count(v, "the value"), "an integer")
 
 
-def _common() -> Parser:
-    """Options every subcommand takes (so they may follow the subcommand's name)."""
+def _common(*, top: bool, redis: bool = True) -> Parser:
+    """Options every subcommand takes, before or after its name.
+
+    The top-level parser holds their defaults; a subcommand's copies default to nothing
+    (``SUPPRESS``), so ``lockworker --log-level debug status`` is not undone by the
+    subcommand's default. The defaults are therefore written out in the help.
+    """
     common = Parser(add_help=False)
+    absent: dict[str, Any] = {} if top else {"default": argparse.SUPPRESS}
+    if redis:
+        common.add_argument(
+            "--redis", metavar="URL", **(absent or {"default": None}),
+            help=f"Redis URL (default: ${ENV_URL}, else {DEFAULT_URL})",
+        )
     common.add_argument(
-        "--redis", metavar="URL",
-        help=f"Redis URL (default: ${ENV_URL}, else redis://127.0.0.1:6379/0)",
+        "--log-format", choices=logs.FORMATS, **(absent or {"default": "auto"}),
+        help="json lines, or console lines (default: auto: console on a terminal, else json)",
     )
     common.add_argument(
-        "--log-format", choices=logs.FORMATS, default="auto",
-        help="json lines, or console lines (default: console on a terminal, else json)",
+        "--log-level", choices=logs.LEVELS, **(absent or {"default": "info"}),
+        help="the least severe events shown (default: info)",
     )
-    common.add_argument("--log-level", choices=logs.LEVELS, default="info")
     return common
 
 
@@ -88,78 +134,149 @@ def _add_run(sub: argparse._SubParsersAction[Parser], common: Parser) -> None:
     run = sub.add_parser(
         "run", parents=[common], help="run a Worker (serving a stream) or a Leader",
         description="Run MODULE:CLASS, a lockworker.Worker subclass (serving a stream of "
-        "jobs) or a lockworker.Leader subclass, until SIGTERM/SIGINT.",
+        "jobs) or a lockworker.Leader subclass, until SIGTERM/SIGINT. The first signal "
+        "finishes or hands over the work in hand within --grace and exits 0; a second "
+        f"one exits {EXIT_INTERRUPTED} at once.",
     )
     run.add_argument("target", metavar="MODULE:CLASS")
     run.add_argument(
         "--namespace", "--name", dest="namespace", required=True,
-        help="Worker: the jobs' namespace; Leader: the leader's name",
+        help="Worker: the jobs' namespace; Leader: the leader's name (required)",
     )
-    run.add_argument("--role", choices=("primary", "backup"), default="primary")
+    run.add_argument(
+        "--role", choices=("primary", "backup"), default="primary",
+        help="a backup lets a free job or leadership lie --backup-delay before competing",
+    )
     run.add_argument(
         "--owner", help="this process's id; keep it stable per deployed process so a "
         "restart resumes its stream position (default: host:pid:random)",
     )
-    run.add_argument("--lock-timeout", type=positive_float, default=10.0, metavar="SECONDS")
+    run.add_argument(
+        "--lock-timeout", type=positive_float, default=10.0, metavar="SECONDS",
+        help="the lease: bounds the takeover after a crash",
+    )
     run.add_argument(
         "--backup-delay", type=non_negative_float, default=0.5, metavar="SECONDS",
         help="how long a backup lets a free job or leadership lie before competing",
     )
-    run.add_argument("--max-attempts", type=positive_int, metavar="N", help="Worker only (3)")
-    run.add_argument("--concurrency", type=positive_int, metavar="N", help="Worker only (4)")
+    run.add_argument(
+        "--max-attempts", type=positive_int, metavar="N",
+        help="Worker only: attempts before giving a job up (default: 3)",
+    )
+    run.add_argument(
+        "--concurrency", type=positive_int, metavar="N",
+        help="Worker only: jobs run at a time (default: 4)",
+    )
     run.add_argument("--stream", help="Worker only: the stream to serve (default: namespace)")
     run.add_argument(
         "--grace", type=non_negative_float, default=10.0, metavar="SECONDS",
-        help="after SIGTERM, time to finish or hand over the work in hand before exiting "
-        "anyway (keep supervisord's stopwaitsecs above it)",
+        help="after the first SIGTERM/SIGINT, time to finish or hand over the work in "
+        "hand before exiting 1 anyway; keep supervisord's stopwaitsecs above it",
     )
     run.add_argument(
         "--app-dir", default=".", metavar="DIR",
-        help="directory put first on sys.path to import MODULE from (default: .)",
+        help="directory put first on sys.path to import MODULE from",
     )
 
 
-def build_parser() -> Parser:
-    """The whole command line (also used by the parsing unit tests)."""
-    common = _common()
-    parser = Parser(prog="lockworker", description="Failover workers and leaders on Redis.")
-    parser.add_argument("--version", action="version", version=f"lockworker {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
-                                parser_class=Parser)
-    _add_run(sub, common)
+RETENTION_HELP = "(default: 86400, one day)"
 
-    submit = sub.add_parser("submit", parents=[common], help="add a job to a stream")
-    submit.add_argument("stream")
+
+def _add_jobs(sub: argparse._SubParsersAction[Parser], common: Parser) -> None:
+    submit = sub.add_parser(
+        "submit", parents=[common], help="add a job to a stream",
+        description="Add job JOB_ID with payload PAYLOAD_JSON (JSON, default: none) to "
+        "the stream STREAM that `lockworker run` workers serve; print the entry id.",
+    )
+    submit.add_argument("stream", metavar="STREAM")
     submit.add_argument("job_id", metavar="JOB_ID")
     submit.add_argument("payload", metavar="PAYLOAD_JSON", nargs="?", default=None)
 
-    status = sub.add_parser("status", parents=[common], help="jobs and leaders as a table")
+    status = sub.add_parser(
+        "status", parents=[common], help="jobs and leaders as a table",
+        description="Every job and leader Redis knows of, as a table (or JSON).",
+    )
     status.add_argument("--namespace", help="only this namespace (default: all)")
     status.add_argument("--json", action="store_true", help="one JSON document, for scripts")
     status.add_argument(
         "--retention", type=positive_float, default=86400.0, metavar="SECONDS",
-        help="the workers' retention, to tell a job's age from its key's time to live",
+        help="the workers' retention, to tell a job's age from its key's time to live "
+        + RETENTION_HELP,
     )
 
-    reset = sub.add_parser("reset", parents=[common], help="make a job pending again")
+    reset = sub.add_parser(
+        "reset", parents=[common], help="make a job pending again",
+        description="Make a done or gave_up job pending again with no attempt spent "
+        "(asks first; a job held by a live process only with --force). Workers serving "
+        "a stream do not re-read old entries: submit the job again afterwards.",
+    )
     reset.add_argument("job_id", metavar="JOB_ID")
-    reset.add_argument("--namespace", required=True)
+    reset.add_argument("--namespace", required=True, help="the job's namespace (required)")
     reset.add_argument("--yes", "-y", action="store_true", help="do not ask")
     reset.add_argument("--force", action="store_true", help="reset even while it is held")
-    reset.add_argument("--retention", type=positive_float, default=86400.0, metavar="SECONDS")
+    reset.add_argument(
+        "--retention", type=positive_float, default=86400.0, metavar="SECONDS",
+        help="how long the reset state is kept " + RETENTION_HELP,
+    )
 
-    demo = sub.add_parser("demo", parents=[common], help="primary + two backups, one killed")
-    demo.add_argument("--jobs", type=positive_int, default=30, metavar="N")
+
+def _add_demo(sub: argparse._SubParsersAction[Parser]) -> None:
+    demo = sub.add_parser(
+        "demo", parents=[_common(top=False, redis=False)],
+        help="primary + two backups, one killed",
+        description="A primary and two backups (`lockworker run` processes) share a "
+        "stream of jobs; the primary is SIGKILLed part way; a summary checks that every "
+        "job was done exactly once. Runs on an embedded server it starts and stops, "
+        "unless --redis is given.",
+    )
+    demo.add_argument(
+        "--redis", metavar="URL", default=argparse.SUPPRESS,
+        help="run on this server instead, under a namespace of its own whose keys are "
+        f"deleted at the end (default: an embedded server; ${ENV_URL} is not read)",
+    )
+    demo.add_argument("--jobs", type=positive_int, default=30, metavar="N",
+                      help="how many jobs to submit")
     demo.add_argument(
         "--duration", type=positive_float, default=6.0, metavar="SECONDS",
         help="seconds over which the jobs are submitted",
     )
-    demo.add_argument("--lock-timeout", type=positive_float, default=1.0, metavar="SECONDS")
+    demo.add_argument("--lock-timeout", type=positive_float, default=1.0, metavar="SECONDS",
+                      help="the workers' lease")
     demo.add_argument(
-        "--backup-delay", type=non_negative_float, default=0.3, metavar="SECONDS"
+        "--backup-delay", type=non_negative_float, default=0.3, metavar="SECONDS",
+        help="how long a backup lets a free job lie before competing",
     )
-    demo.add_argument("--seed", type=int, default=None, help="job durations' random seed")
+    demo.add_argument("--seed", type=int, default=None,
+                      help="job durations' random seed (default: a random one)")
+
+
+def build_parser() -> Parser:
+    """The whole command line (also used by the parsing unit tests)."""
+    common = _common(top=False)
+    parser = Parser(
+        prog="lockworker", description="Failover workers and leaders on Redis.",
+        parents=[_common(top=True)],
+    )
+    parser.add_argument("--version", action="version", version=f"lockworker {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
+                                parser_class=Parser)
+    _add_run(sub, common)
+    _add_jobs(sub, common)
+    _add_demo(sub)
     return parser
+
+
+def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """The command line as ``main`` reads it: an argument nobody knows is reported by
+    the subcommand's parser (``lockworker run: unrecognized arguments: ...``)."""
+    parser = build_parser()
+    args, extras = parser.parse_known_args(argv)
+    if extras:
+        commands = next(
+            a.choices for a in parser._actions if isinstance(a, argparse._SubParsersAction)
+        )
+        commands.get(args.command, parser).error(f"unrecognized arguments: {' '.join(extras)}")
+    return args
 
 
 def _handler(command: str) -> Callable[[argparse.Namespace], int]:
@@ -183,11 +300,27 @@ def _handler(command: str) -> Callable[[argparse.Namespace], int]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``lockworker`` console script; returns the exit code."""
-    args = build_parser().parse_args(argv)
+    try:
+        return _main(argv)
+    except BrokenPipeError:
+        # The reader is gone: say nothing, and point stdout at /dev/null so the flush
+        # at exit has nowhere to fail ("Exception ignored ... BrokenPipeError").
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return EXIT_BROKEN_PIPE
+
+
+def _main(argv: Sequence[str] | None) -> int:
+    args = parse(argv)
     prog = f"lockworker {args.command}"
     logs.configure(args.log_format, args.log_level)
     try:
-        return _handler(args.command)(args)
+        if args.redis is not None:
+            check_url(args.redis, "--redis")  # every command, before anything starts
+        code = _handler(args.command)(args)
+        sys.stdout.flush()  # here, where a closed pipe is caught, rather than at exit
+        return code
     except CliError as exc:
         print(f"{prog}: {exc}", file=sys.stderr)
         return exc.code

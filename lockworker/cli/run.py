@@ -10,22 +10,32 @@ Stopping: the first SIGTERM or SIGINT stops taking work. Running hooks see
 longer than ``--grace`` seconds the process exits 1 at once: the jobs still in hand are
 taken over by another process when their leases run out. supervisord's
 ``stopwaitsecs`` must exceed ``--grace``, or supervisord SIGKILLs first. A second
-signal acts as it would without lockworker (SIGTERM ends the process, SIGINT raises
-KeyboardInterrupt).
+SIGTERM or SIGINT logs ``run.interrupted`` and exits 130 at once, without waiting for
+anything: the jobs still in hand stay pending, their leases left to run out, and
+another process takes them over then (the next attempt).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 import threading
-from typing import Any
+from collections.abc import Callable
+from typing import Any, NoReturn
 
 import redis
 
 from lockworker import events
-from lockworker.cli.common import EXIT_OK, CliError, connect, redis_url, safe_url
+from lockworker.cli.common import (
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    CliError,
+    connect,
+    redis_url,
+    safe_url,
+)
 from lockworker.cli.target import load
 from lockworker.errors import InvalidConfig, InvalidHook
 from lockworker.leader import Leader
@@ -34,11 +44,14 @@ from lockworker.sources import StreamSource
 from lockworker.worker import Worker
 
 EXIT_GRACE_EXPIRED = 1
+LAST_WORDS = 1.0
+"""Seconds the last log line of an exit may take before the process exits anyway."""
 
 STARTED = "run.started"
 STOPPING = "run.stopping"
 STOPPED = "run.stopped"
 GRACE_EXPIRED = "run.grace_expired"
+INTERRUPTED = "run.interrupted"
 NO_OWNER = "run.no_owner"
 
 WORKER_ONLY = ("max_attempts", "concurrency", "stream")
@@ -93,10 +106,29 @@ class GraceTimer:
             self._timer.cancel()
 
     def _expire(self) -> None:
-        self.log.error(GRACE_EXPIRED, grace=self.grace, exit_code=EXIT_GRACE_EXPIRED)
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(EXIT_GRACE_EXPIRED)
+        exit_now(EXIT_GRACE_EXPIRED, lambda: self.log.error(
+            GRACE_EXPIRED, grace=self.grace, exit_code=EXIT_GRACE_EXPIRED
+        ))
+
+
+def exit_now(code: int, last_words: Callable[[], None]) -> NoReturn:
+    """Log ``last_words``, flush, and end the process with ``code`` without waiting for
+    the threads still running jobs (their leases run out; others take the jobs over).
+
+    The line is written from a thread given :data:`LAST_WORDS` seconds, so a stalled
+    stderr (a full pipe) cannot keep the process alive.
+    """
+
+    def say() -> None:
+        last_words()
+        for stream in (sys.stderr, sys.stdout):
+            with contextlib.suppress(Exception):  # a closed stream: nothing more to say
+                stream.flush()
+
+    speaker = threading.Thread(target=say, name="lockworker-exit", daemon=True)
+    speaker.start()
+    speaker.join(LAST_WORDS)
+    os._exit(code)
 
 
 def main(args: argparse.Namespace) -> int:
@@ -120,8 +152,14 @@ def main(args: argparse.Namespace) -> int:
         daemon.stop()
         grace.start()
 
+    def on_again(signum: int) -> None:
+        exit_now(EXIT_INTERRUPTED, lambda: log.warning(
+            INTERRUPTED, signal=signum, exit_code=EXIT_INTERRUPTED,
+            hint="jobs in hand are taken over when their leases run out",
+        ))
+
     try:
-        with stop_on_signals(on_stop):
+        with stop_on_signals(on_stop, on_again=on_again):
             log.info(STARTED, redis=safe_url(url), namespace=args.namespace, pid=os.getpid())
             if args.owner is None and kind == "worker":
                 log.warning(NO_OWNER, hint="pass a stable --owner so a restart resumes the stream")

@@ -1,7 +1,7 @@
 """``lockworker status``: every job and leader Redis knows of, as a table or JSON.
 
 Jobs are found by SCAN over their state keys (never KEYS, which blocks the server),
-read in batches, each job's keys inside one MULTI so a row is one consistent moment.
+read in batches, each batch in one Lua script so a row is one consistent moment.
 A job's age is how long ago its state key was last written: the workers write it with a
 time to live of ``retention`` (default one day), so age = retention - time left. Pass
 the workers' ``--retention`` if they use another. Leaders are read with

@@ -267,6 +267,48 @@ def test_run_exits_1_when_the_grace_period_runs_out(
     client.close()
 
 
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_second_signal_exits_130_at_once_while_a_job_runs_on(
+    redis_server: RedisServer, namespace: str, app_dir: Path, tmp_path: Path,
+    sig: signal.Signals,
+) -> None:
+    client = redis_server.client(decode_responses=True)
+    stream = f"{namespace}-jobs"
+    err_path = tmp_path / "run.err"
+    with err_path.open("w") as err_file:
+        proc = subprocess.Popen(
+            lockworker_cmd(
+                "run", "cli_app:Stubborn", "--app-dir", str(app_dir), "--redis",
+                redis_server.url, "--namespace", namespace, "--stream", stream, "--owner",
+                "w1", "--grace", "60", "--lock-timeout", "30", "--log-format", "json",
+            ),
+            stdout=subprocess.DEVNULL, stderr=err_file, stdin=subprocess.DEVNULL, text=True,
+        )
+    try:
+        job_id = f"slow-{uuid.uuid4().hex[:8]}"  # Stubborn's marker key is not namespaced
+        lockworker.submit(client, stream, job_id)
+        wait_for(lambda: client.get(f"stubborn:{job_id}") == "started", timeout=30)
+        proc.send_signal(sig)
+        # the first signal is handled (the job sleeps on: it ignores job.stopping)
+        wait_for(lambda: '"run.stopping"' in err_path.read_text(), timeout=10)
+        proc.send_signal(sig)
+        assert proc.wait(timeout=5) == 130  # not after the job's 60 s, nor the grace's
+        err = err_path.read_text()
+        assert '"run.interrupted"' in err
+        assert "Traceback" not in err
+        assert '"run.stopped"' not in err
+        # nothing was settled: the job stays held until its lease runs out
+        keys = JobKeys.of(namespace, job_id)
+        seen = inspect(client, keys)
+        assert seen.status is JobStatus.PENDING and seen.holder == "w1"
+        assert 0 < client.pttl(keys.lock) <= 30_000
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(timeout=10)
+        client.close()
+
+
 def test_run_leads_and_status_shows_the_leader(
     redis_server: RedisServer, app_dir: Path, procs: list[subprocess.Popen[str]],
     capsys: pytest.CaptureFixture[str],

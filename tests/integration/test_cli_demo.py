@@ -1,8 +1,10 @@
-"""``lockworker demo`` end to end: a short run succeeds, and Ctrl-C cleans up."""
+"""``lockworker demo`` end to end: a short run succeeds and leaves no key behind,
+Ctrl-C cleans up; and ``scripts/demo.sh`` installs only once."""
 
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -37,7 +39,11 @@ def alive(pid: int) -> bool:
     return state != "Z"
 
 
-def test_a_short_demo_does_every_job_exactly_once(redis_server: RedisServer) -> None:
+def test_a_short_demo_on_a_given_server_does_every_job_once_and_leaves_no_key(
+    redis_server: RedisServer,
+) -> None:
+    client = redis_server.client(decode_responses=True)
+    before = set(client.scan_iter(count=1000))
     out = subprocess.run(
         [sys.executable, "-m", "lockworker", "demo", "--jobs", "9", "--duration", "1.5",
          "--redis", redis_server.url, "--seed", "1"],
@@ -48,6 +54,27 @@ def test_a_short_demo_does_every_job_exactly_once(redis_server: RedisServer) -> 
     assert "SIGKILL primary while it holds job-003" in out.stdout
     assert "took over job-003 (attempt 2)" in out.stdout
     assert "handovers (attempts after the first): 1" in out.stdout
+    found = re.search(r"namespace (demo-[0-9a-f]+)", out.stdout)
+    assert found, out.stdout
+    after = set(client.scan_iter(count=1000))
+    # keys of earlier tests may have expired meanwhile; none may have been added
+    assert after - before == set()
+    assert not [key for key in after if found.group(1) in key]
+    client.close()
+
+
+def test_the_demo_reads_only_its_own_redis_option() -> None:
+    """``$LOCKWORKER_REDIS_URL`` (here: nothing listens there) does not move the demo
+    off its embedded server."""
+    from lockworker.testing.server import free_port
+
+    out = subprocess.run(
+        [sys.executable, "-m", "lockworker", "demo", "--jobs", "3", "--duration", "0.3"],
+        capture_output=True, text=True, timeout=90, check=False,
+        env={**os.environ, "LOCKWORKER_REDIS_URL": f"redis://127.0.0.1:{free_port()}/0"},
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "jobs done exactly once: 3/3" in out.stdout
 
 
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs Linux /proc")
@@ -70,3 +97,40 @@ def test_ctrl_c_stops_everything_the_demo_started(tmp_path: Path) -> None:
         if demo.poll() is None:
             demo.kill()
             demo.wait()
+
+
+SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
+
+
+def test_demo_sh_says_what_it_installs_and_installs_only_once(tmp_path: Path) -> None:
+    """``scripts/_venv.sh`` against a stand-in ``.venv/bin/python`` that logs its calls."""
+    (tmp_path / "scripts").mkdir()
+    (tmp_path / "scripts" / "_venv.sh").write_text((SCRIPTS / "_venv.sh").read_text())
+    (tmp_path / "scripts" / "probe.sh").write_text(
+        'source "$(dirname "$0")/_venv.sh" server\necho ready\n'
+    )
+    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'x'\n")
+    python = tmp_path / ".venv" / "bin" / "python"
+    python.parent.mkdir(parents=True)
+    python.write_text(f'#!/bin/sh\necho "$*" >> {tmp_path / "calls.log"}\n')
+    python.chmod(0o755)
+
+    def probe() -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            ["bash", str(tmp_path / "scripts" / "probe.sh")], capture_output=True, text=True,
+            timeout=60, check=False,
+        )
+
+    first = probe()
+    assert first.returncode == 0, first.stderr
+    assert first.stdout == "ready\n"
+    assert len(first.stderr.strip().splitlines()) == 1  # one line: what it installs
+    assert "installing lockworker[server] into .venv" in first.stderr
+    calls = (tmp_path / "calls.log").read_text().splitlines()
+    assert any(call.startswith("-m pip install") for call in calls)
+
+    second = probe()
+    assert second.returncode == 0, second.stderr
+    assert (second.stdout, second.stderr) == ("ready\n", "")
+    again = (tmp_path / "calls.log").read_text().splitlines()[len(calls):]
+    assert not any("pip" in call for call in again)  # only the check that it imports

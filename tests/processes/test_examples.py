@@ -17,7 +17,7 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
 def run(script: str, server: RedisServer, *args: str) -> str:
-    env = {**os.environ, "REDIS_URL": server.url}
+    env = {**os.environ, "LOCKWORKER_REDIS_URL": server.url}
     done = subprocess.run(
         [sys.executable, str(EXAMPLES / script), *args],
         env=env, capture_output=True, text=True, timeout=120, check=False,

@@ -8,9 +8,16 @@ import io
 import pytest
 
 from lockworker.cli import logs
-from lockworker.cli.common import CliError, redis_url, safe_url
+from lockworker.cli.common import CliError, check_url, redis_url, safe_url
 from lockworker.cli.jobs import describe, parse_payload
-from lockworker.cli.main import build_parser, non_negative_float, positive_float, positive_int
+from lockworker.cli.main import (
+    HelpFormatter,
+    build_parser,
+    non_negative_float,
+    positive_float,
+    positive_int,
+)
+from lockworker.cli.main import parse as parse_command_line
 from lockworker.cli.run import socket_timeout
 from lockworker.cli.status import Row, duration, natural, table
 from lockworker.cli.target import load
@@ -20,7 +27,14 @@ from lockworker.worker import Worker
 
 
 def parse(*argv: str) -> argparse.Namespace:
-    return build_parser().parse_args(list(argv))
+    return parse_command_line(list(argv))
+
+
+def subcommands() -> dict[str, argparse.ArgumentParser]:
+    parser = build_parser()
+    return next(
+        a.choices for a in parser._actions if isinstance(a, argparse._SubParsersAction)
+    )
 
 
 def test_run_defaults() -> None:
@@ -115,6 +129,115 @@ def test_safe_url_hides_passwords() -> None:
     assert safe_url("redis://:secret@h:6379/0") == "redis://:***@h:6379/0"
     assert safe_url("redis://me:secret@h/0") == "redis://me:***@h/0"
     assert safe_url("redis://h:6379/0") == "redis://h:6379/0"
+    assert safe_url("redis://h/0?password=secret&db=1") == "redis://h/0?password=***&db=1"
+    # URLs that cannot be parsed are masked all the same
+    assert safe_url("redis://:secret@127.0.0.1:notaport/0") == (
+        "redis://:***@127.0.0.1:notaport/0"
+    )
+    assert safe_url("redis://:secret@[::1/0") == "redis://:***@[::1/0"
+    assert safe_url("redis://u:top/se@cret@h/0") == "redis://u:***@h/0"
+
+
+@pytest.mark.parametrize(
+    ("url", "reason"),
+    [
+        ("redis://:secret@127.0.0.1:notaport/0", "Port could not be cast"),
+        ("redis://:secret@[::1/0", "Invalid IPv6 URL"),
+        ("redis://:secret@h:99999/0", "Port out of range"),
+        ("redis://:top/secret@h:6379/0", "the password must be percent-encoded"),
+        ("redis://:top@secret@h:port/0", "Port could not be cast to integer value as 'port'"),
+        ("http://:secret@h/0", "must specify one of the following schemes"),
+        ("redis://:secret@h/zero", "the database must be a number, got 'zero'"),
+        ("redis://:secret@h/0?db=x", "Invalid value for 'db'"),
+        ("redis://:secret@h/0?frobnicate=1", "unknown option 'frobnicate'"),
+        ("redis://h/0?password=secret&socket_timeout=x", "Invalid value for 'socket_timeout'"),
+    ],
+)
+def test_a_bad_url_is_a_usage_error_naming_it_without_its_password(url: str, reason: str) -> None:
+    with pytest.raises(CliError) as caught:
+        check_url(url, "--redis")
+    message = str(caught.value)
+    assert caught.value.code == 2
+    assert message.startswith(f"--redis: invalid Redis URL {safe_url(url)!r}: ")
+    assert reason in message
+    assert "secret" not in message
+    assert "top" not in message
+
+
+def test_good_urls_pass_the_check() -> None:
+    for url in ("redis://127.0.0.1:6379/0", "redis://h", "redis://:pw@h:1/3",
+                "rediss://h/0?ssl_cert_reqs=none", "unix:///tmp/redis.sock?db=2",
+                "redis://h/0?socket_timeout=2.5"):
+        assert check_url(url) == url
+
+
+def test_a_bad_url_from_the_environment_names_the_variable(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("LOCKWORKER_REDIS_URL", "redis://:secret@h:port/0")
+    with pytest.raises(CliError, match=r"^\$LOCKWORKER_REDIS_URL: invalid Redis URL"):
+        redis_url(None)
+
+
+def test_every_option_with_a_default_shows_it_in_help() -> None:
+    parsers: dict[str, argparse.ArgumentParser] = {"lockworker": build_parser(), **subcommands()}
+    flags = (argparse._HelpAction, argparse._VersionAction, argparse._StoreTrueAction)
+    formatter = HelpFormatter("lockworker")
+    for name, parser in parsers.items():
+        for action in parser._actions:
+            if not action.option_strings or action.required or isinstance(action, flags):
+                continue
+            shown = formatter._get_help_string(action) or ""
+            assert "default" in shown, (name, action.option_strings, shown)
+    run_help = " ".join(subcommands()["run"].format_help().split())
+    for expected in ("the lease: bounds the takeover after a crash (default: 10.0)",
+                     "before competing (default: 0.5)", "(default: primary)",
+                     "stopwaitsecs above it (default: 10.0)", "(default: info)"):
+        assert expected in run_help
+    status_help = " ".join(subcommands()["status"].format_help().split())
+    assert "(default: 86400, one day)" in status_help
+
+
+def test_every_subcommand_has_a_description() -> None:
+    for name, parser in subcommands().items():
+        assert parser.description, name
+
+
+def test_an_unknown_argument_after_a_subcommand_is_reported_by_that_subcommand(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    for argv, prog in (
+        (["run", "app:X", "--namespace", "n", "--bogus"], "lockworker run"),
+        (["status", "extra"], "lockworker status"),
+        (["demo", "--jobs", "3", "--nope=1"], "lockworker demo"),
+    ):
+        with pytest.raises(SystemExit) as exc:
+            parse(*argv)
+        assert exc.value.code == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1
+        assert err[0].startswith(f"{prog}: unrecognized arguments: {argv[-1]}")
+
+
+def test_a_bad_value_of_a_global_option_before_the_command_is_reported_as_such(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit) as exc:
+        parse("--log-level", "nope", "status")
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1
+    assert err[0].startswith("lockworker: argument --log-level: invalid choice: 'nope'")
+
+
+def test_global_options_work_before_and_after_the_command() -> None:
+    args = parse("--log-level", "debug", "--redis", "redis://a:1/0", "status")
+    assert (args.log_level, args.redis, args.log_format) == ("debug", "redis://a:1/0", "auto")
+    args = parse("status", "--log-level", "warning", "--log-format", "json")
+    assert (args.log_level, args.log_format, args.redis) == ("warning", "json", None)
+    assert parse("--log-level", "debug", "status", "--log-level", "error").log_level == "error"
+    assert parse("--redis", "redis://a:1/0", "demo").redis == "redis://a:1/0"
+    assert parse("demo", "--redis", "redis://b:1/0").redis == "redis://b:1/0"
 
 
 def test_load_target() -> None:

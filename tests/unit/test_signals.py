@@ -51,3 +51,24 @@ def test_off_the_main_thread_nothing_is_installed() -> None:
     thread.start()
     thread.join()
     assert result == [False]
+
+
+def test_with_on_again_a_second_signal_calls_it_and_not_the_previous_handler() -> None:
+    before = signal.getsignal(signal.SIGINT)
+    stopped: list[int] = []
+    again: list[int] = []
+    with stop_on_signals(stopped.append, on_again=again.append):
+        os.kill(os.getpid(), signal.SIGTERM)
+        wait_for(lambda: stopped, timeout=5)
+        assert signal.getsignal(signal.SIGINT) is not before  # still ours
+        os.kill(os.getpid(), signal.SIGINT)  # no KeyboardInterrupt here
+        wait_for(lambda: again, timeout=5)
+    assert (stopped, again) == ([signal.SIGTERM], [signal.SIGINT])
+    assert signal.getsignal(signal.SIGINT) is before
+
+
+def test_with_on_again_one_signal_does_not_call_it() -> None:
+    again: list[int] = []
+    with stop_on_signals(lambda signum: None, on_again=again.append):
+        os.kill(os.getpid(), signal.SIGTERM)
+    assert again == []

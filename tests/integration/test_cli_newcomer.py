@@ -1,0 +1,211 @@
+"""What a newcomer meets first, through the real ``lockworker`` command: a mistyped URL,
+a pipe into ``head``, ``--help``, a misplaced option; and names with braces in them.
+
+Every case runs the command as a subprocess against the suite's own server.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from redis.crc import key_slot
+
+import lockworker
+from lockworker.keys import JobKeys, Space, escape
+from lockworker.sources import stream_keys
+from lockworker.testing import RedisServer
+
+PASSWORD = "s3cr3t-pw"
+BAD_URLS = [
+    f"redis://:{PASSWORD}@127.0.0.1:notaport/0",
+    f"redis://:{PASSWORD}@[::1/0",
+    f"redis://:{PASSWORD}@127.0.0.1:6379/zero",
+    f"redis://:{PASSWORD}@127.0.0.1:6379/0?frobnicate=1",
+]
+COMMANDS = [
+    ["run", "lockworker.cli.demo_worker:DemoWorker", "--namespace", "n"],
+    ["submit", "s", "j"],
+    ["status"],
+    ["status", "--json"],
+    ["reset", "j", "--namespace", "n", "--yes"],
+    ["demo", "--jobs", "3"],
+]
+
+
+def lockworker_cmd(*args: str) -> list[str]:
+    return [sys.executable, "-m", "lockworker", *args]
+
+
+def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        lockworker_cmd(*args), capture_output=True, text=True, timeout=60, check=False,
+        stdin=subprocess.DEVNULL, env={**os.environ, **(env or {})},
+    )
+
+
+# -- a bad URL: exit 2, one line naming it, the password masked ------------------------------
+
+
+def check_one_line_exit_2(out: subprocess.CompletedProcess[str], prog: str, source: str,
+                          url: str) -> None:
+    assert out.returncode == 2, out.stderr
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1, out.stderr
+    assert lines[0].startswith(f"{prog}: {source}: invalid Redis URL ")
+    assert repr(url.replace(PASSWORD, "***")) in lines[0]
+    assert PASSWORD not in out.stderr + out.stdout
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=lambda c: " ".join(c[:2]))
+def test_every_command_refuses_a_bad_url_in_one_line_with_the_password_masked(
+    command: list[str],
+) -> None:
+    url = BAD_URLS[0]
+    prog = f"lockworker {command[0]}"
+    check_one_line_exit_2(run(*command, "--redis", url), prog, "--redis", url)
+    check_one_line_exit_2(run("--redis", url, *command), prog, "--redis", url)
+    if command[0] != "demo":  # the demo reads only --redis
+        out = run(*command, env={"LOCKWORKER_REDIS_URL": url})
+        check_one_line_exit_2(out, prog, "$LOCKWORKER_REDIS_URL", url)
+
+
+@pytest.mark.parametrize("url", BAD_URLS, ids=["port", "ipv6", "db", "option"])
+def test_every_kind_of_bad_url_is_one_line_and_exit_2(url: str) -> None:
+    check_one_line_exit_2(run("status", "--redis", url), "lockworker status", "--redis", url)
+
+
+# -- a closed pipe: quiet ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("args", "codes"),
+    [
+        (["status", "--json"], {141}),
+        (["status"], {141}),
+        # argparse itself drops help text it cannot write; the exit code is then its own
+        (["--help"], {0, 141}),
+        (["run", "--help"], {0, 141}),
+    ],
+    ids=["status --json", "status", "--help", "run --help"],
+)
+def test_output_into_a_closed_pipe_ends_quietly(
+    redis_server: RedisServer, args: list[str], codes: set[int]
+) -> None:
+    """``lockworker status --json | head -c 10``: the reader is gone before the output."""
+    proc = subprocess.Popen(
+        lockworker_cmd(*args, "--redis", redis_server.url),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()  # nobody reads: every write to stdout fails with EPIPE
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=60) in codes, err
+    assert err == ""  # no traceback, no "Exception ignored ... BrokenPipeError"
+
+
+def test_a_shell_pipeline_into_head_ends_quietly(redis_server: RedisServer) -> None:
+    command = " ".join(lockworker_cmd("status", "--json", "--redis", redis_server.url))
+    out = subprocess.run(
+        ["sh", "-c", f"{command} | head -c 10"], capture_output=True, text=True, timeout=60,
+        check=False,
+    )
+    assert out.returncode == 0
+    assert out.stdout == '{\n  "leade'
+    assert out.stderr == ""
+
+
+# -- the command line ------------------------------------------------------------------------
+
+
+def test_a_bad_value_of_a_global_option_before_the_command_names_the_option() -> None:
+    out = run("--log-level", "nope", "status")
+    assert out.returncode == 2
+    assert out.stderr.strip().splitlines() == [
+        "lockworker: argument --log-level: invalid choice: 'nope' (choose from 'debug', "
+        "'info', 'warning', 'error') (see lockworker --help)"
+    ]
+
+
+def test_an_unknown_argument_after_a_subcommand_is_reported_by_the_subcommand() -> None:
+    out = run("run", "app:Worker", "--namespace", "n", "--bogus")
+    assert out.returncode == 2
+    assert out.stderr.strip().splitlines() == [
+        "lockworker run: unrecognized arguments: --bogus (see lockworker run --help)"
+    ]
+
+
+def test_help_shows_the_defaults_and_every_subcommand_describes_itself() -> None:
+    expected = {
+        "run": ["the lease: bounds the takeover after a crash (default: 10.0)",
+                "before competing (default: 0.5)", "(default: primary)",
+                "stopwaitsecs above it (default: 10.0)", "--max-attempts N Worker only: "
+                "attempts before giving a job up (default: 3)", "(default: info)"],
+        "status": ["(default: 86400, one day)", "(default: all)"],
+        "reset": ["(default: 86400, one day)"],
+        "submit": ["Add job JOB_ID"],
+        "demo": ["(default: 30)", "(default: 6.0)", "(default: 1.0)", "(default: 0.3)",
+                 "(default: an embedded server; $LOCKWORKER_REDIS_URL is not read)"],
+    }
+    for command, fragments in expected.items():
+        out = run(command, "--help")
+        assert out.returncode == 0, out.stderr
+        text = " ".join(out.stdout.split())
+        for fragment in fragments:
+            assert fragment in text, (command, fragment)
+
+
+# -- names with braces: one slot per job, whatever the braces -----------------------------------
+
+
+def slot_of_job(job_id: str) -> int:
+    return key_slot(("{" + escape(job_id) + "}").encode())
+
+
+NAMES = st.text(
+    alphabet=st.sampled_from("{}%:ab7 \u00e9"), min_size=1, max_size=12
+).filter(str.strip)
+
+
+@given(namespace=NAMES, job_id=NAMES)
+def test_every_key_of_a_job_is_in_the_slot_of_its_escaped_id(
+    namespace: str, job_id: str
+) -> None:
+    for space in Space:
+        keys = JobKeys.of(namespace, job_id, space)
+        for key in (keys.lock, keys.state, keys.wake, keys.extra("queue")):
+            assert key_slot(key.encode()) == slot_of_job(job_id), key
+
+
+def test_braces_in_a_namespace_and_a_job_id_on_a_real_server(
+    redis_server: RedisServer,
+) -> None:
+    """A worker's keys in namespace ``x{y}z`` all share the job's slot; ``status``
+    shows the names as given."""
+    namespace = f"x{{y}}z-{uuid.uuid4().hex[:8]}"
+    job_id = "a{b}c}{"
+    client = redis_server.client(decode_responses=True)
+    worker = lockworker.Worker(client, namespace=namespace, on_acquired=lambda job: None)
+    try:
+        assert worker.process(job_id) is lockworker.Outcome.DONE
+        written = list(client.scan_iter(match=f"lw:job:{escape(namespace)}:*"))
+        assert JobKeys.of(namespace, job_id).state in written
+        assert {key_slot(k.encode()) for k in written} == {slot_of_job(job_id)}
+        lockworker.submit(client, namespace, job_id)
+        stream = list(client.scan_iter(match=stream_keys(namespace).base + ":*"))
+        assert stream and {key_slot(k.encode()) for k in stream} == {slot_of_job(namespace)}
+        out = run("status", "--namespace", namespace, "--json", "--redis", redis_server.url)
+        assert out.returncode == 0, out.stderr
+        assert [(j["namespace"], j["id"]) for j in json.loads(out.stdout)["jobs"]] == [
+            (namespace, job_id)
+        ]
+    finally:
+        client.delete(*client.scan_iter(match=f"lw:*{escape(namespace)}*"))
+        worker.close()
+        client.close()
