@@ -95,6 +95,11 @@ def positive_float(text: str) -> float:
     return _seconds(text, allow_zero=False)
 
 
+def lease_seconds(text: str) -> float:
+    """A lease: seconds, at least :data:`lockworker.config.MIN_LEASE`."""
+    return _checked(text, float, lambda v: config.lease(v, "the value"), "a number of seconds")
+
+
 def non_negative_float(text: str) -> float:
     """A number of seconds >= 0."""
     return _seconds(text, allow_zero=True)
@@ -152,7 +157,7 @@ def _add_run(sub: argparse._SubParsersAction[Parser], common: Parser) -> None:
         "restart resumes its stream position (default: host:pid:random)",
     )
     run.add_argument(
-        "--lock-timeout", type=positive_float, default=10.0, metavar="SECONDS",
+        "--lock-timeout", type=lease_seconds, default=10.0, metavar="SECONDS",
         help="the lease: bounds the takeover after a crash",
     )
     run.add_argument(
@@ -240,7 +245,7 @@ def _add_demo(sub: argparse._SubParsersAction[Parser]) -> None:
         "--duration", type=positive_float, default=6.0, metavar="SECONDS",
         help="seconds over which the jobs are submitted",
     )
-    demo.add_argument("--lock-timeout", type=positive_float, default=1.0, metavar="SECONDS",
+    demo.add_argument("--lock-timeout", type=lease_seconds, default=1.0, metavar="SECONDS",
                       help="the workers' lease")
     demo.add_argument(
         "--backup-delay", type=non_negative_float, default=0.3, metavar="SECONDS",

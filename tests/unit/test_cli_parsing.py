@@ -75,6 +75,8 @@ def test_run_every_option_and_name_alias() -> None:
         ["run", "app:X", "--namespace", "n", "--role", "leader"],
         ["run", "app:X", "--namespace", "n", "--lock-timeout", "0"],
         ["run", "app:X", "--namespace", "n", "--lock-timeout", "nan"],
+        ["run", "app:X", "--namespace", "n", "--lock-timeout", "0.001"],  # below MIN_LEASE
+        ["demo", "--lock-timeout", "0.05"],
         ["run", "app:X", "--namespace", "n", "--backup-delay", "-1"],
         ["run", "app:X", "--namespace", "n", "--concurrency", "0"],
         ["run", "app:X", "--namespace", "n", "--max-attempts", "1.5"],

@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 
 import lockworker
 from lockworker import InvalidConfig, Lock, Redlock, RetryPolicy, Semaphore, compute_once
-from lockworker.cli.main import non_negative_float, positive_float, positive_int
+from lockworker.cli.main import lease_seconds, non_negative_float, positive_float, positive_int
 from lockworker.config import MAX_COUNT, MAX_SECONDS, MIN_LEASE
 from lockworker.sources import StreamSource
 from lockworker.testing import FakeClock
@@ -221,8 +221,8 @@ def test_a_setting_accepts_exactly_its_valid_values(
 @pytest.mark.parametrize(
     ("parse", "valid"),
     [(positive_float, seconds_above_zero), (non_negative_float, seconds_from_zero),
-     (positive_int, count_from(1))],
-    ids=["positive_float", "non_negative_float", "positive_int"],
+     (lease_seconds, a_lease), (positive_int, count_from(1))],
+    ids=["positive_float", "non_negative_float", "lease_seconds", "positive_int"],
 )
 @settings(max_examples=80, deadline=None)
 @given(value=st.one_of(st.sampled_from(EDGES), st.floats(), st.integers(-3, 2**60)))
