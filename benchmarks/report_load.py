@@ -106,9 +106,10 @@ def stream(results: list[StreamRun]) -> list[str]:
     add("")
     add(
         f"Processes: {', '.join(ROLES)}. Every process sees every job; the backups look "
-        "at each job, see it taken (or done) by the primary and wait for its result, so "
-        "their slots are busy too: a backup's concurrency bounds how many of the "
-        "primary's jobs it can watch at once. The primary does every job while it lives."
+        "at each job and see it taken (or done) by the primary. A job held by another "
+        "process parks: it gives its slot back while it waits for the holder's result, "
+        "so a backup's slots stay free for jobs nobody holds. The primary does every "
+        "job while it lives; the backups' looks are the cost of standing by."
     )
     add("")
     return out
