@@ -5,7 +5,6 @@ so a lock named ``report`` in namespace ``locks`` uses::
 
     lw:lock:locks:{report}:lock    holder's value lw2|<token>|<n>|<run>|<owner>, with the TTL
     lw:lock:locks:{report}:state   the fencing-token counter (kept a year after last use)
-    lw:lock:locks:{report}:wake    pub/sub channel: published when a release frees it
 
 and the waiters' queue (:mod:`lockworker.primitives.lockqueue`). Every acquisition has a
 run id of its own, so only a retry of that same acquisition (whose reply was lost) can
@@ -28,7 +27,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 import redis
 
@@ -87,6 +86,9 @@ class Lock(common.Primitive):
     """
 
     space = Space.LOCK
+    publishes_release: ClassVar[bool] = False
+    """Publish on the wake channel when a release frees the lock (nobody queued): only
+    for waiters that do not queue, such as compute_once's waiters for its value."""
 
     def __init__(
         self,
@@ -107,7 +109,7 @@ class Lock(common.Primitive):
             clock=clock,
         )
         self.redis_retry = redis_retry or retry.DEFAULT
-        self._steps = LockSteps(client, self.keys)
+        self._steps = LockSteps(client, self.keys, publish=self.publishes_release)
         self.protocol = ScriptProtocol(client)
         self._log = events.logger(
             events.LOCK, logger, lock=self.name, namespace=self.keys.namespace

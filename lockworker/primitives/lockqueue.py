@@ -99,8 +99,8 @@ local function lw_head(now)
   end
 end
 -- The lock is ours to give up: grant it to the first live waiter, or free it (writing
--- ``released`` as the state, if given) and publish on the wake channel (for those
--- that wait without queueing).
+-- ``released`` as the state, if given) and publish on the wake channel, unless it is
+-- '' (for those that wait without queueing: compute_once's waiters for a value).
 local function lw_pass(retention_ms, grant_prefix, channel, released)
   if redis.call('EXISTS', KEYS[3]) == 1 then
     local first, ttl, owner = lw_head(lw_now_ms())
@@ -117,7 +117,7 @@ local function lw_pass(retention_ms, grant_prefix, channel, released)
   end
   redis.call('DEL', KEYS[1])
   if released then redis.call('SET', KEYS[2], released, 'PX', retention_ms) end
-  redis.call('PUBLISH', channel, 'released')
+  if channel ~= '' then redis.call('PUBLISH', channel, 'released') end
   return 1
 end
 """
@@ -198,11 +198,12 @@ return 0
 class LockSteps:
     """The ``Lock``'s three steps for one lock's keys; shares the scripts process-wide."""
 
-    __slots__ = ("_keys", "client", "grant_prefix", "keys")
+    __slots__ = ("_channel", "_keys", "client", "grant_prefix", "keys")
 
-    def __init__(self, client: redis.Redis, keys: JobKeys) -> None:
+    def __init__(self, client: redis.Redis, keys: JobKeys, *, publish: bool = False) -> None:
         self.client = client
         self.keys = keys
+        self._channel = keys.wake if publish else ""
         self.grant_prefix = keys.extra("grant:")
         self._keys = (keys.lock, keys.state, keys.extra("queue"), keys.extra("waiters"))
 
@@ -225,12 +226,12 @@ class LockSteps:
         """Release (granting the lock to the first live waiter, if any)."""
         new_state, _ = settle_plan(held, "release")
         args = (held.encode(), new_state.encode(), retention_ms, self.grant_prefix,
-                self.keys.wake)
+                self._channel)
         return settle_result(int(self._run(RELEASE, args)), new_state)
 
     def leave(self, who: Holder, retention_ms: int) -> bool:
         """Leave the queue; True if the lock had been granted to ``who`` (passed on)."""
-        args = (who.run, who.owner, retention_ms, self.grant_prefix, self.keys.wake)
+        args = (who.run, who.owner, retention_ms, self.grant_prefix, self._channel)
         return bool(self._run(LEAVE, args))
 
     def _run(self, script: LuaScript, args: Sequence[Any]) -> Any:

@@ -39,9 +39,20 @@ from lockworker.clock import Clock, SystemClock
 from lockworker.codec import to_json
 from lockworker.errors import AcquireTimeout, LockLost
 from lockworker.keys import JobKeys, Space, check_name
+from lockworker.luacall import LuaScript
 from lockworker.primitives import common
 from lockworker.primitives.lock import MIN_WAIT, Lock
 from lockworker.wake import Waits
+
+# STORE: cache the computed value and wake the waiters, in one step. A script rather
+# than MULTI/EXEC with PUBLISH: a cluster client routes it by its one key (the channel
+# is an argument), where it refuses a PUBLISH inside a pipeline.
+# KEYS[1] value key   ARGV[1] value   ARGV[2] ttl ms   ARGV[3] wake channel
+STORE = LuaScript("""
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+redis.call('PUBLISH', ARGV[3], 'ready')
+return 1
+""")
 
 NAMESPACE = "once"
 COMPUTED = "once.computed"
@@ -198,10 +209,7 @@ def _compute(
         except BaseException as exc:
             log.debug(FAILED, error=type(exc).__name__)
             raise
-        pipe = client.pipeline(transaction=True)
-        pipe.set(value_key, raw, px=ttl_ms)
-        pipe.publish(lock.keys.wake, "ready")
-        pipe.execute()
+        STORE(client, [value_key], [raw, ttl_ms, lock.keys.wake])
         log.debug(COMPUTED, token=lock.token)
         return codec.decode(raw)
     finally:
@@ -218,3 +226,4 @@ class _OnceLock(Lock):
     """The computing process's lock, in compute_once's own key space."""
 
     space = Space.ONCE
+    publishes_release = True  # waiters for the value learn that the computer gave up
