@@ -26,9 +26,9 @@ from benchmarks.common import (
     median,
     server_cpu,
 )
-from lockworker.codec import LockValue
-from lockworker.keys import JobKeys
-from lockworker.state import Grant, Settle, Snapshot
+from lockworker.model.codec import LockValue
+from lockworker.model.keys import JobKeys
+from lockworker.model.state import Grant, Settle, Snapshot
 from lockworker.testing.server import RedisServer
 
 LEASE = 10.0

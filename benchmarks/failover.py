@@ -36,7 +36,7 @@ import redis
 
 import lockworker
 from benchmarks.common import median, quiet_logging
-from lockworker.keys import JobKeys
+from lockworker.model.keys import JobKeys
 
 SETTLE = 0.05
 """Seconds the holder lets pass after the waiter reported it is waiting, so that the

@@ -8,6 +8,11 @@ and take over if it dies or fails. See README.md and docs/.
 from __future__ import annotations
 
 from lockworker.clock import Clock, SystemClock
+from lockworker.daemons.job import Job
+from lockworker.daemons.leader import Leader, LeaderInfo
+from lockworker.daemons.sources import Delivery, StreamSource, submit
+from lockworker.daemons.term import Term
+from lockworker.daemons.worker import Worker
 from lockworker.errors import (
     AcquireTimeout,
     AlreadyHeld,
@@ -23,14 +28,9 @@ from lockworker.errors import (
     RedisUnavailable,
     StopRequested,
 )
-from lockworker.job import Job
-from lockworker.leader import Leader, LeaderInfo
+from lockworker.model.state import JobStatus, Outcome, Snapshot
 from lockworker.primitives import JSONCodec, Lock, Redlock, Semaphore, compute_once
-from lockworker.retry import RetryPolicy
-from lockworker.sources import Delivery, StreamSource, submit
-from lockworker.state import JobStatus, Outcome, Snapshot
-from lockworker.term import Term
-from lockworker.worker import Worker
+from lockworker.runtime.retry import RetryPolicy
 
 __version__ = "0.1.0"
 

@@ -129,7 +129,7 @@ def seconds(value: object, name: str, *, positive: bool = True) -> float:
 
 MIN_LEASE = 0.1
 """The shortest lease accepted, in seconds. A lease must outlast the request that
-grants it, the drift allowance (:mod:`lockworker.lease`) and a renewal sent at a third
+grants it, the drift allowance (:mod:`lockworker.runtime.lease`) and a renewal sent at a third
 of it; below this, a lease is as good as lost when granted and a job would run again
 and again."""
 

@@ -8,10 +8,10 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from lockworker.codec import Holder, LockValue
-from lockworker.keys import JobKeys
+from lockworker.model.codec import Holder, LockValue
+from lockworker.model.keys import JobKeys
+from lockworker.model.state import Grant
 from lockworker.protocol import LockProtocol
-from lockworker.state import Grant
 
 T = TypeVar("T")
 

@@ -1,10 +1,19 @@
-"""The file tree is the architecture: these rules keep it so.
+"""The folders are the architecture: these rules keep it so.
 
-Layers import only downwards (see docs/protocol.md and the module docstrings): leaf
-modules import nothing of lockworker's but the leaf layer; the protocol knows nothing of
-threads, waiting or hooks; decisions (policy) know nothing of Redis; nothing in the
-library imports the CLI or the test helpers, and only the CLI configures logging. Time
-and signals each come through one module, so tests can control them.
+Each folder of the package is a layer and imports only from the layers below it
+(docs/protocol.md has the map)::
+
+    errors clock config     leaves: exceptions, time, every validator
+    model/                  values, the codec, keys, pure decisions (no Redis)
+    protocol/               the interface, decoding, Lua, script and txn implementations
+    runtime/                leases and heartbeats, wake-ups, retries, signals, events
+    daemons/                jobs, terms, hooks, the worker, the leader, serve, sources
+    primitives/             lock, semaphore, redlock, compute_once
+    cli/  testing/          the edges: nothing in the library imports them
+
+No module imports another in a cycle, whether at run time or only for type checking
+(``TYPE_CHECKING`` blocks are imports too). Time and signals each come through one
+module, so tests can control them; only the CLI configures logging.
 """
 
 from __future__ import annotations
@@ -15,17 +24,31 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "lockworker"
-MODULES = sorted(p for p in PACKAGE.rglob("*.py"))
-
-LEAF = {"errors", "clock", "keys", "codec", "state", "config"}
-CORE = {"protocol", "scripts", "luacall", "txn", "policy"}
-MECHANISMS = {"lease", "wake", "retry", "hooks", "job", "events", "signals", "term"}
-PRODUCTS = {"worker", "jobrun", "serve", "sources", "leader", "primitives"}
+MODULES = sorted(PACKAGE.rglob("*.py"))
 MAX_LINES = 400
 
+LEAVES = {"errors", "clock", "config"}
+ORDER = ["leaf", "model", "protocol", "runtime", "daemons", "primitives"]
+"""The layers from the bottom up; a module may import its own layer and those below."""
+EDGES = {"cli", "testing"}
 
-def name_of(path: Path) -> str:
-    return ".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+NAMES = {module_name(p) for p in MODULES}
+
+
+def layer(module: str) -> str:
+    """``leaf``, a folder's name, or ``top`` (the package's own ``__init__``/``__main__``)."""
+    parts = module.split(".")
+    if len(parts) == 1 or parts[1] == "__main__":
+        return "top"
+    if len(parts) == 2 and parts[1] in LEAVES:
+        return "leaf"
+    return parts[1]
 
 
 def imports(path: Path) -> set[str]:
@@ -39,18 +62,70 @@ def imports(path: Path) -> set[str]:
     return found
 
 
-def lockworker_modules(path: Path) -> set[str]:
-    return {
-        m.split(".")[1] for m in imports(path) if m.startswith("lockworker.") and m.count(".") >= 1
-    }
+def depends_on(path: Path) -> set[str]:
+    """The lockworker modules ``path`` imports (a name imported from a package is the
+    submodule when one has that name, else the package itself)."""
+    wanted: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            wanted.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            for alias in node.names:
+                sub = f"{node.module}.{alias.name}"
+                wanted.add(sub if sub in NAMES else node.module)
+    found = set()
+    for name in wanted:
+        if name == "lockworker" or name.startswith("lockworker."):
+            while name not in NAMES:
+                name = name.rsplit(".", 1)[0]
+            found.add(name)
+    found.discard(module_name(path))
+    return found
 
 
-@pytest.mark.parametrize("path", MODULES, ids=name_of)
+GRAPH = {module_name(p): depends_on(p) for p in MODULES}
+
+
+@pytest.mark.parametrize("path", MODULES, ids=module_name)
 def test_no_module_is_too_long(path: Path) -> None:
     assert len(path.read_text().splitlines()) <= MAX_LINES
 
 
-@pytest.mark.parametrize("path", MODULES, ids=name_of)
+@pytest.mark.parametrize("path", MODULES, ids=module_name)
+def test_each_layer_imports_only_itself_and_the_layers_below(path: Path) -> None:
+    own = layer(module_name(path))
+    if own in EDGES or own == "top":
+        return
+    allowed = set(ORDER[: ORDER.index(own) + 1])
+    wrong = {m for m in GRAPH[module_name(path)] if layer(m) not in allowed}
+    assert not wrong, f"{module_name(path)} ({own}) imports {sorted(wrong)}"
+
+
+def test_no_import_cycles() -> None:
+    """Depth-first search over the whole package; a cycle is reported as its path."""
+    done: set[str] = set()
+
+    def visit(module: str, path: list[str]) -> None:
+        if module in path:
+            cycle = path[path.index(module):] + [module]
+            pytest.fail("import cycle: " + " -> ".join(cycle))
+        if module in done:
+            return
+        for dep in sorted(GRAPH.get(module, ())):
+            visit(dep, [*path, module])
+        done.add(module)
+
+    for module in sorted(GRAPH):
+        visit(module, [])
+
+
+def test_every_module_belongs_to_a_layer() -> None:
+    """A new top-level module must be placed in a folder (or be a leaf) on purpose."""
+    known = {"leaf", "top", *ORDER, *EDGES}
+    assert {m for m in NAMES if layer(m) not in known} == set()
+
+
+@pytest.mark.parametrize("path", MODULES, ids=module_name)
 def test_only_the_clock_reads_time_and_only_signals_handles_signals(path: Path) -> None:
     if "testing" in path.parts:
         return  # the test helpers may wait for real processes
@@ -61,42 +136,28 @@ def test_only_the_clock_reads_time_and_only_signals_handles_signals(path: Path) 
         assert "signal" not in found
 
 
-@pytest.mark.parametrize("path", [p for p in MODULES if p.stem in LEAF and p.parent == PACKAGE],
-                         ids=name_of)
-def test_leaf_modules_import_only_leaf_modules(path: Path) -> None:
-    assert lockworker_modules(path) <= LEAF
-
-
-@pytest.mark.parametrize("path", [p for p in MODULES if p.stem in CORE and p.parent == PACKAGE],
-                         ids=name_of)
-def test_the_core_knows_no_threads_waiting_or_hooks(path: Path) -> None:
-    assert lockworker_modules(path) <= LEAF | CORE
-    assert "threading" not in imports(path)
+@pytest.mark.parametrize(
+    "path", [p for p in MODULES if layer(module_name(p)) in ("model", "protocol")],
+    ids=module_name,
+)
+def test_the_protocol_and_the_model_know_no_threads_or_waiting(path: Path) -> None:
+    assert not {"threading", "concurrent.futures"} & imports(path)
 
 
 @pytest.mark.parametrize(
-    "path", [p for p in MODULES if p.stem in MECHANISMS and p.parent == PACKAGE], ids=name_of
+    "path", [p for p in MODULES if layer(module_name(p)) == "model"], ids=module_name
 )
-def test_mechanisms_never_import_the_products_built_on_them(path: Path) -> None:
-    assert not lockworker_modules(path) & PRODUCTS
+def test_the_model_knows_nothing_of_redis(path: Path) -> None:
+    """Values, keys and decisions are pure: testable without a server or a client."""
+    assert not any(m.split(".")[0] == "redis" for m in imports(path))
 
 
-def test_the_layer_tables_name_modules_that_exist() -> None:
-    """A renamed module must not silently drop out of the layer rules."""
-    present = {p.stem for p in MODULES if p.parent == PACKAGE}
-    assert (LEAF | CORE | MECHANISMS) - present == set()
-
-
-def test_decisions_know_nothing_of_redis() -> None:
-    assert not any(m.split(".")[0] == "redis" for m in imports(PACKAGE / "policy.py"))
-
-
-EDGES = [p for p in MODULES if {"cli", "testing"} & set(p.parts) or p.name == "__main__.py"]
-
-
-@pytest.mark.parametrize("path", [p for p in MODULES if p not in EDGES], ids=name_of)
+@pytest.mark.parametrize(
+    "path", [p for p in MODULES if layer(module_name(p)) not in EDGES | {"top"}],
+    ids=module_name,
+)
 def test_the_library_never_imports_the_cli_or_the_test_helpers(path: Path) -> None:
-    assert not lockworker_modules(path) & {"cli", "testing"}
+    assert not {layer(m) for m in GRAPH[module_name(path)]} & EDGES
 
 
 CONFIGURES_LOGGING = (
@@ -104,7 +165,7 @@ CONFIGURES_LOGGING = (
 )
 
 
-@pytest.mark.parametrize("path", [p for p in MODULES if "cli" not in p.parts], ids=name_of)
+@pytest.mark.parametrize("path", [p for p in MODULES if "cli" not in p.parts], ids=module_name)
 def test_only_the_cli_configures_logging(path: Path) -> None:
     """A library leaves ``logging`` and structlog to the application."""
     text = path.read_text()

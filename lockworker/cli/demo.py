@@ -45,11 +45,11 @@ from lockworker.cli.common import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, CliEr
 from lockworker.cli.demo_view import Board, Process, View
 from lockworker.cli.demo_worker import key_prefix, records_key
 from lockworker.clock import SystemClock
-from lockworker.keys import PREFIX, JobKeys, Space, escape
+from lockworker.daemons.sources import stream_keys, submit
+from lockworker.model.keys import PREFIX, JobKeys, Space, escape
+from lockworker.model.state import JobStatus, Snapshot
 from lockworker.protocol import snapshot_from
-from lockworker.signals import stop_on_signals
-from lockworker.sources import stream_keys, submit
-from lockworker.state import JobStatus, Snapshot
+from lockworker.runtime.signals import stop_on_signals
 
 WORKER = "lockworker.cli.demo_worker:DemoWorker"
 TICK = 0.01

@@ -12,7 +12,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import TextIO
 
-from lockworker.state import JobStatus, Snapshot
+from lockworker.model.state import JobStatus, Snapshot
 
 PROGRESS_EVERY = 1.0
 """Seconds between two progress lines when not on a terminal."""

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import json
 
-from lockworker.job import Job
-from lockworker.worker import Worker
+from lockworker.daemons.job import Job
+from lockworker.daemons.worker import Worker
 
 STEP = 0.02
 """Seconds between two checks of ``job.check()`` while a job works."""

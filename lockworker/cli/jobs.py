@@ -8,11 +8,11 @@ import sys
 from typing import Any, TextIO
 
 from lockworker.cli.common import EXIT_FAILURE, EXIT_OK, CliError, connect, redis_url
+from lockworker.daemons.sources import submit
 from lockworker.errors import ForeignValueError, InvalidConfig
-from lockworker.keys import JobKeys
+from lockworker.model.keys import JobKeys
+from lockworker.model.state import JobStatus, Reset, Snapshot
 from lockworker.protocol import ScriptProtocol
-from lockworker.sources import submit
-from lockworker.state import JobStatus, Reset, Snapshot
 
 
 def parse_payload(text: str | None) -> Any:

@@ -27,7 +27,6 @@ from typing import Any, NoReturn
 
 import redis
 
-from lockworker import events
 from lockworker.cli.common import (
     EXIT_INTERRUPTED,
     EXIT_OK,
@@ -37,11 +36,12 @@ from lockworker.cli.common import (
     safe_url,
 )
 from lockworker.cli.target import load
+from lockworker.daemons.leader import Leader
+from lockworker.daemons.sources import StreamSource
+from lockworker.daemons.worker import Worker
 from lockworker.errors import InvalidConfig, InvalidHook
-from lockworker.leader import Leader
-from lockworker.signals import stop_on_signals
-from lockworker.sources import StreamSource
-from lockworker.worker import Worker
+from lockworker.runtime import events
+from lockworker.runtime.signals import stop_on_signals
 
 EXIT_GRACE_EXPIRED = 1
 LAST_WORDS = 1.0

@@ -22,11 +22,11 @@ import redis
 
 from lockworker.cli.common import EXIT_OK, connect, redis_url
 from lockworker.clock import wall_time
-from lockworker.codec import decode_state
+from lockworker.daemons.leader import NAMESPACE as LEADERS
+from lockworker.daemons.leader import Leader
 from lockworker.errors import ForeignValueError
-from lockworker.keys import JobKeys, Space, parse_state_key, state_pattern
-from lockworker.leader import NAMESPACE as LEADERS
-from lockworker.leader import Leader
+from lockworker.model.codec import decode_state
+from lockworker.model.keys import JobKeys, Space, parse_state_key, state_pattern
 from lockworker.protocol import snapshot_from, text
 
 BATCH = 200

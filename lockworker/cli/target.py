@@ -7,8 +7,8 @@ import os
 import sys
 
 from lockworker.cli.common import CliError
-from lockworker.leader import Leader
-from lockworker.worker import Worker
+from lockworker.daemons.leader import Leader
+from lockworker.daemons.worker import Worker
 
 
 def load(target: str, app_dir: str = ".") -> type[Worker] | type[Leader]:

@@ -16,8 +16,8 @@ import redis
 from lockworker.clock import Clock, SystemClock
 from lockworker.config import count, default_owner, lease, optional_seconds, positive, seconds
 from lockworker.errors import AlreadyHeld, InvalidConfig
-from lockworker.keys import JobKeys, Space, check_name
-from lockworker.lease import Heartbeat, Lease
+from lockworker.model.keys import JobKeys, Space, check_name
+from lockworker.runtime.lease import Heartbeat, Lease
 
 ACQUIRED = "lock.acquired"
 RELEASED = "lock.released"

@@ -1,6 +1,6 @@
 """``Lock``: the SET NX + token + TTL recipe as a proper lock, with a fencing token.
 
-The lock and its token counter are the job protocol's values (:mod:`lockworker.codec`),
+The lock and its token counter are the job protocol's values (:mod:`lockworker.model.codec`),
 so a lock named ``report`` in namespace ``locks`` uses::
 
     lw:lock:locks:{report}:lock    holder's value lw2|<token>|<n>|<run>|<owner>, with the TTL
@@ -18,7 +18,7 @@ holder died, until the lock's own PTTL runs out on this process's clock; there i
 polling sleep, and nobody but the new holder wakes.
 
 Whether this process still holds the lock is judged by its own monotonic clock, taken
-before the request that granted or extended it (:mod:`lockworker.lease`). A lock that
+before the request that granted or extended it (:mod:`lockworker.runtime.lease`). A lock that
 expired is *lost*: ``release``/``extend`` then raise :class:`~lockworker.LockLost`
 rather than report success, so the caller learns its critical section was not exclusive.
 """
@@ -31,9 +31,7 @@ from typing import Any, ClassVar, TypeVar
 
 import redis
 
-from lockworker import events, retry
 from lockworker.clock import Clock
-from lockworker.codec import Holder, LockValue, new_run
 from lockworker.errors import (
     AcquireTimeout,
     ForeignValueError,
@@ -41,12 +39,14 @@ from lockworker.errors import (
     LockworkerError,
     NotHeld,
 )
-from lockworker.keys import Space
-from lockworker.lease import Heartbeat, Lease, valid_until
+from lockworker.model.codec import Holder, LockValue, new_run
+from lockworker.model.keys import Space
+from lockworker.model.state import Grant, Snapshot
 from lockworker.primitives import common
 from lockworker.primitives.lockqueue import LockSteps, decode_grant
 from lockworker.protocol import ScriptProtocol
-from lockworker.state import Grant, Snapshot
+from lockworker.runtime import events, retry
+from lockworker.runtime.lease import Heartbeat, Lease, valid_until
 
 NAMESPACE = "locks"
 MAX_ACQUISITIONS = 10**15

@@ -34,18 +34,18 @@ from typing import Any
 
 import redis
 
-from lockworker import scripts
-from lockworker.codec import LUA_PROLOGUE, Holder, LockValue
-from lockworker.keys import JobKeys
-from lockworker.luacall import LuaScript
+from lockworker.model.codec import LUA_PROLOGUE, Holder, LockValue
+from lockworker.model.keys import JobKeys
+from lockworker.model.state import Grant, Settle, Snapshot
 from lockworker.protocol import (
-    _foreign_on_wrongtype,
     decode_acquire,
+    foreign_on_wrongtype,
     settle_plan,
     settle_result,
     text,
 )
-from lockworker.state import Grant, Settle, Snapshot
+from lockworker.protocol import lua as scripts
+from lockworker.protocol.luacall import LuaScript
 
 KEEP_MS = 60_000
 """The queue's keys expire this long after the last waiter looked (abandoned queues)."""
@@ -238,7 +238,7 @@ class LockSteps:
         try:
             return script(self.client, self._keys, args)
         except redis.ResponseError as exc:
-            raise _foreign_on_wrongtype(self.keys, exc) from exc
+            raise foreign_on_wrongtype(self.keys, exc) from exc
 
 
 def decode_grant(raw: bytes | str) -> tuple[int, int]:

@@ -1,14 +1,14 @@
-"""Lua sources of the primitives' atomic steps (the job lock's own are in lockworker.scripts).
+"""Lua sources of the primitives' atomic steps (the job lock's own are in lockworker.protocol.lua).
 
 Headers give the keys, the arguments and every possible result. Times inside the
 semaphore scripts come from the server's ``TIME``, so every client judges expiry of
 permits by one clock (the server's); a holder still judges its *own* permit by its local
-monotonic clock (:mod:`lockworker.lease`), which is the stricter of the two.
+monotonic clock (:mod:`lockworker.runtime.lease`), which is the stricter of the two.
 """
 
 from __future__ import annotations
 
-from lockworker.codec import LUA_PROLOGUE
+from lockworker.model.codec import LUA_PROLOGUE
 
 # Shared prologue of the semaphore scripts: server time in ms; purge dead holders and
 # dead waiters (their heartbeat stopped), waking the queue if any permit came back.
@@ -99,7 +99,7 @@ return removed
 # FENCE_RAISE (Redlock): raise a master's token counter to at least ARGV[2], only while
 # the caller still holds that master's lock, so the next acquisition there gets a
 # larger token than the one the caller is about to use.
-# KEYS[1] lock  KEYS[2] state (the job protocol's value, lockworker.codec)
+# KEYS[1] lock  KEYS[2] state (the job protocol's value, lockworker.model.codec)
 # ARGV[1] the caller's exact lock value  ARGV[2] token  ARGV[3] retention ms
 # returns 1 raised (or already high enough), 0 the caller does not hold this master
 FENCE_RAISE = LUA_PROLOGUE + """

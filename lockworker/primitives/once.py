@@ -34,15 +34,15 @@ from typing import Any, Protocol, TypeVar
 
 import redis
 
-from lockworker import events, retry
 from lockworker.clock import Clock, SystemClock
-from lockworker.codec import to_json
 from lockworker.errors import AcquireTimeout, LockLost
-from lockworker.keys import JobKeys, Space, check_name
-from lockworker.luacall import LuaScript
+from lockworker.model.codec import to_json
+from lockworker.model.keys import JobKeys, Space, check_name
 from lockworker.primitives import common
 from lockworker.primitives.lock import MIN_WAIT, Lock
-from lockworker.wake import Waits
+from lockworker.protocol.luacall import LuaScript
+from lockworker.runtime import events, retry
+from lockworker.runtime.wake import Waits
 
 # STORE: cache the computed value and wake the waiters, in one step. A script rather
 # than MULTI/EXEC with PUBLISH: a cluster client routes it by its one key (the channel

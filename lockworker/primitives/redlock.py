@@ -34,9 +34,7 @@ from typing import Any
 import redis
 from redis.commands.core import Script
 
-from lockworker import events
 from lockworker.clock import Clock, SystemClock
-from lockworker.codec import Holder, LockValue, new_run
 from lockworker.config import number
 from lockworker.errors import (
     AcquireTimeout,
@@ -44,12 +42,14 @@ from lockworker.errors import (
     LockLost,
     NotHeld,
 )
-from lockworker.keys import JobKeys, Space, check_name
-from lockworker.lease import DRIFT_FIXED, Heartbeat, Lease
+from lockworker.model.codec import Holder, LockValue, new_run
+from lockworker.model.keys import JobKeys, Space, check_name
+from lockworker.model.state import Grant
 from lockworker.primitives import common, lua, masters
 from lockworker.primitives.lock import MAX_ACQUISITIONS, RETENTION
 from lockworker.protocol import ScriptProtocol
-from lockworker.state import Grant
+from lockworker.runtime import events
+from lockworker.runtime.lease import DRIFT_FIXED, Heartbeat, Lease
 
 NAMESPACE = "redlocks"
 UNREACHABLE = "redlock.unreachable"

@@ -33,14 +33,14 @@ from typing import Any, TypeVar
 import redis
 from redis.commands.core import Script
 
-from lockworker import events, retry
 from lockworker.clock import Clock
 from lockworker.errors import AcquireTimeout, InvalidConfig, LockLost, LockworkerError, NotHeld
-from lockworker.keys import Space
-from lockworker.lease import Heartbeat, Lease, valid_until
+from lockworker.model.keys import Space
 from lockworker.primitives import common, lua
 from lockworker.protocol import text
-from lockworker.wake import Waits
+from lockworker.runtime import events, retry
+from lockworker.runtime.lease import Heartbeat, Lease, valid_until
+from lockworker.runtime.wake import Waits
 
 NAMESPACE = "semaphores"
 ACQUIRED = "semaphore.acquired"

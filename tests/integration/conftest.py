@@ -9,9 +9,9 @@ import pytest
 import redis
 
 import lockworker
-from lockworker.keys import JobKeys
+from lockworker.model.keys import JobKeys
 from lockworker.protocol import LockProtocol, ScriptProtocol
-from lockworker.txn import TxnProtocol
+from lockworker.protocol.txn import TxnProtocol
 
 Hook = Callable[[lockworker.Job], None]
 

@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 from redis.crc import key_slot
 
 import lockworker
-from lockworker.keys import JobKeys, Space, escape
-from lockworker.sources import stream_keys
+from lockworker.daemons.sources import stream_keys
+from lockworker.model.keys import JobKeys, Space, escape
 from lockworker.testing import RedisServer
 
 PASSWORD = "s3cr3t-pw"

@@ -1,6 +1,6 @@
 """The Lua and Python parsers of the value format agree on every value, hostile ones too.
 
-The scripts parse lock and state values with :data:`lockworker.codec.LUA_PROLOGUE`, the
+The scripts parse lock and state values with :data:`lockworker.model.codec.LUA_PROLOGUE`, the
 Python side with :func:`decode_lock`/:func:`decode_state`. Both are fed the same values
 on the real server; they must accept the same ones and read the same fields.
 """
@@ -11,8 +11,8 @@ import redis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from lockworker.codec import LUA_PROLOGUE, LockValue, StateValue, decode_lock, decode_state
-from lockworker.state import JobStatus
+from lockworker.model.codec import LUA_PROLOGUE, LockValue, StateValue, decode_lock, decode_state
+from lockworker.model.state import JobStatus
 
 PARSE = LUA_PROLOGUE + """
 local l = lw_lock(ARGV[1])

@@ -8,9 +8,9 @@ from helpers import LEASE, RETENTION, grant, held, wait_for, who
 from redis.crc import key_slot
 
 from lockworker.errors import ForeignValueError
-from lockworker.keys import JobKeys
+from lockworker.model.keys import JobKeys
+from lockworker.model.state import Grant, JobStatus, Renewal, Reset, Settle, Snapshot
 from lockworker.protocol import LockProtocol, ScriptProtocol
-from lockworker.state import Grant, JobStatus, Renewal, Reset, Settle, Snapshot
 
 
 def test_attempts_count_up_and_tokens_grow(protocol: LockProtocol, keys: JobKeys) -> None:

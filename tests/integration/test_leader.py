@@ -12,7 +12,7 @@ from helpers import wait_for
 
 import lockworker
 from lockworker import InvalidConfig, Leader, Term, Worker
-from lockworker.leader import leader_keys
+from lockworker.daemons.leader import leader_keys
 
 
 class Recording(Leader):

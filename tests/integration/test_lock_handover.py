@@ -16,10 +16,10 @@ import pytest
 import redis
 from helpers import in_thread, wait_for
 
-from lockworker.codec import Holder, new_run
+from lockworker.model.codec import Holder, new_run
+from lockworker.model.state import Grant, Snapshot
 from lockworker.primitives import Lock, Semaphore
 from lockworker.primitives.lockqueue import LockSteps
-from lockworker.state import Grant, Snapshot
 
 TTL = 30.0
 PROMPT = 10.0

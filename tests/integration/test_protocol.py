@@ -6,10 +6,10 @@ from __future__ import annotations
 import redis
 from helpers import LEASE, RETENTION, grant, held, wait_for, who
 
-from lockworker.keys import JobKeys
+from lockworker.model.keys import JobKeys
+from lockworker.model.state import JobStatus, Reset, Settle, Snapshot
 from lockworker.protocol import LockProtocol, ScriptProtocol
-from lockworker.state import JobStatus, Reset, Settle, Snapshot
-from lockworker.txn import TxnProtocol
+from lockworker.protocol.txn import TxnProtocol
 
 
 def warm_up(protocol: ScriptProtocol, namespace: str) -> None:

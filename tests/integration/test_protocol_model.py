@@ -41,11 +41,11 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from lockworker.codec import Holder, LockValue, decode_lock, decode_state
-from lockworker.keys import JobKeys
+from lockworker.model.codec import Holder, LockValue, decode_lock, decode_state
+from lockworker.model.keys import JobKeys
+from lockworker.model.state import Grant, JobStatus, Renewal, Reset, Settle, Snapshot
 from lockworker.protocol import LockProtocol, ScriptProtocol
-from lockworker.state import Grant, JobStatus, Renewal, Reset, Settle, Snapshot
-from lockworker.txn import TxnProtocol
+from lockworker.protocol.txn import TxnProtocol
 
 LEASE = 30_000
 LONG_LEASE = 60_000

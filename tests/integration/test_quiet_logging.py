@@ -101,8 +101,8 @@ def test_basic_config_shows_every_event_as_a_standard_record(
         "DEBUG:lockworker.lock:lock.acquired",
         "DEBUG:lockworker.lock:lock.released",
         "WARNING:lockworker.lock:lock.lost",
-        "INFO:lockworker.worker:job.acquired",
-        "INFO:lockworker.worker:job.done",
+        "INFO:lockworker.daemons.worker:job.acquired",
+        "INFO:lockworker.daemons.worker:job.done",
         "DEBUG:lockworker.semaphore:semaphore.acquired",
         "DEBUG:lockworker.semaphore:semaphore.released",
     ):

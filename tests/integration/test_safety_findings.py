@@ -17,16 +17,16 @@ import redis
 from helpers import in_thread, wait_for
 
 import lockworker
-from lockworker import retry
-from lockworker.codec import Holder, decode_state, new_run
+from lockworker.daemons.leader import leader_keys
 from lockworker.errors import Contended, ForeignValueError, JobNotFound, RedisUnavailable
-from lockworker.keys import JobKeys, Space
-from lockworker.leader import leader_keys
+from lockworker.model.codec import Holder, decode_state, new_run
+from lockworker.model.keys import JobKeys, Space
+from lockworker.model.state import Grant, Outcome, Renewal, Snapshot
 from lockworker.protocol import LockProtocol, ScriptProtocol
-from lockworker.retry import RetryPolicy
-from lockworker.state import Grant, Outcome, Renewal, Snapshot
+from lockworker.protocol.txn import TxnProtocol
+from lockworker.runtime import retry
+from lockworker.runtime.retry import RetryPolicy
 from lockworker.testing import FakeClock, capture_events
-from lockworker.txn import TxnProtocol
 
 Make = Callable[..., lockworker.Worker]
 RETENTION_MS = 60_000

@@ -13,7 +13,7 @@ from helpers import RETENTION, grant, held, wait_for
 
 import lockworker
 from lockworker import InvalidConfig, Job, JobStatus, Worker
-from lockworker.keys import JobKeys
+from lockworker.model.keys import JobKeys
 from lockworker.protocol import ScriptProtocol
 
 

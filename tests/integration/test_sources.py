@@ -12,7 +12,7 @@ from helpers import wait_for
 
 import lockworker
 from lockworker import InvalidConfig, Job, JobStatus, StreamSource, Worker
-from lockworker.sources import Delivery, stream_keys
+from lockworker.daemons.sources import Delivery, stream_keys
 
 
 def fresh(name: str) -> str:

@@ -15,7 +15,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 import lockworker
-from lockworker import events
+from lockworker.runtime import events
 from lockworker.testing import RedisServer, capture_events
 
 

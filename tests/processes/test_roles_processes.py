@@ -60,7 +60,7 @@ class Pair:
         return [json.loads(r) for r in self.client.lrange(f"{self.namespace}:did", 0, -1)]
 
     def registered(self, owner: str) -> bool:
-        key = lockworker.sources.stream_keys(self.stream).extra("readers")
+        key = lockworker.daemons.sources.stream_keys(self.stream).extra("readers")
         return self.client.zscore(key, owner) is not None
 
     def close(self) -> None:

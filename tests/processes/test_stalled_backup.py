@@ -20,9 +20,9 @@ import redis
 from helpers import wait_for
 
 import lockworker
-from lockworker.keys import JobKeys
+from lockworker.model.keys import JobKeys
+from lockworker.model.state import JobStatus
 from lockworker.protocol import ScriptProtocol
-from lockworker.state import JobStatus
 from lockworker.testing import RedisServer
 
 pytestmark = pytest.mark.processes
@@ -83,7 +83,7 @@ class Daemons:
         )
 
     def registered(self, owner: str) -> bool:
-        key = lockworker.sources.stream_keys(self.stream).extra("readers")
+        key = lockworker.daemons.sources.stream_keys(self.stream).extra("readers")
         return self.client.zscore(key, owner) is not None
 
     def events(self, **match: object) -> list[dict[str, Any]]:

@@ -26,10 +26,10 @@ from helpers import wait_for
 
 import lockworker
 from lockworker.cli.demo_worker import records_key
-from lockworker.keys import JobKeys
+from lockworker.daemons.sources import stream_keys
+from lockworker.model.keys import JobKeys
+from lockworker.model.state import JobStatus
 from lockworker.protocol import inspect
-from lockworker.sources import stream_keys
-from lockworker.state import JobStatus
 from lockworker.testing import RedisServer
 
 pytestmark = pytest.mark.processes

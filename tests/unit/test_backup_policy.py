@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from lockworker.policy import Timing, backup_step
-from lockworker.state import JobStatus, Snapshot
+from lockworker.model.policy import Timing, backup_step
+from lockworker.model.state import JobStatus, Snapshot
 
 T = Timing(lock_timeout=10.0, retry_delay=1.0, backup_delay=0.5)
 FREE = Snapshot(JobStatus.PENDING, 1, 7, "primary")

@@ -21,9 +21,9 @@ from lockworker.cli.main import parse as parse_command_line
 from lockworker.cli.run import socket_timeout
 from lockworker.cli.status import Row, duration, natural, table
 from lockworker.cli.target import load
-from lockworker.leader import Leader
-from lockworker.state import JobStatus, Snapshot
-from lockworker.worker import Worker
+from lockworker.daemons.leader import Leader
+from lockworker.daemons.worker import Worker
+from lockworker.model.state import JobStatus, Snapshot
 
 
 def parse(*argv: str) -> argparse.Namespace:
@@ -243,7 +243,7 @@ def test_global_options_work_before_and_after_the_command() -> None:
 
 
 def test_load_target() -> None:
-    assert load("lockworker.worker:Worker") is Worker
+    assert load("lockworker.daemons.worker:Worker") is Worker
     assert load("lockworker:Leader") is Leader
     for target, message in (
         ("lockworker", "expected MODULE:CLASS"),

@@ -8,8 +8,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lockworker import policy
-from lockworker.codec import (
+from lockworker.errors import InvalidConfig
+from lockworker.model import policy
+from lockworker.model.codec import (
     LockValue,
     StateValue,
     check_payload,
@@ -17,9 +18,8 @@ from lockworker.codec import (
     decode_state,
     payload_view,
 )
-from lockworker.errors import InvalidConfig
-from lockworker.keys import JobKeys, Space, parse_state_key, state_pattern
-from lockworker.state import JobStatus, Snapshot
+from lockworker.model.keys import JobKeys, Space, parse_state_key, state_pattern
+from lockworker.model.state import JobStatus, Snapshot
 
 
 @pytest.mark.parametrize("owner", ["a", "host:12:ab", "with|pipes|inside", "ü", "", "new\nline"])

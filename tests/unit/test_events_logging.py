@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 import structlog
 
-from lockworker import events
 from lockworker.cli import logs
+from lockworker.runtime import events
 from lockworker.testing import capture_events
 
 
@@ -77,7 +77,7 @@ def test_fields_named_like_record_attributes_are_renamed(
 ) -> None:
     events.logger(events.LEADER, None).warning("x", name="boss", message="m", lineno=3)
     (record,) = records
-    assert record.name == "lockworker.leader"
+    assert record.name == "lockworker.daemons.leader"
     assert (record.name_, record.message_, record.lineno_) == ("boss", "m", 3)  # type: ignore[attr-defined]
 
 

@@ -9,7 +9,7 @@ import pytest
 
 import lockworker
 from lockworker.errors import RedisUnavailable
-from lockworker.lease import Heartbeat, Lease, valid_until
+from lockworker.runtime.lease import Heartbeat, Lease, valid_until
 from lockworker.testing import FakeClock
 
 LEASE = 3.0

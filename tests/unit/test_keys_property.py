@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lockworker.errors import InvalidConfig
-from lockworker.keys import JobKeys, Space, check_name, escape, parse_state_key, unescape
+from lockworker.model.keys import JobKeys, Space, check_name, escape, parse_state_key, unescape
 
 
 def _encodable(s: str) -> bool:

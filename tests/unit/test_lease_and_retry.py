@@ -6,8 +6,8 @@ import pytest
 import redis
 
 from lockworker.errors import RedisUnavailable
-from lockworker.lease import DRIFT_FIXED, Heartbeat, Lease, valid_until
-from lockworker.retry import RetryPolicy, call
+from lockworker.runtime.lease import DRIFT_FIXED, Heartbeat, Lease, valid_until
+from lockworker.runtime.retry import RetryPolicy, call
 from lockworker.testing import FakeClock
 
 

@@ -11,10 +11,10 @@ import pytest
 from freezegun import freeze_time
 from helpers import who
 
-from lockworker.keys import JobKeys
+from lockworker.model.keys import JobKeys
+from lockworker.model.state import Grant, JobStatus, Settle, Snapshot
 from lockworker.protocol import LockProtocol, ScriptProtocol
-from lockworker.state import Grant, JobStatus, Settle, Snapshot
-from lockworker.txn import TxnProtocol
+from lockworker.protocol.txn import TxnProtocol
 
 KEYS = JobKeys.of("unit", "job")
 

@@ -25,7 +25,7 @@ import lockworker
 from lockworker import InvalidConfig, Lock, Redlock, RetryPolicy, Semaphore, compute_once
 from lockworker.cli.main import lease_seconds, non_negative_float, positive_float, positive_int
 from lockworker.config import MAX_COUNT, MAX_SECONDS, MIN_LEASE
-from lockworker.sources import StreamSource
+from lockworker.daemons.sources import StreamSource
 from lockworker.testing import FakeClock
 
 # -- the rules, stated independently of lockworker.config ---------------------------

@@ -8,7 +8,7 @@ import threading
 
 from helpers import wait_for
 
-from lockworker.signals import stop_on_signals
+from lockworker.runtime.signals import stop_on_signals
 
 
 def test_a_signal_while_the_main_thread_holds_a_lock_the_stop_needs_does_not_deadlock() -> None:

@@ -37,13 +37,13 @@ from typing import Any, Protocol
 
 import redis
 
-from lockworker import events, retry
 from lockworker.clock import Clock, SystemClock
-from lockworker.codec import check_payload
 from lockworker.config import count, seconds
 from lockworker.errors import InvalidConfig, LockworkerError
-from lockworker.keys import JobKeys, Space, check_name
+from lockworker.model.codec import check_payload
+from lockworker.model.keys import JobKeys, Space, check_name
 from lockworker.protocol import text
+from lockworker.runtime import events, retry
 
 STREAMS_NAMESPACE = "streams"
 READER_TTL = 6 * 3600.0

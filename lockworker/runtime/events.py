@@ -12,7 +12,7 @@ is decided when it is logged, not when the object logging it was built:
   goes through structlog's global configuration, as ``structlog.get_logger(name)``
   would send it.
 - Otherwise it goes to the standard :mod:`logging` logger of its product (:data:`LOGGERS`:
-  ``lockworker.worker``, ``lockworker.lock``, ...), with the event name as the message
+  ``lockworker.daemons.worker``, ``lockworker.lock``, ...), with the event name as the message
   and every field as an attribute of the ``LogRecord`` (``record.job_id``). Without
   any logging configured nothing is printed but WARNING and above, on stderr, by
   Python's last-resort handler.
@@ -26,7 +26,7 @@ from typing import Any, Protocol
 
 import structlog
 
-from lockworker.state import Renewal
+from lockworker.model.state import Renewal
 
 ACQUIRED = "job.acquired"
 LOCKED = "job.locked"
@@ -53,10 +53,10 @@ ALL = (
 )
 
 # Logger names: one per product, under the ``lockworker`` logger.
-WORKER = "lockworker.worker"
-SERVE = "lockworker.serve"
-SOURCES = "lockworker.sources"
-LEADER = "lockworker.leader"
+WORKER = "lockworker.daemons.worker"
+SERVE = "lockworker.daemons.serve"
+SOURCES = "lockworker.daemons.sources"
+LEADER = "lockworker.daemons.leader"
 LOCK = "lockworker.lock"
 SEMAPHORE = "lockworker.semaphore"
 REDLOCK = "lockworker.redlock"

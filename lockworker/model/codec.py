@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from lockworker.errors import InvalidConfig
-from lockworker.state import JobStatus
+from lockworker.model.state import JobStatus
 
 TAG = "lw2|"
 

@@ -2,11 +2,11 @@
 
 Take the next attempt if it is free; if granted, run ``on_acquired`` under a renewed
 lease and settle it (complete, fail, release); if not, wait for a wake message or the
-end of the holder's lease, and look again. Decisions come from :mod:`lockworker.policy`,
+end of the holder's lease, and look again. Decisions come from :mod:`lockworker.model.policy`,
 Redis steps from the worker's protocol; this module only sequences them.
 
 Under ``Worker.serve`` a run gets a :class:`Gate` (the server's slots): while it waits
-for another holder's lease it parks, giving its slot back (see :mod:`lockworker.park`).
+for another holder's lease it parks, giving its slot back (see :mod:`lockworker.runtime.park`).
 """
 
 from __future__ import annotations
@@ -14,23 +14,58 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import redis
 
-from lockworker import events, policy
-from lockworker.codec import LockValue
+from lockworker.clock import Clock
+from lockworker.daemons.job import Job
 from lockworker.errors import LockworkerError, StopRequested
-from lockworker.job import Job
-from lockworker.keys import JobKeys
-from lockworker.lease import Lease
-from lockworker.state import Grant, JobStatus, Outcome, Settle, Snapshot
-
-if TYPE_CHECKING:
-    from lockworker.worker import Worker
-
+from lockworker.model import policy
+from lockworker.model.codec import Holder, LockValue
+from lockworker.model.keys import JobKeys
+from lockworker.model.state import Grant, JobStatus, Outcome, Settle, Snapshot
+from lockworker.protocol.interface import LockProtocol
+from lockworker.runtime import events
+from lockworker.runtime.lease import Heartbeat, Lease
+from lockworker.runtime.wake import Waits
 
 T = TypeVar("T")
+
+
+class Runner(Protocol):
+    """What a job run needs of the worker running it; :class:`~lockworker.Worker` is one.
+
+    Spelled out here, so that this module depends on the worker's interface and not on
+    its module (no import cycle).
+    """
+
+    clock: Clock
+    protocol: LockProtocol
+    timing: policy.Timing
+    role: str
+    owner: str
+    run_id: str
+    max_attempts: int
+    lock_timeout: float
+    _who: Holder
+    _lease_ms: int
+    _retention_ms: int
+    _stop: threading.Event
+    _heartbeat: Heartbeat
+    _hub: Waits
+
+    @property
+    def stopping(self) -> bool: ...
+
+    def on_acquired(self, job: Job) -> None: ...
+
+    def _hook(self, log: Any, name: str, *args: Any) -> None: ...
+
+    def _call(
+        self, fn: Callable[[], T], what: str, deadline: float | None = None,
+        log: events.EventLog | None = None,
+    ) -> T: ...
 
 class Gate(Protocol):
     """What ``serve`` lends a run: giving its slot back while it waits on another holder."""
@@ -48,7 +83,7 @@ class JobRun:
     """One ``process`` call: the loop for one job in one thread."""
 
     def __init__(
-        self, worker: Worker, keys: JobKeys, payload: Any, log: Any, gate: Gate | None = None
+        self, worker: Runner, keys: JobKeys, payload: Any, log: Any, gate: Gate | None = None
     ) -> None:
         self.w = worker
         self.gate = gate

@@ -1,12 +1,12 @@
 """Lua sources of the lock protocol's atomic steps.
 
 Each script is one atomic step on the server: no other command runs between its reads
-and its writes. Values follow :mod:`lockworker.codec` (``lw2|...``) and are parsed by its
-shared :data:`~lockworker.codec.LUA_PROLOGUE`; tokens and attempts stay decimal strings
+and its writes. Values follow :mod:`lockworker.model.codec` (``lw2|...``) and are parsed by its
+shared :data:`~lockworker.model.codec.LUA_PROLOGUE`; tokens and attempts stay decimal strings
 from end to end, so they are exact at any size. Headers give the keys, the arguments
 and every possible result, in the manner of redis-py's ``lock.py``. A benchmark
 (docs/benchmarks.md) chose scripts over WATCH/MULTI/EXEC for the hot path: one round
-trip per step instead of three. :mod:`lockworker.txn` keeps the WATCH/MULTI/EXEC form of
+trip per step instead of three. :mod:`lockworker.protocol.txn` keeps the WATCH/MULTI/EXEC form of
 the same steps.
 
 Fencing tokens of a job id that the server does not know (a new id, one forgotten after
@@ -17,7 +17,7 @@ the server's clock does not go back by more than ``retention``.
 
 from __future__ import annotations
 
-from lockworker.codec import LUA_PROLOGUE
+from lockworker.model.codec import LUA_PROLOGUE
 
 # ACQUIRE: take the next attempt of a pending job, or report why not.
 # KEYS[1] lock   KEYS[2] state

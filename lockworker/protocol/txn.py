@@ -15,17 +15,12 @@ from typing import Any
 import redis
 from redis.client import Pipeline
 
-from lockworker.codec import Holder, LockValue, StateValue, decode_lock, decode_state
 from lockworker.errors import Contended, ForeignValueError
-from lockworker.keys import JobKeys
-from lockworker.protocol import (
-    SettleSteps,
-    settle_plan,
-    settle_result,
-    snapshot_from,
-    text,
-)
-from lockworker.state import Grant, JobStatus, Renewal, Reset, Settle, Snapshot
+from lockworker.model.codec import Holder, LockValue, StateValue, decode_lock, decode_state
+from lockworker.model.keys import JobKeys
+from lockworker.model.state import Grant, JobStatus, Renewal, Reset, Settle, Snapshot
+from lockworker.protocol.decode import settle_plan, settle_result, snapshot_from, text
+from lockworker.protocol.interface import SettleSteps
 
 MAX_TRIES = 16
 """WATCH races one step may lose before it raises :class:`Contended`; the caller's retry

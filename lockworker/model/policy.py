@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from lockworker.config import seconds
 from lockworker.errors import InvalidConfig
-from lockworker.state import Snapshot
+from lockworker.model.state import Snapshot
 
 EXPIRY_MARGIN = 0.001
 """Seconds added after a lease's end before re-checking, so the check lands after it."""

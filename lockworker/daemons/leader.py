@@ -3,7 +3,7 @@
 Built on the job lock itself, in a key space of its own: a term is an
 attempt that never runs out (``acquire`` with a practically unbounded attempt count),
 its token is the fencing token, its lease is renewed by the same
-:class:`~lockworker.lease.Heartbeat`, and ending a term is a ``release``, which
+:class:`~lockworker.runtime.lease.Heartbeat`, and ending a term is a ``release``, which
 publishes on the wake channel so followers compete at once. Keys of leader ``sched``::
 
     lw:leader:leaders:{sched}:lock    the term's lease: holder, its run, term number, token
@@ -22,7 +22,7 @@ the end of its lease. A backup first looks, and competes only once leadership ha
 been free for ``backup_delay``.
 
 A term is judged lost by this process's own monotonic clock (see
-:mod:`lockworker.lease`): ``term.lost`` turns true before the server lets the lease
+:mod:`lockworker.runtime.lease`): ``term.lost`` turns true before the server lets the lease
 expire, so before anyone else can be elected.
 """
 
@@ -36,19 +36,20 @@ from typing import Any, TypeVar
 
 import redis
 
-from lockworker import events, policy, retry
 from lockworker.clock import Clock, SystemClock, wall_time
-from lockworker.codec import Holder, LockValue, decode_lock, new_run
 from lockworker.config import default_owner, lease
+from lockworker.daemons.hooks import check_hooks
+from lockworker.daemons.term import Term
 from lockworker.errors import ForeignValueError, InvalidConfig, StopRequested
-from lockworker.hooks import check_hooks
-from lockworker.keys import JobKeys, Space, check_name
-from lockworker.lease import Heartbeat, Lease
+from lockworker.model import policy
+from lockworker.model.codec import Holder, LockValue, decode_lock, new_run
+from lockworker.model.keys import JobKeys, Space, check_name
+from lockworker.model.state import Grant, Settle, Snapshot
 from lockworker.protocol import ScriptProtocol, text
-from lockworker.signals import stop_on_signals
-from lockworker.state import Grant, Settle, Snapshot
-from lockworker.term import Term
-from lockworker.wake import Waits
+from lockworker.runtime import events, retry
+from lockworker.runtime.lease import Heartbeat, Lease
+from lockworker.runtime.signals import stop_on_signals
+from lockworker.runtime.wake import Waits
 
 T = TypeVar("T")
 

@@ -23,10 +23,10 @@ from typing import TypeVar
 import redis
 import tenacity
 
-from lockworker import events
 from lockworker.clock import Clock
 from lockworker.config import seconds
 from lockworker.errors import Contended, RedisUnavailable
+from lockworker.runtime import events
 
 T = TypeVar("T")
 

@@ -9,7 +9,7 @@ Rules kept here:
 - A job that waits for another holder's lease (a live one, or a dead one whose lease
   has not run out) parks: it gives its slot back, so the slot serves the next job, and
   takes one again, ahead of new deliveries, when a wake message or the lease's end on
-  this process's clock says to look again (:mod:`lockworker.park`). Parked jobs still
+  this process's clock says to look again (:mod:`lockworker.runtime.park`). Parked jobs still
   count as running: nothing is lost, and a later delivery of the same id waits behind.
 - The source is read without holding a slot, so a source that blocks (an idle stream)
   never keeps a parked job from its slot; at most one delivery waits for a slot.
@@ -32,17 +32,34 @@ from __future__ import annotations
 import collections
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from lockworker import events
 from lockworker.config import count
+from lockworker.daemons.jobrun import Gate
+from lockworker.daemons.sources import Delivery, as_source
 from lockworker.errors import ForeignValueError, InvalidConfig
-from lockworker.park import Slots
-from lockworker.sources import Delivery, as_source
-from lockworker.state import Outcome
+from lockworker.model.state import Outcome
+from lockworker.runtime import events
+from lockworker.runtime.park import Slots
 
-if TYPE_CHECKING:
-    from lockworker.worker import Worker
+
+class Servable(Protocol):
+    """What ``serve`` needs of the worker it serves with; :class:`~lockworker.Worker` is
+    one. Spelled out here, so this module depends on an interface, not on the worker's
+    module (no import cycle)."""
+
+    namespace: str
+    owner: str
+    run_id: str
+    _logger: Any
+    _stop: threading.Event
+
+    @property
+    def stopping(self) -> bool: ...
+
+    def _install_signal_handlers(self) -> None: ...
+
+    def _process(self, job_id: str, payload: Any, gate: Gate | None = None) -> Outcome: ...
 
 JOB_ERROR = "serve.job_error"
 STARTED = "serve.started"
@@ -51,7 +68,7 @@ STOPPED = "serve.stopped"
 RESOLVED = frozenset({Outcome.DONE, Outcome.DONE_ELSEWHERE, Outcome.GAVE_UP})
 
 
-def serve(worker: Worker, source: object, *, concurrency: int = 4) -> None:
+def serve(worker: Servable, source: object, *, concurrency: int = 4) -> None:
     """Process every job of ``source`` with ``worker``; see the module docstring."""
     concurrency = count(concurrency, "concurrency")
     deliveries = as_source(source).deliveries(worker._stop)
@@ -62,7 +79,7 @@ def serve(worker: Worker, source: object, *, concurrency: int = 4) -> None:
 class _Server:
     """One ``serve`` call: the slots, the running job ids, the first fatal error."""
 
-    def __init__(self, worker: Worker, concurrency: int) -> None:
+    def __init__(self, worker: Servable, concurrency: int) -> None:
         self.worker = worker
         self.concurrency = concurrency
         self.slots = Slots(concurrency)

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from lockworker.clock import Clock, SystemClock
 from lockworker.errors import LockLost, StopRequested
-from lockworker.lease import Lease, LeaseView
+from lockworker.runtime.lease import Lease, LeaseView
 
 WAKE_MARGIN = 0.0005
 """Seconds past a lease's validity at which :meth:`Term.wait` looks again."""

@@ -4,8 +4,8 @@
 (``protocol.acquire``); if granted, run ``on_acquired`` under a renewed lease and settle
 the attempt (complete, fail, release); if not, wait for the holder to finish, fail or
 die (a wake message, or the end of its lease by this process's own timer) and look
-again. The decisions live in :mod:`lockworker.policy`, the Redis steps in
-:mod:`lockworker.protocol`, the lease in :mod:`lockworker.lease`; this module wires them
+again. The decisions live in :mod:`lockworker.model.policy`, the Redis steps in
+:mod:`lockworker.protocol`, the lease in :mod:`lockworker.runtime.lease`; this module wires them
 to hooks, logs and signals.
 """
 
@@ -18,22 +18,23 @@ from typing import Any, TypeVar
 
 import redis
 
-from lockworker import events, policy, retry
 from lockworker.clock import Clock, SystemClock
-from lockworker.codec import Holder, new_run, payload_view
 from lockworker.config import default_owner, lease, positive, seconds
+from lockworker.daemons.hooks import check_hooks
+from lockworker.daemons.job import Job
+from lockworker.daemons.jobrun import Gate, JobRun
+from lockworker.daemons.serve import serve
 from lockworker.errors import InvalidConfig, JobNotFound
-from lockworker.hooks import check_hooks
-from lockworker.job import Job
-from lockworker.jobrun import Gate, JobRun
-from lockworker.keys import JobKeys, check_name
-from lockworker.lease import Heartbeat
+from lockworker.model import policy
+from lockworker.model.codec import Holder, new_run, payload_view
+from lockworker.model.keys import JobKeys, check_name
+from lockworker.model.state import Outcome, Reset, Snapshot
 from lockworker.protocol import LockProtocol, ScriptProtocol
-from lockworker.serve import serve
-from lockworker.signals import stop_on_signals
-from lockworker.state import Outcome, Reset, Snapshot
-from lockworker.txn import TxnProtocol
-from lockworker.wake import Waits
+from lockworker.protocol.txn import TxnProtocol
+from lockworker.runtime import events, retry
+from lockworker.runtime.lease import Heartbeat
+from lockworker.runtime.signals import stop_on_signals
+from lockworker.runtime.wake import Waits
 
 T = TypeVar("T")
 
@@ -54,7 +55,7 @@ class Worker:
     """Runs jobs so that one process at a time does each, and a backup takes over.
 
     Subclass it and override ``on_acquired`` (and any other hook, see
-    :mod:`lockworker.hooks`), or pass the hooks as functions. One ``Worker`` may serve
+    :mod:`lockworker.daemons.hooks`), or pass the hooks as functions. One ``Worker`` may serve
     many jobs, from many threads, but one job id at a time per worker.
 
     :param client: a ``redis.Redis`` client (give it a ``socket_timeout`` shorter than
@@ -197,7 +198,7 @@ class Worker:
 
         ``source``: any iterable of ``(job_id, payload)``, or a
         :class:`lockworker.StreamSource`. At most ``concurrency`` jobs run at once, each
-        through :meth:`process`; see :mod:`lockworker.serve`.
+        through :meth:`process`; see :mod:`lockworker.daemons.serve`.
         """
         serve(self, source, concurrency=concurrency)
 
@@ -265,7 +266,7 @@ class Worker:
                 self._signals = stack
 
     def _process(self, job_id: str, payload: Any, gate: Gate | None = None) -> Outcome:
-        """:meth:`process`; ``serve`` passes its slots as ``gate`` (see lockworker.park)."""
+        """:meth:`process`; ``serve`` passes its slots as ``gate`` (see lockworker.runtime.park)."""
         keys = JobKeys.of(self.namespace, job_id)
         payload = payload_view(payload)  # what any other process would see
         log = self._log.bind(job_id=job_id)

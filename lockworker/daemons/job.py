@@ -8,7 +8,7 @@ from typing import Any
 
 from lockworker.clock import Clock
 from lockworker.errors import LockLost, StopRequested
-from lockworker.lease import Lease, LeaseView
+from lockworker.runtime.lease import Lease, LeaseView
 
 
 @dataclass(eq=False)

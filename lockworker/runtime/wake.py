@@ -55,7 +55,7 @@ CONFIRM_TIMEOUT = 5.0
 BROKEN_PAUSE = 0.05
 """Seconds the reader pauses after a failed read before it tries (and reconnects) again."""
 
-_log = logging.getLogger("lockworker.wake")
+_log = logging.getLogger("lockworker.runtime.wake")
 
 
 class WakeHub:

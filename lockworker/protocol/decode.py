@@ -1,0 +1,115 @@
+"""Pure decoding of the protocol's replies and the state each settle step writes.
+
+No I/O here: what a reply means, and what an ending writes, decided once for both
+implementations (:mod:`lockworker.protocol.script` and :mod:`lockworker.protocol.txn`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import redis
+
+from lockworker.errors import ForeignValueError
+from lockworker.model.codec import LockValue, StateValue, decode_lock, decode_state
+from lockworker.model.keys import JobKeys
+from lockworker.model.state import Grant, JobStatus, Renewal, Reset, Settle, Snapshot
+
+
+def text(raw: Any) -> str:
+    """A reply as str, whether the client decodes responses or not."""
+    return raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
+
+
+def settle_plan(held: LockValue, kind: str, max_attempts: int = 0) -> tuple[StateValue, str]:
+    """The state a settle step writes, and the message that wakes waiters.
+
+    ``kind`` is ``complete``, ``fail`` or ``release``. A failed last attempt writes
+    GAVE_UP; a release gives the attempt back so a graceful stop costs none.
+    """
+    if kind == "complete":
+        return StateValue(JobStatus.DONE, held.attempt, held.token, held.run, held.owner), "done"
+    if kind == "fail":
+        final = held.attempt >= max_attempts
+        status = JobStatus.GAVE_UP if final else JobStatus.PENDING
+        return StateValue(status, held.attempt, held.token, held.run, held.owner), (
+            "gave_up" if final else "failed"
+        )
+    refunded = max(0, held.attempt - 1)
+    return (
+        StateValue(JobStatus.PENDING, refunded, held.token, held.run, held.owner),
+        "released",
+    )
+
+
+def settle_result(reply: int, new_state: StateValue) -> Settle:
+    """Map a settle step's answer (1 or 2 applied, 0 refused, -1 state lost)."""
+    if reply < 0:
+        return Settle.STATE_LOST
+    if reply == 0:
+        return Settle.NOT_HOLDER
+    if new_state.status is JobStatus.DONE:
+        return Settle.DONE
+    if new_state.status is JobStatus.GAVE_UP:
+        return Settle.GAVE_UP
+    return Settle.RELEASED
+
+
+def snapshot_from(keys: JobKeys, raw_state: Any, raw_lock: Any, pttl: int | None) -> Snapshot:
+    """Build a :class:`Snapshot` from raw reads of the state and lock keys."""
+    state = None
+    if raw_state is not None:
+        state = decode_state(raw_state)
+        if state is None:
+            raise ForeignValueError(keys.state, text(raw_state))
+    lock = None
+    if raw_lock is not None:
+        lock = decode_lock(raw_lock)
+        if lock is None:
+            raise ForeignValueError(keys.lock, text(raw_lock))
+    if state is None:
+        state = StateValue(JobStatus.PENDING, 0, 0, "", "")
+    if lock is not None and state.status is JobStatus.PENDING:
+        return Snapshot(
+            state.status, lock.attempt, lock.token, state.owner, lock.owner, pttl, lock.run
+        )
+    return Snapshot(state.status, state.attempt, state.token, state.owner, run=state.run)
+
+
+def decode_acquire(keys: JobKeys, reply: Sequence[Any]) -> Grant | Snapshot:
+    """Decode the ACQUIRE script's reply (see :mod:`lockworker.protocol.lua`)."""
+    kind = text(reply[0])
+    if kind == "granted":
+        return Grant(int(reply[1]), int(reply[2]), reentered=int(reply[3]) == 1)
+    if kind == "locked":
+        return Snapshot(
+            JobStatus.PENDING, int(reply[1]), int(reply[2]), text(reply[3]),
+            holder=text(reply[3]), pttl_ms=max(0, int(reply[4])), run=text(reply[5]),
+        )
+    if kind == "foreign":
+        raise ForeignValueError(text(reply[1]), text(reply[2]))
+    return Snapshot(
+        JobStatus(kind), int(reply[1]), int(reply[2]), text(reply[3]), run=text(reply[4])
+    )
+
+
+def decode_reset(reply: Sequence[Any]) -> Reset:
+    """Decode the RESET script's reply (see :mod:`lockworker.protocol.lua`)."""
+    kind = text(reply[0])
+    if kind == "foreign":
+        raise ForeignValueError(text(reply[1]), text(reply[2]))
+    return Reset(kind)
+
+
+def foreign_on_wrongtype(keys: JobKeys, exc: redis.ResponseError) -> Exception:
+    if "WRONGTYPE" in str(exc):
+        return ForeignValueError(f"{keys.lock} or {keys.state}", "a value of another type")
+    return exc
+
+
+def renewal(reply: int) -> Renewal:
+    """Map a renew step's answer (1 renewed, 0 not the holder, -1 state lost)."""
+    if reply == 1:
+        return Renewal.RENEWED
+    return Renewal.STATE_LOST if reply < 0 else Renewal.NOT_HOLDER

@@ -1,0 +1,105 @@
+"""The lock protocol: each step one atomic operation on the Redis server.
+
+Steps (all take the client's view of one job's :class:`~lockworker.model.keys.JobKeys`):
+
+=========  ==========================================================  =====================
+step       what it does atomically                                      result
+=========  ==========================================================  =====================
+acquire    if pending and free: attempt+1, token+1, lease for owner     Grant | Snapshot
+renew      extend the lease if the caller still holds this attempt      Renewal
+complete   holder only: drop the lease, state DONE, wake waiters        Settle.DONE|NOT_HOLDER
+fail       holder only: drop the lease (GAVE_UP if it was the last)     RELEASED|GAVE_UP|...
+release    holder only: drop the lease and refund the attempt           RELEASED|NOT_HOLDER
+inspect    read state, lease and its remaining time                     Snapshot
+reset      make a known job pending again (token counter kept)          Reset
+=========  ==========================================================  =====================
+
+Rules of this module: no threads, no sleeping, no hooks, no logging, no retries. It
+says what Redis did; the worker decides what to do about it. Every step is safe to
+retry after a lost reply: acquire recognises its own lease (``Grant.reentered``: the
+same *run*, not merely the same owner label), and settle steps recognise a state they
+already wrote. A step that finds the job's state gone where a lease of the caller's
+should be says so (``Renewal.STATE_LOST``, ``Settle.STATE_LOST``): the server lost
+its data.
+
+Two implementations share this interface: :class:`ScriptProtocol` (Lua, one round trip
+per step; the default) and :class:`lockworker.protocol.txn.TxnProtocol` (WATCH/MULTI/EXEC, three
+round trips per step).
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import redis
+
+from lockworker.model.codec import Holder, LockValue
+from lockworker.model.keys import JobKeys
+from lockworker.model.state import Grant, Renewal, Reset, Settle, Snapshot
+from lockworker.protocol.decode import foreign_on_wrongtype, snapshot_from
+
+
+class LockProtocol(Protocol):
+    """The atomic steps of the job lock (see the module docstring)."""
+
+    def acquire(
+        self, keys: JobKeys, who: Holder, lease_ms: int, max_attempts: int, retention_ms: int
+    ) -> Grant | Snapshot: ...
+
+    def renew(
+        self, keys: JobKeys, held: LockValue, lease_ms: int, retention_ms: int
+    ) -> Renewal: ...
+
+    def complete(self, keys: JobKeys, held: LockValue, retention_ms: int) -> Settle: ...
+
+    def fail(
+        self, keys: JobKeys, held: LockValue, max_attempts: int, retention_ms: int
+    ) -> Settle: ...
+
+    def release(self, keys: JobKeys, held: LockValue, retention_ms: int) -> Settle: ...
+
+    def inspect(self, keys: JobKeys) -> Snapshot: ...
+
+    def reset(self, keys: JobKeys, retention_ms: int, *, force: bool = False) -> Reset: ...
+
+
+class SettleSteps:
+    """complete, fail, release and inspect, shared by both implementations.
+
+    Each implementation supplies ``client`` and ``_settle_step(keys, held, kind,
+    retention_ms, max_attempts)``, the one atomic step behind the three endings.
+    """
+
+    client: redis.Redis
+
+    def _settle_step(
+        self, keys: JobKeys, held: LockValue, kind: str, retention_ms: int, max_attempts: int = 0
+    ) -> Settle:
+        raise NotImplementedError
+
+    def complete(self, keys: JobKeys, held: LockValue, retention_ms: int) -> Settle:
+        return self._settle_step(keys, held, "complete", retention_ms)
+
+    def fail(
+        self, keys: JobKeys, held: LockValue, max_attempts: int, retention_ms: int
+    ) -> Settle:
+        return self._settle_step(keys, held, "fail", retention_ms, max_attempts)
+
+    def release(self, keys: JobKeys, held: LockValue, retention_ms: int) -> Settle:
+        return self._settle_step(keys, held, "release", retention_ms)
+
+    def inspect(self, keys: JobKeys) -> Snapshot:
+        return inspect(self.client, keys)
+
+
+def inspect(client: redis.Redis, keys: JobKeys) -> Snapshot:
+    """Read a job's state, lease and lease time left in one atomic round trip."""
+    pipe = client.pipeline(transaction=True)
+    pipe.get(keys.state)
+    pipe.get(keys.lock)
+    pipe.pttl(keys.lock)
+    try:
+        raw_state, raw_lock, pttl = pipe.execute()
+    except redis.ResponseError as exc:
+        raise foreign_on_wrongtype(keys, exc) from exc
+    return snapshot_from(keys, raw_state, raw_lock, int(pttl) if int(pttl) >= 0 else None)
