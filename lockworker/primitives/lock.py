@@ -43,7 +43,7 @@ from lockworker.model.codec import Holder, LockValue, new_run
 from lockworker.model.keys import Space
 from lockworker.model.state import Grant, Snapshot
 from lockworker.primitives import common
-from lockworker.primitives.lockqueue import LockSteps, decode_grant
+from lockworker.primitives.lockqueue import LockSteps, decode_grant, wait_slice
 from lockworker.protocol import ScriptProtocol
 from lockworker.runtime import events, retry
 from lockworker.runtime.lease import Heartbeat, Lease, valid_until
@@ -54,8 +54,6 @@ MAX_ACQUISITIONS = 10**15
 RETENTION = 365 * 86400.0
 """Seconds the token counter outlives the last use, so fencing tokens never repeat."""
 MIN_WAIT = 0.001
-SLICE = 1.0
-"""Longest a waiter blocks before it looks again (and so keeps its place alive)."""
 PLACE_MARGIN = 1.0
 """Seconds a waiter's place outlives two slices: room for a slow round trip or a pause."""
 
@@ -389,13 +387,3 @@ class Lock(common.Primitive):
     def __repr__(self) -> str:
         return f"<Lock {self.name!r} namespace={self.keys.namespace!r} token={self.token}>"
 
-
-def wait_slice(client: redis.Redis, ttl: float) -> float:
-    """A waiter's longest block: a third of the lease, at most :data:`SLICE`, and less
-    than the client's socket timeout (a BLPOP longer than it would fail)."""
-    pause = min(SLICE, ttl / 3)
-    kwargs = getattr(getattr(client, "connection_pool", None), "connection_kwargs", {})
-    socket_timeout = kwargs.get("socket_timeout")
-    if isinstance(socket_timeout, (int, float)) and socket_timeout > 0:
-        pause = min(pause, socket_timeout / 2)
-    return max(MIN_WAIT, pause)

@@ -47,6 +47,10 @@ from lockworker.protocol import (
 from lockworker.protocol import lua as scripts
 from lockworker.protocol.luacall import LuaScript
 
+SLICE = 1.0
+"""Longest a waiter blocks before it looks again (and so keeps its place alive)."""
+MIN_SLICE = 0.001
+
 KEEP_MS = 60_000
 """The queue's keys expire this long after the last waiter looked (abandoned queues)."""
 
@@ -245,3 +249,14 @@ def decode_grant(raw: bytes | str) -> tuple[int, int]:
     """The ``token|attempt`` a release pushed onto a waiter's grant list."""
     token, _, attempt = text(raw).partition("|")
     return int(token), int(attempt)
+
+
+def wait_slice(client: redis.Redis, ttl: float) -> float:
+    """A waiter's longest block: a third of the lease, at most :data:`SLICE`, and less
+    than the client's socket timeout (a BLPOP longer than it would fail)."""
+    pause = min(SLICE, ttl / 3)
+    kwargs = getattr(getattr(client, "connection_pool", None), "connection_kwargs", {})
+    socket_timeout = kwargs.get("socket_timeout")
+    if isinstance(socket_timeout, (int, float)) and socket_timeout > 0:
+        pause = min(pause, socket_timeout / 2)
+    return max(MIN_SLICE, pause)
