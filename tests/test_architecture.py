@@ -76,9 +76,10 @@ def depends_on(path: Path) -> set[str]:
     found = set()
     for name in wanted:
         if name == "lockworker" or name.startswith("lockworker."):
-            while name not in NAMES:
-                name = name.rsplit(".", 1)[0]
-            found.add(name)
+            known = name
+            while known not in NAMES:
+                known = known.rsplit(".", 1)[0]
+            found.add(known)
     found.discard(module_name(path))
     return found
 
@@ -107,7 +108,7 @@ def test_no_import_cycles() -> None:
 
     def visit(module: str, path: list[str]) -> None:
         if module in path:
-            cycle = path[path.index(module):] + [module]
+            cycle = [*path[path.index(module):], module]
             pytest.fail("import cycle: " + " -> ".join(cycle))
         if module in done:
             return
