@@ -168,6 +168,11 @@ def summary(run: Run) -> list[str]:
             f"scale: {_n(sc.jobs)} jobs held, {_n(sc.bytes_per_held_data)} B of keys per job; "
             f"`lockworker status` {sc.status_seconds:.2f} s; target < 1 s: "
             f"{_verdict(sc.status_ok)}"
+            + ("" if sc.status_ok else (
+                f" (measured: {sc.startup_seconds:.2f} s of it is the interpreter's start "
+                f"and imports, `lockworker --version`; collecting the rows "
+                f"{sc.collect_seconds:.2f} s)"
+            ))
         )
     return lines
 

@@ -147,6 +147,8 @@ def scale(result: ScaleRun | None) -> list[str]:
         + (f" (error: {r.status_error})" if r.status_error else "")
     )
     add(f"| `lockworker status --namespace ...` wall time (new interpreter) | {status} |")
+    add(f"| of which start-up (`lockworker --version`, same interpreter) "
+        f"| {r.startup_seconds:.2f} s |")
     add(
         f"| its collection step alone (SCAN + batched reads) | {r.collect_seconds:.2f} s, "
         f"{_n(r.collect_rows)} rows |"

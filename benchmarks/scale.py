@@ -77,6 +77,9 @@ class ScaleRun:
     memory_done: int = 0
     status_seconds: float = 0.0
     status_rows: int = 0
+    startup_seconds: float = 0.0
+    """``python -m lockworker --version`` in a new interpreter: the imports every command
+    pays before it talks to Redis."""
     collect_seconds: float = 0.0
     collect_rows: int = 0
     status_error: str = ""
@@ -109,6 +112,10 @@ def _data_memory(client: redis.Redis) -> int:
 
 
 def _status(url: str, namespace: str, result: ScaleRun) -> None:
+    start = time.monotonic()
+    subprocess.run([sys.executable, "-m", "lockworker", "--version"], capture_output=True,
+                   timeout=120, check=False)
+    result.startup_seconds = time.monotonic() - start
     command = [sys.executable, "-m", "lockworker", "status", "--namespace", namespace,
                "--redis", url, "--log-level", "warning"]
     start = time.monotonic()
