@@ -30,9 +30,44 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from lockworker.errors import InvalidHook
+from lockworker.errors import InvalidConfig, InvalidHook
+from lockworker.runtime.events import HOOK_ERROR, EventLog
 
 HOOK_NAMES = ("on_acquired", "on_locked", "on_failed", "on_lost", "on_gave_up")
+
+
+class Hooks:
+    """The hooks of one Worker or Leader: built and checked once, called one way.
+
+    A hook is either a function passed to the constructor or a method a subclass
+    overrides; ``owner`` (the Worker or Leader) is where overrides live. Both classes
+    use this one set, so they check, look up and guard their hooks alike.
+    """
+
+    def __init__(self, owner: object, base: type, given: dict[str, Any]) -> None:
+        self._owner = owner
+        self._given = check_hooks(given)
+        overridden = getattr(type(owner), "on_acquired", None) is not getattr(
+            base, "on_acquired", None
+        )
+        if "on_acquired" not in self._given and not overridden:
+            raise InvalidConfig(
+                "on_acquired is required: override it in a subclass or pass on_acquired=fn"
+            )
+
+    def given(self, name: str, *args: Any) -> None:
+        """Call the function passed as hook ``name``, if any (the base class's method)."""
+        fn = self._given.get(name)
+        if fn is not None:
+            fn(*args)
+
+    def guarded(self, log: EventLog, name: str, *args: Any) -> None:
+        """Call hook ``name`` (the override, or the function given); its exceptions are
+        logged as ``hook.error``, not raised (every hook but ``on_acquired``)."""
+        try:
+            getattr(self._owner, name)(*args)
+        except Exception as exc:
+            log.error(HOOK_ERROR, hook=name, error=repr(exc))
 
 
 def check_hooks(given: dict[str, Any]) -> dict[str, Callable[..., Any]]:

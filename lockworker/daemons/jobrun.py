@@ -24,7 +24,7 @@ from lockworker.errors import LockworkerError, StopRequested
 from lockworker.model import policy
 from lockworker.model.codec import Holder, LockValue
 from lockworker.model.keys import JobKeys
-from lockworker.model.state import Grant, JobStatus, Outcome, Settle, Snapshot
+from lockworker.model.state import Grant, JobStatus, Outcome, Role, Settle, Snapshot
 from lockworker.protocol.interface import LockProtocol
 from lockworker.runtime import events
 from lockworker.runtime.lease import Heartbeat, Lease
@@ -43,7 +43,7 @@ class Runner(Protocol):
     clock: Clock
     protocol: LockProtocol
     timing: policy.Timing
-    role: str
+    role: Role
     owner: str
     run_id: str
     max_attempts: int
@@ -116,7 +116,7 @@ class JobRun:
                     if outcome is not None:
                         return outcome
                     continue
-                if self.w.role == "backup":
+                if self.w.role is Role.BACKUP:
                     ready = self.backup_ready()
                     if isinstance(ready, Outcome):
                         return ready

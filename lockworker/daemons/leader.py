@@ -38,13 +38,13 @@ import redis
 
 from lockworker.clock import Clock, SystemClock, wall_time
 from lockworker.config import default_owner, lease
-from lockworker.daemons.hooks import check_hooks
+from lockworker.daemons.hooks import Hooks
 from lockworker.daemons.term import Term
 from lockworker.errors import ForeignValueError, InvalidConfig, StopRequested
 from lockworker.model import policy
 from lockworker.model.codec import Holder, LockValue, decode_lock, new_run
 from lockworker.model.keys import JobKeys, Space, check_name
-from lockworker.model.state import Grant, Settle, Snapshot
+from lockworker.model.state import Grant, Role, Settle, Snapshot
 from lockworker.protocol import ScriptProtocol, text
 from lockworker.runtime import events, retry
 from lockworker.runtime.lease import Heartbeat, Lease
@@ -109,7 +109,7 @@ class Leader:
         name: str,
         lock_timeout: float = 10.0,
         owner: str | None = None,
-        role: str = "primary",
+        role: Role | str = Role.PRIMARY,
         backup_delay: float = 0.5,
         clock: Clock | None = None,
         logger: Any = None,
@@ -129,17 +129,14 @@ class Leader:
         """This object's run id: only it re-enters a term its lease records."""
         self._who = Holder(self.owner, self.run_id)
         self.role, self.backup_delay = policy.check_role(role, backup_delay)
-        self._hooks = check_hooks(
-            {"on_acquired": on_acquired, "on_locked": on_locked, "on_lost": on_lost}
+        self._hooks = Hooks(
+            self, Leader,
+            {"on_acquired": on_acquired, "on_locked": on_locked, "on_lost": on_lost},
         )
-        if "on_acquired" not in self._hooks and type(self).on_acquired is Leader.on_acquired:
-            raise InvalidConfig(
-                "on_acquired is required: override it in a subclass or pass on_acquired=fn"
-            )
         self.client = client
         self.timing = policy.Timing(
             self.lock_timeout, min(1.0, self.lock_timeout / 4),
-            self.backup_delay if role == "backup" else 0.0,
+            self.backup_delay if self.role is Role.BACKUP else 0.0,
         )
         self.clock: Clock = clock or SystemClock()
         self.redis_retry = redis_retry or retry.DEFAULT
@@ -148,6 +145,7 @@ class Leader:
         self._log = events.logger(
             events.LEADER, logger, leader=name, owner=self.owner, run=self.run_id
         )
+        self._call = retry.Caller(self.clock, self.redis_retry, self._log)
         self._lease_ms = max(1, round(self.lock_timeout * 1000))
         self._retention_ms = round(RETENTION * 1000)
         self._stop = threading.Event()
@@ -159,17 +157,15 @@ class Leader:
 
     def on_acquired(self, term: Term) -> None:
         """Lead until ``term.lost`` or ``term.stopping``; returning resigns. Required."""
-        self._hooks["on_acquired"](term)
+        self._hooks.given("on_acquired", term)
 
     def on_locked(self, term: Term) -> None:
         """Another process leads (``term.holder``, ``term.token``)."""
-        if "on_locked" in self._hooks:
-            self._hooks["on_locked"](term)
+        self._hooks.given("on_locked", term)
 
     def on_lost(self, term: Term) -> None:
         """This process's term can no longer be trusted; stop acting as leader."""
-        if "on_lost" in self._hooks:
-            self._hooks["on_lost"](term)
+        self._hooks.given("on_lost", term)
 
     # -- public API ------------------------------------------------------------------
 
@@ -227,20 +223,8 @@ class Leader:
 
     # -- internals -------------------------------------------------------------------
 
-    def _call(
-        self, fn: Callable[[], T], what: str, deadline: float | None = None,
-        log: events.EventLog | None = None,
-    ) -> T:
-        return retry.call(
-            fn, clock=self.clock, policy=self.redis_retry, what=what, deadline=deadline,
-            log=self._log if log is None else log,
-        )
-
     def _hook(self, log: Any, name: str, term: Term) -> None:
-        try:
-            getattr(self, name)(term)
-        except Exception as exc:
-            log.error(HOOK_ERROR, hook=name, error=repr(exc))
+        self._hooks.guarded(log, name, term)
 
 
 class _Campaign:
@@ -261,7 +245,7 @@ class _Campaign:
             if now < self.not_before:
                 self.wait_until(self.not_before)
                 continue
-            if lead.role == "backup":
+            if lead.role is Role.BACKUP:
                 seen = lead._call(lambda: lead.protocol.inspect(lead.keys), "inspect leader")
                 view = policy.backup_step(
                     seen, self.free_since, self.free_token, now, lead.timing

@@ -225,6 +225,7 @@ class StreamSource:
         self.clock: Clock = clock or SystemClock()
         self.redis_retry = redis_retry or retry.DEFAULT
         self._log = events.logger(events.SOURCES, logger, stream=stream, owner=self.owner)
+        self._call = retry.Caller(self.clock, self.redis_retry, self._log, f" {stream!r}")
         self._touch = client.register_script(TOUCH)
         self._lock = threading.Lock()
         self._read: collections.deque[str] = collections.deque()
@@ -248,9 +249,9 @@ class StreamSource:
         ttl_ms = max(1, round(self.reader_ttl * 1000))
         args: list[str | int] = [self.owner, position, ttl_ms, self.start]
         return text(
-            retry.call(
+            self._call(
                 lambda: self._touch(keys=keys, args=args, client=self.client),
-                clock=self.clock, policy=self.redis_retry, what="save stream position",
+                "save the position of stream",
             )
         )
 
@@ -264,11 +265,11 @@ class StreamSource:
         while not stop.is_set():
             if self.clock.monotonic() - self._last_touch >= self.reader_ttl / 3:
                 self.touch()
-            reply = retry.call(
+            reply = self._call(
                 lambda after=last_read: self.client.xread(  # type: ignore[misc]
                     {self.entries_key: after}, count=self.batch, block=block_ms
                 ),
-                clock=self.clock, policy=self.redis_retry, what="read stream",
+                "read stream",
             )
             for entry_id, fields in _entries(reply):
                 if stop.is_set():

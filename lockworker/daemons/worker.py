@@ -20,7 +20,7 @@ import redis
 
 from lockworker.clock import Clock, SystemClock
 from lockworker.config import default_owner, lease, positive, seconds
-from lockworker.daemons.hooks import check_hooks
+from lockworker.daemons.hooks import Hooks
 from lockworker.daemons.job import Job
 from lockworker.daemons.jobrun import Gate, JobRun
 from lockworker.daemons.serve import serve
@@ -28,7 +28,7 @@ from lockworker.errors import InvalidConfig, JobNotFound
 from lockworker.model import policy
 from lockworker.model.codec import Holder, new_run, payload_view
 from lockworker.model.keys import JobKeys, check_name
-from lockworker.model.state import Outcome, Reset, Snapshot
+from lockworker.model.state import Outcome, Reset, Role, Snapshot
 from lockworker.protocol import LockProtocol, ScriptProtocol
 from lockworker.protocol.txn import TxnProtocol
 from lockworker.runtime import events, retry
@@ -95,7 +95,7 @@ class Worker:
         protocol: str | LockProtocol = "script",
         redis_retry: retry.RetryPolicy | None = None,
         handle_signals: bool = True,
-        role: str = "primary",
+        role: Role | str = Role.PRIMARY,
         backup_delay: float = 0.5,
         on_acquired: Callable[[Job], None] | None = None,
         on_locked: Callable[[Job], None] | None = None,
@@ -127,19 +127,16 @@ class Worker:
             min(1.0, self.lock_timeout / 4) if retry_delay is None
             else seconds(retry_delay, "retry_delay", positive=False)
         )
-        self._hooks = check_hooks(
+        self._hooks = Hooks(
+            self, Worker,
             {
                 "on_acquired": on_acquired, "on_locked": on_locked, "on_failed": on_failed,
                 "on_lost": on_lost, "on_gave_up": on_gave_up,
-            }
+            },
         )
-        if "on_acquired" not in self._hooks and type(self).on_acquired is Worker.on_acquired:
-            raise InvalidConfig(
-                "on_acquired is required: override it in a subclass or pass on_acquired=fn"
-            )
         self.client = client
         self.timing = policy.Timing(
-            self.lock_timeout, float(delay), self.backup_delay if role == "backup" else 0.0
+            self.lock_timeout, float(delay), self.backup_delay if self.role is Role.BACKUP else 0.0
         )
         self.clock: Clock = clock or SystemClock()
         self.protocol = make_protocol(client, protocol)
@@ -149,6 +146,7 @@ class Worker:
         self._log = events.logger(
             events.WORKER, logger, namespace=self.namespace, owner=self.owner, run=self.run_id
         )
+        self._call = retry.Caller(self.clock, self.redis_retry, self._log)
         self._lease_ms = max(1, round(self.lock_timeout * 1000))
         self._retention_ms = max(1, round(self.retention * 1000))
         self._stop = threading.Event()
@@ -160,27 +158,23 @@ class Worker:
 
     def on_acquired(self, job: Job) -> None:
         """Do the work. Return: DONE. Raise: this attempt failed. Required."""
-        self._hooks["on_acquired"](job)
+        self._hooks.given("on_acquired", job)
 
     def on_locked(self, job: Job) -> None:
         """Another process holds the job (``job.holder``, ``job.attempt``)."""
-        if "on_locked" in self._hooks:
-            self._hooks["on_locked"](job)
+        self._hooks.given("on_locked", job)
 
     def on_failed(self, job: Job, exc: BaseException) -> None:
         """This process's attempt raised ``exc``."""
-        if "on_failed" in self._hooks:
-            self._hooks["on_failed"](job, exc)
+        self._hooks.given("on_failed", job, exc)
 
     def on_lost(self, job: Job) -> None:
         """This process can no longer be sure it holds the lease (see hooks contract)."""
-        if "on_lost" in self._hooks:
-            self._hooks["on_lost"](job)
+        self._hooks.given("on_lost", job)
 
     def on_gave_up(self, job: Job) -> None:
         """``max_attempts`` attempts were used up; nobody will run the job again."""
-        if "on_gave_up" in self._hooks:
-            self._hooks["on_gave_up"](job)
+        self._hooks.given("on_gave_up", job)
 
     # -- public API ------------------------------------------------------------------
 
@@ -273,18 +267,6 @@ class Worker:
         self._install_signal_handlers()
         return JobRun(self, keys, payload, log, gate).run()
 
-    def _call(
-        self, fn: Callable[[], T], what: str, deadline: float | None = None,
-        log: events.EventLog | None = None,
-    ) -> T:
-        return retry.call(
-            fn, clock=self.clock, policy=self.redis_retry, what=what, deadline=deadline,
-            log=self._log if log is None else log,
-        )
-
     def _hook(self, log: Any, name: str, *args: Any) -> None:
         """Run a hook other than on_acquired; its exceptions are logged, not raised."""
-        try:
-            getattr(self, name)(*args)
-        except Exception as exc:
-            log.error(events.HOOK_ERROR, hook=name, error=repr(exc))
+        self._hooks.guarded(log, name, *args)

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from lockworker.config import seconds
 from lockworker.errors import InvalidConfig
-from lockworker.model.state import Snapshot
+from lockworker.model.state import Role, Snapshot
 
 EXPIRY_MARGIN = 0.001
 """Seconds added after a lease's end before re-checking, so the check lands after it."""
@@ -55,14 +55,15 @@ def is_news(previous: Snapshot | None, seen: Snapshot) -> bool:
     return (previous.holder, previous.token) != (seen.holder, seen.token)
 
 
-ROLES = ("primary", "backup")
+ROLES = tuple(role.value for role in Role)
 
 
-def check_role(role: object, backup_delay: object) -> tuple[str, float]:
-    """``(role, backup_delay)`` validated, for Worker and Leader alike."""
-    if role not in ROLES:
+def check_role(role: object, backup_delay: object) -> tuple[Role, float]:
+    """``(role, backup_delay)`` validated, for Worker and Leader alike (a role is a
+    :class:`Role` or its value, ``"primary"`` or ``"backup"``)."""
+    if isinstance(role, bool) or role not in ROLES:
         raise InvalidConfig(f"role must be 'primary' or 'backup', got {role!r}")
-    return str(role), seconds(backup_delay, "backup_delay", positive=False)
+    return Role(role), seconds(backup_delay, "backup_delay", positive=False)
 
 
 @dataclass(frozen=True)

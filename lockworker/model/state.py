@@ -106,3 +106,30 @@ class Reset(str, enum.Enum):
     """Refused: a live lease holds the job (reset with ``force`` to take it anyway)."""
     ABSENT = "absent"
     """The server knows no such job; nothing was written."""
+
+
+class Role(str, enum.Enum):
+    """How a Worker or Leader competes: at once, or after ``backup_delay``."""
+
+    PRIMARY = "primary"
+    """Competes for a free job or term at once."""
+    BACKUP = "backup"
+    """Lets a free job or term lie ``backup_delay`` seconds first, so a live primary
+    keeps its work; takes over when the primary is gone."""
+
+    def __str__(self) -> str:  # logs and messages show "backup", as the option is spelt
+        return self.value
+
+    def __format__(self, spec: str) -> str:
+        return format(self.value, spec)
+
+
+class Ending(str, enum.Enum):
+    """How an attempt ends (the settle step's kind)."""
+
+    COMPLETE = "complete"
+    """Done: the job is marked DONE."""
+    FAIL = "fail"
+    """Failed: the attempt is spent (GAVE_UP if it was the last)."""
+    RELEASE = "release"
+    """Given back unused: the attempt is refunded."""

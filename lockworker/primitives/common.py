@@ -9,7 +9,7 @@ abandoned one.
 from __future__ import annotations
 
 import uuid
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import redis
 
@@ -17,7 +17,10 @@ from lockworker.clock import Clock, SystemClock
 from lockworker.config import count, default_owner, lease, optional_seconds, positive, seconds
 from lockworker.errors import AlreadyHeld, InvalidConfig
 from lockworker.model.keys import JobKeys, Space, check_name
+from lockworker.runtime import events
+from lockworker.runtime.events import EventLog
 from lockworker.runtime.lease import Heartbeat, Lease
+from lockworker.runtime.retry import DEFAULT, Caller, RetryPolicy
 
 ACQUIRED = "lock.acquired"
 RELEASED = "lock.released"
@@ -75,6 +78,14 @@ class Primitive:
 
     space: ClassVar[Space]
     """The product's key space: no other product can reach these keys."""
+    log_name: ClassVar[str]
+    """The logger (one of :data:`lockworker.runtime.events.LOGGERS`)."""
+    label: ClassVar[str]
+    """The field naming the object in its events (``lock``, ``semaphore``)."""
+    client: redis.Redis
+    redis_retry: RetryPolicy
+    _log: EventLog
+    _call: Caller
     name: str
     keys: JobKeys
     ttl: float
@@ -87,9 +98,13 @@ class Primitive:
     _heartbeat: Heartbeat | None
 
     def _configure(
-        self, name: str, *, namespace: str, ttl: object, auto_renew: object,
-        timeout: object, clock: Clock | None,
+        self, client: object, name: str, *, namespace: str, ttl: object, auto_renew: object,
+        timeout: object, clock: Clock | None, logger: Any, redis_retry: RetryPolicy | None,
     ) -> None:
+        """Check and set what every primitive has, in one place: the client, name and
+        keys, the lease, the clock, the logger (:attr:`events` names it) and the one
+        path to Redis (``self._call``, through ``redis_retry``)."""
+        self.client = check_client(client)
         self.name = check_name(name, "name")
         self.keys = JobKeys(check_name(namespace, "namespace"), self.name, self.space)
         self.ttl = lease(ttl, "ttl")
@@ -100,3 +115,8 @@ class Primitive:
         self._base = default_owner()
         self._lease = None
         self._heartbeat = None
+        self.redis_retry = redis_retry or DEFAULT
+        self._log = events.logger(
+            self.log_name, logger, **{self.label: self.name, "namespace": self.keys.namespace}
+        )
+        self._call = Caller(self.clock, self.redis_retry, self._log, label=f" {self.name!r}")

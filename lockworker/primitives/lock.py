@@ -26,7 +26,6 @@ rather than report success, so the caller learns its critical section was not ex
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
 from typing import Any, ClassVar, TypeVar
 
 import redis
@@ -84,6 +83,8 @@ class Lock(common.Primitive):
     """
 
     space = Space.LOCK
+    log_name = events.LOCK
+    label = "lock"
     publishes_release: ClassVar[bool] = False
     """Publish on the wake channel when a release frees the lock (nobody queued): only
     for waiters that do not queue, such as compute_once's waiters for its value."""
@@ -101,17 +102,12 @@ class Lock(common.Primitive):
         logger: Any = None,
         redis_retry: retry.RetryPolicy | None = None,
     ) -> None:
-        self.client = common.check_client(client)
         self._configure(
-            name, namespace=namespace, ttl=ttl, auto_renew=auto_renew, timeout=timeout,
-            clock=clock,
+            client, name, namespace=namespace, ttl=ttl, auto_renew=auto_renew,
+            timeout=timeout, clock=clock, logger=logger, redis_retry=redis_retry,
         )
-        self.redis_retry = redis_retry or retry.DEFAULT
         self._steps = LockSteps(client, self.keys, publish=self.publishes_release)
         self.protocol = ScriptProtocol(client)
-        self._log = events.logger(
-            events.LOCK, logger, lock=self.name, namespace=self.keys.namespace
-        )
         self._retention_ms = round(RETENTION * 1000)
         self._held: LockValue | None = None
         self._token: int | None = None
@@ -363,12 +359,6 @@ class Lock(common.Primitive):
         self._log.debug(common.EXTENDED, token=held.token, ttl=seconds)
 
     # -- plumbing --------------------------------------------------------------------
-
-    def _call(self, fn: Callable[[], T], what: str, *, deadline: float | None = None) -> T:
-        return retry.call(
-            fn, clock=self.clock, policy=self.redis_retry, what=f"{what} {self.name!r}",
-            deadline=deadline, log=self._log,
-        )
 
     def close(self) -> None:
         """Stop renewing. Does not release the lock; call :meth:`release` first."""

@@ -36,7 +36,7 @@ import redis
 
 from lockworker.model.codec import LUA_PROLOGUE, Holder, LockValue
 from lockworker.model.keys import JobKeys
-from lockworker.model.state import Grant, Settle, Snapshot
+from lockworker.model.state import Ending, Grant, Settle, Snapshot
 from lockworker.protocol import (
     decode_acquire,
     foreign_on_wrongtype,
@@ -228,7 +228,7 @@ class LockSteps:
 
     def release(self, held: LockValue, retention_ms: int) -> Settle:
         """Release (granting the lock to the first live waiter, if any)."""
-        new_state, _ = settle_plan(held, "release")
+        new_state, _ = settle_plan(held, Ending.RELEASE)
         args = (held.encode(), new_state.encode(), retention_ms, self.grant_prefix,
                 self._channel)
         return settle_result(int(self._run(RELEASE, args)), new_state)

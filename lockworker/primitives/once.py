@@ -142,8 +142,7 @@ def compute_once(
     value_key = keys.extra("value")
     log = events.logger(events.ONCE, logger, key=name, namespace=keys.namespace)
 
-    def call(fn_: Callable[[], T], what: str) -> T:
-        return retry.call(fn_, clock=clock, policy=policy, what=what)
+    call = retry.Caller(clock, policy, log, label=f" {name!r}")
 
     def cached() -> tuple[bool, Any]:
         raw = call(lambda: client.get(value_key), "read the cached value")

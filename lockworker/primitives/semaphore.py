@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any, TypeVar
 
 import redis
@@ -69,6 +69,8 @@ class Semaphore(common.Primitive):
     """
 
     space = Space.SEMAPHORE
+    log_name = events.SEMAPHORE
+    label = "semaphore"
 
     def __init__(
         self,
@@ -84,21 +86,16 @@ class Semaphore(common.Primitive):
         logger: Any = None,
         redis_retry: retry.RetryPolicy | None = None,
     ) -> None:
-        self.client = common.check_client(client)
         self._configure(
-            name, namespace=namespace, ttl=ttl, auto_renew=auto_renew, timeout=timeout,
-            clock=clock,
+            client, name, namespace=namespace, ttl=ttl, auto_renew=auto_renew,
+            timeout=timeout, clock=clock, logger=logger, redis_retry=redis_retry,
         )
         self.limit = int(common.positive(limit, "limit", integer=True))
-        self.redis_retry = redis_retry or retry.DEFAULT
         self._acquire: Script = client.register_script(lua.SEM_ACQUIRE)
         self._renew: Script = client.register_script(lua.SEM_RENEW)
         self._leave: Script = client.register_script(lua.SEM_LEAVE)
         self._zsets = [self.keys.extra(k) for k in ("holders", "queue", "waiting")]
         self._all_keys = [*self._zsets, self.keys.extra("tickets"), self.keys.extra("limit")]
-        self._log = events.logger(
-            events.SEMAPHORE, logger, semaphore=self.name, namespace=self.keys.namespace
-        )
         self._held: str | None = None
         self._valid_until = 0.0
         self._hub = Waits(client)
@@ -248,12 +245,6 @@ class Semaphore(common.Primitive):
                 key=self._zsets[0],
             )
         self._log.debug(RELEASED, holder=member)
-
-    def _call(self, fn: Callable[[], T], what: str, *, deadline: float | None = None) -> T:
-        return retry.call(
-            fn, clock=self.clock, policy=self.redis_retry, what=f"{what} {self.name!r}",
-            deadline=deadline, log=self._log,
-        )
 
     def close(self) -> None:
         """Wake this object's waits (does not release; the shared hub stays)."""

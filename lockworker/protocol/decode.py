@@ -14,7 +14,7 @@ import redis
 from lockworker.errors import ForeignValueError
 from lockworker.model.codec import LockValue, StateValue, decode_lock, decode_state
 from lockworker.model.keys import JobKeys
-from lockworker.model.state import Grant, JobStatus, Renewal, Reset, Settle, Snapshot
+from lockworker.model.state import Ending, Grant, JobStatus, Renewal, Reset, Settle, Snapshot
 
 
 def text(raw: Any) -> str:
@@ -22,15 +22,15 @@ def text(raw: Any) -> str:
     return raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
 
 
-def settle_plan(held: LockValue, kind: str, max_attempts: int = 0) -> tuple[StateValue, str]:
+def settle_plan(held: LockValue, kind: Ending, max_attempts: int = 0) -> tuple[StateValue, str]:
     """The state a settle step writes, and the message that wakes waiters.
 
     ``kind`` is ``complete``, ``fail`` or ``release``. A failed last attempt writes
     GAVE_UP; a release gives the attempt back so a graceful stop costs none.
     """
-    if kind == "complete":
+    if kind is Ending.COMPLETE:
         return StateValue(JobStatus.DONE, held.attempt, held.token, held.run, held.owner), "done"
-    if kind == "fail":
+    if kind is Ending.FAIL:
         final = held.attempt >= max_attempts
         status = JobStatus.GAVE_UP if final else JobStatus.PENDING
         return StateValue(status, held.attempt, held.token, held.run, held.owner), (

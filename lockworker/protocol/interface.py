@@ -35,7 +35,7 @@ import redis
 
 from lockworker.model.codec import Holder, LockValue
 from lockworker.model.keys import JobKeys
-from lockworker.model.state import Grant, Renewal, Reset, Settle, Snapshot
+from lockworker.model.state import Ending, Grant, Renewal, Reset, Settle, Snapshot
 from lockworker.protocol.decode import foreign_on_wrongtype, snapshot_from
 
 
@@ -73,20 +73,20 @@ class SettleSteps:
     client: redis.Redis
 
     def _settle_step(
-        self, keys: JobKeys, held: LockValue, kind: str, retention_ms: int, max_attempts: int = 0
+        self, keys: JobKeys, held: LockValue, kind: Ending, retention_ms: int, max_attempts: int = 0
     ) -> Settle:
         raise NotImplementedError
 
     def complete(self, keys: JobKeys, held: LockValue, retention_ms: int) -> Settle:
-        return self._settle_step(keys, held, "complete", retention_ms)
+        return self._settle_step(keys, held, Ending.COMPLETE, retention_ms)
 
     def fail(
         self, keys: JobKeys, held: LockValue, max_attempts: int, retention_ms: int
     ) -> Settle:
-        return self._settle_step(keys, held, "fail", retention_ms, max_attempts)
+        return self._settle_step(keys, held, Ending.FAIL, retention_ms, max_attempts)
 
     def release(self, keys: JobKeys, held: LockValue, retention_ms: int) -> Settle:
-        return self._settle_step(keys, held, "release", retention_ms)
+        return self._settle_step(keys, held, Ending.RELEASE, retention_ms)
 
     def inspect(self, keys: JobKeys) -> Snapshot:
         return inspect(self.client, keys)

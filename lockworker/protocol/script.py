@@ -10,7 +10,7 @@ import redis
 
 from lockworker.model.codec import Holder, LockValue
 from lockworker.model.keys import JobKeys
-from lockworker.model.state import Grant, Renewal, Reset, Settle, Snapshot
+from lockworker.model.state import Ending, Grant, Renewal, Reset, Settle, Snapshot
 from lockworker.protocol import lua as scripts
 from lockworker.protocol.decode import (
     decode_acquire,
@@ -60,7 +60,7 @@ class ScriptProtocol(SettleSteps):
         return renewal(reply)
 
     def _settle_step(
-        self, keys: JobKeys, held: LockValue, kind: str, retention_ms: int, max_attempts: int = 0
+        self, keys: JobKeys, held: LockValue, kind: Ending, retention_ms: int, max_attempts: int = 0
     ) -> Settle:
         new_state, message = settle_plan(held, kind, max_attempts)
         reply = self._run(

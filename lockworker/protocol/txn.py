@@ -18,7 +18,7 @@ from redis.client import Pipeline
 from lockworker.errors import Contended, ForeignValueError
 from lockworker.model.codec import Holder, LockValue, StateValue, decode_lock, decode_state
 from lockworker.model.keys import JobKeys
-from lockworker.model.state import Grant, JobStatus, Renewal, Reset, Settle, Snapshot
+from lockworker.model.state import Ending, Grant, JobStatus, Renewal, Reset, Settle, Snapshot
 from lockworker.protocol.decode import settle_plan, settle_result, snapshot_from, text
 from lockworker.protocol.interface import SettleSteps
 
@@ -111,7 +111,7 @@ class TxnProtocol(SettleSteps):
         return renewed
 
     def _settle_step(
-        self, keys: JobKeys, held: LockValue, kind: str, retention_ms: int, max_attempts: int = 0
+        self, keys: JobKeys, held: LockValue, kind: Ending, retention_ms: int, max_attempts: int = 0
     ) -> Settle:
         new_state, message = settle_plan(held, kind, max_attempts)
 

@@ -120,3 +120,30 @@ def _report_backoff(
         )
 
     return report
+
+
+class Caller:
+    """How one object runs its Redis steps: through :func:`call`, with its clock, its
+    retry policy and its log, and a label naming it in messages (`` 'report'``).
+
+    The one path every Worker, Leader, Lock, Semaphore and compute_once takes to Redis.
+    """
+
+    __slots__ = ("clock", "label", "log", "policy")
+
+    def __init__(
+        self, clock: Clock, policy: RetryPolicy, log: events.EventLog | None, label: str = ""
+    ) -> None:
+        self.clock = clock
+        self.policy = policy
+        self.log = log
+        self.label = label
+
+    def __call__(
+        self, fn: Callable[[], T], what: str, deadline: float | None = None,
+        log: events.EventLog | None = None,
+    ) -> T:
+        return call(
+            fn, clock=self.clock, policy=self.policy, what=what + self.label,
+            deadline=deadline, log=self.log if log is None else log,
+        )
