@@ -60,7 +60,7 @@ class Runner(Protocol):
 
     def on_acquired(self, job: Job) -> None: ...
 
-    def _hook(self, log: Any, name: str, *args: Any) -> None: ...
+    def _hook(self, log: events.EventLog, name: str, *args: Any) -> None: ...
 
     def _call(
         self, fn: Callable[[], T], what: str, deadline: float | None = None,
@@ -83,7 +83,8 @@ class JobRun:
     """One ``process`` call: the loop for one job in one thread."""
 
     def __init__(
-        self, worker: Runner, keys: JobKeys, payload: Any, log: Any, gate: Gate | None = None
+        self, worker: Runner, keys: JobKeys, payload: Any, log: events.EventLog,
+        gate: Gate | None = None,
     ) -> None:
         self.w = worker
         self.gate = gate
@@ -299,7 +300,7 @@ class JobRun:
         self.refused(lease, job, log, settled)
         return None
 
-    def refused(self, lease: Lease, job: Job, log: Any, settled: Settle) -> None:
+    def refused(self, lease: Lease, job: Job, log: events.EventLog, settled: Settle) -> None:
         """The server refused to settle: the lease was lost; step back and watch."""
         if settled is Settle.STATE_LOST:
             log.error(events.STATE_LOST, step="settle")
@@ -310,7 +311,7 @@ class JobRun:
         self.not_before = policy.compete_after_failure(self.w.clock.monotonic(), self.w.timing)
 
     def settle_failure(
-        self, job: Job, held: LockValue, exc: Exception, log: Any
+        self, job: Job, held: LockValue, exc: Exception, log: events.EventLog
     ) -> Outcome | None:
         w = self.w
         log.warning(events.FAILED, error=repr(exc), last=job.is_last_attempt)
@@ -330,7 +331,7 @@ class JobRun:
         self.refused(job._lease or Lease(lambda _d: False, 0, 0, 0), job, log, settled)
         return None
 
-    def settle_stop(self, held: LockValue, log: Any) -> Outcome:
+    def settle_stop(self, held: LockValue, log: events.EventLog) -> Outcome:
         w = self.w
         settled = self.call(
             lambda: w.protocol.release(self.keys, held, w._retention_ms), "release on stop"

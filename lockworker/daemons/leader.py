@@ -223,7 +223,7 @@ class Leader:
 
     # -- internals -------------------------------------------------------------------
 
-    def _hook(self, log: Any, name: str, term: Term) -> None:
+    def _hook(self, log: events.EventLog, name: str, term: Term) -> None:
         self._hooks.guarded(log, name, term)
 
 
@@ -337,7 +337,7 @@ class _Campaign:
             with contextlib.suppress(Exception):
                 self.resign(held, lease, term, log)
 
-    def record(self, token: int, since: float, log: Any) -> None:
+    def record(self, token: int, since: float, log: events.EventLog) -> None:
         """Write who leads since when, for :meth:`Leader.current` (display only)."""
         lead = self.l
         key = lead.keys.extra("term")
@@ -349,7 +349,7 @@ class _Campaign:
         except redis.RedisError as exc:
             log.warning("leader.record_failed", error=repr(exc))
 
-    def resign(self, held: LockValue, lease: Lease, term: Term, log: Any) -> None:
+    def resign(self, held: LockValue, lease: Lease, term: Term, log: events.EventLog) -> None:
         """Release the lease (waking followers); report a loss not reported yet."""
         lead = self.l
         settled = lead._call(

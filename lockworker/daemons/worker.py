@@ -267,6 +267,6 @@ class Worker:
         self._install_signal_handlers()
         return JobRun(self, keys, payload, log, gate).run()
 
-    def _hook(self, log: Any, name: str, *args: Any) -> None:
+    def _hook(self, log: events.EventLog, name: str, *args: Any) -> None:
         """Run a hook other than on_acquired; its exceptions are logged, not raised."""
         self._hooks.guarded(log, name, *args)

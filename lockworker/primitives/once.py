@@ -195,7 +195,7 @@ def _compute(
     fn: Callable[[], Any],
     codec: Codec,
     ttl_ms: int,
-    log: Any,
+    log: events.EventLog,
     cached: Callable[[], tuple[bool, Any]],
 ) -> Any:
     """Holding the lock: look again, compute, store and wake the waiters, release."""

@@ -194,7 +194,7 @@ def logger(name: str, base: Any = None, **context: Any) -> EventLog:
     return log.bind(**context)
 
 
-def renewed(renewal: Renewal, log: Any) -> bool:
+def renewed(renewal: Renewal, log: EventLog) -> bool:
     """True if ``renewal`` renewed the lease; a lease lost with the job's state (the
     server lost its data) is logged as :data:`STATE_LOST` on the way."""
     if renewal is Renewal.STATE_LOST:
