@@ -2,9 +2,11 @@
 
 Each job sleeps for ``payload["ms"]`` milliseconds (default 200) in short steps,
 checking ``job.check()`` between them, so a SIGTERM hands the job over at once and a
-lost lease stops it. ``payload["first_run_ms"]``, if given, is how long the job takes the
-first time anyone runs it (a marker in Redis says whether it ran before): the demo uses
-it to have the primary in the middle of a job when it is killed.
+lost lease stops it. ``payload["first_run_ms"]``, if given, is how long the job's first
+attempt takes: the demo uses it to have the primary in the middle of a job when it is
+killed. It goes by ``job.attempt``, not by a marker the hook writes: a process killed
+after its grant but before its hook wrote anything has still spent attempt 1, and the
+process that takes over must not take the long first run again.
 
 When a job's work is done, the hook appends ``{"job", "owner", "attempt", "token"}`` to
 the Redis list :func:`records_key` before returning (after which the worker marks the
@@ -33,11 +35,6 @@ def records_key(namespace: str) -> str:
     return key_prefix(namespace) + "records"
 
 
-def first_run_key(namespace: str, job_id: str) -> str:
-    """Set (NX) by the first run of a job that has ``first_run_ms``."""
-    return key_prefix(namespace) + f"first-run:{job_id}"
-
-
 class DemoWorker(Worker):
     """Pretends to work for a while, then records who did the job."""
 
@@ -45,9 +42,7 @@ class DemoWorker(Worker):
         payload = job.payload if isinstance(job.payload, dict) else {}
         ms = float(payload.get("ms", 200))
         first = payload.get("first_run_ms")
-        if first is not None and self.client.set(
-            first_run_key(self.namespace, job.id), self.owner, nx=True, ex=86400
-        ):
+        if first is not None and job.attempt == 1:
             ms = float(first)
         remaining = ms / 1000.0
         while remaining > 0:
