@@ -1,5 +1,6 @@
 """What every subcommand shares: the error type that becomes one line, the Redis URL
-(checked before anything connects), and connecting.
+(checked before anything connects; a single server, a cluster or a Sentinel group,
+:mod:`lockworker.cli.topology_urls`), and connecting.
 
 A failure the user can fix (a bad argument, an unimportable class, Redis not
 reachable) is raised as :class:`CliError` and printed by ``main`` as one line on
@@ -13,6 +14,8 @@ import re
 import urllib.parse
 
 import redis
+
+from lockworker.cli import topology_urls
 
 ENV_URL = "LOCKWORKER_REDIS_URL"
 DEFAULT_URL = "redis://127.0.0.1:6379/0"
@@ -67,6 +70,12 @@ def check_url(url: str, source: str = "--redis") -> str:
 
 def _problem(url: str) -> str | None:
     """What is wrong with ``url`` for redis-py, or None."""
+    if topology_urls.is_topology(url):
+        try:
+            topology_urls.parse(url)
+        except ValueError as exc:
+            return str(exc)
+        return None
     try:
         parts = urllib.parse.urlsplit(url)
         parts.port  # noqa: B018 (reading it checks it: ValueError if not a port number)
@@ -106,11 +115,17 @@ def connect(url: str, *, socket_timeout: float = 5.0) -> redis.Redis:
     Checked before anything starts, so a wrong URL or a down server is one clear line
     at start-up rather than a retry loop that gives up later.
     """
+    timeouts = {"socket_timeout": socket_timeout,
+                "socket_connect_timeout": min(socket_timeout, 3.0)}
     try:
-        client = redis.Redis.from_url(
-            url, socket_timeout=socket_timeout, socket_connect_timeout=min(socket_timeout, 3.0),
-            decode_responses=True,
-        )
+        if topology_urls.is_topology(url):
+            client = topology_urls.client(
+                topology_urls.parse(url), decode_responses=True, **timeouts
+            )
+        else:
+            client = redis.Redis.from_url(url, decode_responses=True, **timeouts)
+    except (redis.RedisError, OSError) as exc:  # a cluster client connects at once
+        raise CliError(f"cannot reach Redis at {safe_url(url)}: {exc}", EXIT_FAILURE) from exc
     except ValueError as exc:
         raise CliError(f"invalid Redis URL {safe_url(url)!r}: {exc}") from exc
     try:

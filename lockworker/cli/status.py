@@ -1,7 +1,8 @@
 """``lockworker status``: every job and leader Redis knows of, as a table or JSON.
 
-Jobs are found by SCAN over their state keys (never KEYS, which blocks the server),
-read in batches, each batch in one Lua script so a row is one consistent moment.
+Jobs are found by SCAN over their state keys (never KEYS, which blocks the server; on a
+cluster, SCAN on every master), read in batches, each batch in one Lua script so a row
+is one consistent moment (on a cluster, a batch holds the jobs of one hash slot).
 A job's age is how long ago its state key was last written: the workers write it with a
 time to live of ``retention`` (default one day), so age = retention - time left. Pass
 the workers' ``--retention`` if they use another. Leaders are read with
@@ -19,6 +20,8 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import redis
+from redis.cluster import RedisCluster
+from redis.crc import key_slot
 
 from lockworker.cli.common import EXIT_OK, connect, redis_url
 from lockworker.clock import wall_time
@@ -96,15 +99,34 @@ def job_rows(
     """Read ``keys`` (state key, namespace, id) in batches; one row each."""
     rows: list[Row] = []
     read = client.register_script(READ_JOBS)
-    for start in range(0, len(keys), BATCH):
-        batch = keys[start : start + BATCH]
+    for batch in _batches(client, keys):
         names: list[str] = []
         for state_key, _namespace, _job_id in batch:
             names += [state_key, state_key[: -len("state")] + "lock"]
         replies = read(keys=names, client=client)  # one script: one consistent moment
         for i, (_key, namespace, job_id) in enumerate(batch):
             rows.append(_job_row(namespace, job_id, replies[4 * i : 4 * i + 4], retention))
+    order = {(k[1], k[2]): i for i, k in enumerate(keys)}
+    rows.sort(key=lambda row: order[(row.namespace, row.id)])
     return rows
+
+
+def _batches(
+    client: redis.Redis, keys: list[tuple[str, str, str]]
+) -> Iterator[list[tuple[str, str, str]]]:
+    """``keys`` in batches of at most :data:`BATCH` that one script may read: any on a
+    single server; on a cluster, only keys of one hash slot (a job's two keys share
+    one, ``{<job id>}``), so each batch goes to the node that owns it."""
+    if not isinstance(client, RedisCluster):
+        for start in range(0, len(keys), BATCH):
+            yield keys[start : start + BATCH]
+        return
+    by_slot: dict[int, list[tuple[str, str, str]]] = {}
+    for item in keys:
+        by_slot.setdefault(key_slot(item[0].encode()), []).append(item)
+    for group in by_slot.values():
+        for start in range(0, len(group), BATCH):
+            yield group[start : start + BATCH]
 
 
 def _job_row(

@@ -10,10 +10,12 @@ compare against (docs/benchmarks.md).
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import redis
 from redis.client import Pipeline
+from redis.exceptions import ClusterDownError, MovedError, RedisClusterException, TryAgainError
 
 from lockworker.errors import Contended, ForeignValueError
 from lockworker.model.codec import Holder, LockValue, StateValue, decode_lock, decode_state
@@ -33,16 +35,46 @@ class TxnProtocol(SettleSteps):
     def __init__(self, client: redis.Redis) -> None:
         self.client = client
 
+    def _server(self, keys: JobKeys) -> redis.Redis:
+        """The server that holds the job's keys: the client itself, or for a cluster
+        client its client of the node serving the keys' slot (one slot: they share the
+        job id's hash tag). A cluster pipeline refuses MGET, TIME and PUBLISH; the
+        node's own pipeline runs every step exactly as on a single server."""
+        node_of = getattr(self.client, "get_node_from_key", None)
+        if node_of is None:
+            return self.client
+        server: redis.Redis = self.client.get_redis_connection(  # type: ignore[attr-defined]
+            node_of(keys.lock)
+        )
+        return server
+
+    def _reroute(self) -> None:
+        """After a failover or a slot move: a cluster client re-reads the slot map."""
+        nodes = getattr(self.client, "nodes_manager", None)
+        if nodes is not None:
+            with contextlib.suppress(redis.RedisError, RedisClusterException):
+                nodes.initialize()
+
     def _watched(self, keys: JobKeys, step: Any) -> Any:
         """Run ``step(pipe)`` under WATCH of the job's keys until EXEC goes through."""
-        with self.client.pipeline(transaction=True) as pipe:
-            for _ in range(MAX_TRIES):
+        for _ in range(MAX_TRIES):
+            with self._server(keys).pipeline(transaction=True) as pipe:
                 try:
                     pipe.watch(keys.lock, keys.state)  # type: ignore[no-untyped-call]
                     return step(pipe)
                 except redis.WatchError:
-                    pipe.reset()
                     continue
+                except MovedError:  # the slot has another master now: route anew
+                    self._reroute()
+                    continue
+                except (redis.ConnectionError, redis.TimeoutError):
+                    self._reroute()  # the caller's retry policy tries again, routed anew
+                    raise
+                except (ClusterDownError, TryAgainError) as exc:
+                    # A cluster in the middle of a failover: what a cluster client
+                    # retries as it retries a lost connection, and so do we.
+                    self._reroute()
+                    raise redis.ConnectionError(f"{keys.lock}: {exc}") from exc
                 except redis.ResponseError as exc:
                     if "WRONGTYPE" in str(exc):
                         raise ForeignValueError(
@@ -50,7 +82,8 @@ class TxnProtocol(SettleSteps):
                         ) from exc
                     raise
         raise Contended(
-            f"{MAX_TRIES} tries on {keys.lock} lost their WATCH race to other clients"
+            f"{MAX_TRIES} tries on {keys.lock} lost their WATCH race to other clients "
+            "(or found its slot moved)"
         )
 
     def acquire(
@@ -177,11 +210,15 @@ def read_strings(pipe: Pipeline, keys: JobKeys, *names: str) -> list[Any]:
 
     MGET answers nil for a key that holds a list or a hash, which would let the
     transaction overwrite somebody else's data; one EXISTS, only when a value is
-    missing, tells an absent key from a foreign one.
+    missing, tells an absent key from a foreign one. A key that EXISTS finds but that
+    holds a string was written by another client since the MGET (a race for a new
+    job): the EXEC would fail on the WATCH, so the step starts again at once.
     """
     values: list[Any] = pipe.mget(*names)
     missing = [name for name, value in zip(names, values, strict=True) if value is None]
     if missing and int(pipe.exists(*missing)) > 0:
+        if all(text(pipe.type(name)) in ("string", "none") for name in missing):
+            raise redis.WatchError(f"{' or '.join(missing)} written since it was read")
         raise ForeignValueError(f"{keys.lock} or {keys.state}", "a value of another type")
     return values
 

@@ -308,8 +308,10 @@ os.register_at_fork(after_in_child=_registry.forget)
 
 
 def hub_for(client: redis.Redis) -> WakeHub:
-    """The wake hub of this process for ``client``'s connection pool."""
-    return _registry.get(client.connection_pool)
+    """The wake hub of this process for ``client``'s connection pool (for a
+    ``RedisCluster``, which has no pool of its own, for the client)."""
+    pool = getattr(client, "connection_pool", None)
+    return _registry.get(client if pool is None else pool)
 
 
 class Waits:

@@ -7,6 +7,11 @@ Enable with ``pytest_plugins = ["lockworker.testing.plugin"]`` in a ``conftest.p
 - ``redis_client``: a client of it (``decode_responses=True``), closed after the test.
 - ``namespace``: a fresh namespace per test, so tests never share keys and need no
   FLUSHDB.
+- ``redis_cluster``: one :class:`~lockworker.testing.topology.Cluster` of three
+  masters per session (``redis_cluster.client()`` for a ``RedisCluster`` client).
+- ``redis_sentinel``: one :class:`~lockworker.testing.topology.SentinelGroup` per
+  session: a master, two replicas, three sentinels (``redis_sentinel.master_client()``).
+  A test that kills a server should start a topology of its own instead.
 """
 
 from __future__ import annotations
@@ -18,12 +23,25 @@ import pytest
 import redis
 
 from lockworker.testing.server import RedisServer
+from lockworker.testing.topology import Cluster, SentinelGroup
 
 
 @pytest.fixture(scope="session")
 def redis_server() -> Iterator[RedisServer]:
     with RedisServer() as server:
         yield server
+
+
+@pytest.fixture(scope="session")
+def redis_cluster() -> Iterator[Cluster]:
+    with Cluster(masters=3) as cluster:
+        yield cluster
+
+
+@pytest.fixture(scope="session")
+def redis_sentinel() -> Iterator[SentinelGroup]:
+    with SentinelGroup() as group:
+        yield group
 
 
 @pytest.fixture
