@@ -19,7 +19,7 @@ from helpers import wait_for
 from redis.exceptions import ClusterDownError
 
 from lockworker import JobStatus, RedisUnavailable, RetryPolicy, Worker
-from lockworker.keys import JobKeys
+from lockworker.model.keys import JobKeys
 from lockworker.testing import Cluster, capture_events
 
 pytestmark = pytest.mark.processes  # real server processes, started and crashed

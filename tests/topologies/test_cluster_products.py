@@ -16,7 +16,7 @@ from redis.cluster import RedisCluster
 
 import lockworker
 from lockworker import JobNotFound, JobStatus, Leader, Lock, Outcome, Semaphore, Term, Worker
-from lockworker.keys import JobKeys, Space, parse_state_key, state_pattern
+from lockworker.model.keys import JobKeys, Space, parse_state_key, state_pattern
 from lockworker.testing import Cluster, capture_events
 
 pytestmark = pytest.mark.processes  # a real cluster: server processes
