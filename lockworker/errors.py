@@ -66,6 +66,12 @@ class RedisUnavailable(LockworkerError):
     """Redis could not be reached within the retry budget (bounded backoff ran out)."""
 
 
+class NotReplicated(LockworkerError):
+    """A step was applied on the master but fewer replicas than asked acknowledged it
+    (``durability="replicated"``); retried like a lost connection, since every step is
+    safe to repeat, until the replicas have it or the retry budget ends."""
+
+
 class Contended(LockworkerError):
     """An optimistic transaction kept losing its WATCH race to other clients.
 

@@ -30,6 +30,7 @@ from lockworker.model.codec import Holder, new_run, payload_view
 from lockworker.model.keys import JobKeys, check_name
 from lockworker.model.state import Outcome, Reset, Role, Snapshot
 from lockworker.protocol import LockProtocol, ScriptProtocol
+from lockworker.protocol.replicated import ReplicatedScriptProtocol
 from lockworker.protocol.txn import TxnProtocol
 from lockworker.runtime import events, retry
 from lockworker.runtime.lease import Heartbeat
@@ -40,8 +41,27 @@ T = TypeVar("T")
 
 DAY = 86400.0
 
-def make_protocol(client: redis.Redis, protocol: str | LockProtocol) -> LockProtocol:
-    """``"script"`` (Lua, the default), ``"txn"`` (WATCH/MULTI/EXEC), or an instance."""
+DURABILITY = ("local", "replicated")
+
+
+def make_protocol(
+    client: redis.Redis, protocol: str | LockProtocol, durability: str = "local",
+    replicas: int = 1, replica_timeout: float = 0.5,
+) -> LockProtocol:
+    """``"script"`` (Lua, the default), ``"txn"`` (WATCH/MULTI/EXEC), or an instance;
+    with ``durability="replicated"``, the script protocol whose steps count once
+    ``replicas`` replicas acknowledged them (:mod:`lockworker.protocol.replicated`)."""
+    if durability not in DURABILITY:
+        raise InvalidConfig(f"durability must be 'local' or 'replicated', got {durability!r}")
+    if durability == "replicated":
+        if protocol != "script":
+            raise InvalidConfig(
+                "durability='replicated' needs protocol='script' (WAIT follows each step "
+                f"on its connection), got protocol={protocol!r}"
+            )
+        count = int(positive(replicas, "replicas", integer=True))
+        timeout = seconds(replica_timeout, "replica_timeout")
+        return ReplicatedScriptProtocol(client, count, max(1, round(timeout * 1000)))
     if protocol == "script":
         return ScriptProtocol(client)
     if protocol == "txn":
@@ -71,6 +91,11 @@ class Worker:
         again (others are woken at once); default ``min(1, lock_timeout / 4)``.
     :param clock: time source (tests pass :class:`lockworker.testing.FakeClock`).
     :param protocol: ``"script"`` (default) or ``"txn"`` (WATCH/MULTI/EXEC).
+    :param durability: ``"local"`` (default): a step counts once the master applied it.
+        ``"replicated"``: once ``replicas`` replicas acknowledged it too (``WAIT``, at
+        most ``replica_timeout`` seconds per try; retried within ``redis_retry``), so
+        an acknowledged DONE or token survives the failover of the master to one of
+        them (docs/topologies.md; script protocol only).
     :param redis_retry: retry policy for connection errors.
     :param handle_signals: stop on SIGTERM/SIGINT (a second signal acts as before), from
         the first ``process`` call in the main thread until :meth:`close`.
@@ -93,6 +118,9 @@ class Worker:
         clock: Clock | None = None,
         logger: Any = None,
         protocol: str | LockProtocol = "script",
+        durability: str = "local",
+        replicas: int = 1,
+        replica_timeout: float = 0.5,
         redis_retry: retry.RetryPolicy | None = None,
         handle_signals: bool = True,
         role: Role | str = Role.PRIMARY,
@@ -139,7 +167,8 @@ class Worker:
             self.lock_timeout, float(delay), self.backup_delay if self.role is Role.BACKUP else 0.0
         )
         self.clock: Clock = clock or SystemClock()
-        self.protocol = make_protocol(client, protocol)
+        self.protocol = make_protocol(client, protocol, durability, replicas, replica_timeout)
+        self.durability = durability
         self.redis_retry = redis_retry or retry.DEFAULT
         self.handle_signals = handle_signals
         self._logger = logger

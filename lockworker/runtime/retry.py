@@ -25,14 +25,16 @@ import tenacity
 
 from lockworker.clock import Clock
 from lockworker.config import seconds
-from lockworker.errors import Contended, RedisUnavailable
+from lockworker.errors import Contended, NotReplicated, RedisUnavailable
 from lockworker.runtime import events
 
 T = TypeVar("T")
 
-RETRYABLE = (redis.ConnectionError, redis.TimeoutError, Contended)
-"""Connection refused or reset, socket timeouts, a server still loading its data, and a
-transaction that kept losing its WATCH race (:class:`~lockworker.errors.Contended`)."""
+RETRYABLE = (redis.ConnectionError, redis.TimeoutError, Contended, NotReplicated)
+"""Connection refused or reset, socket timeouts, a server still loading its data, a
+transaction that kept losing its WATCH race (:class:`~lockworker.errors.Contended`), and
+a step the replicas did not acknowledge in time
+(:class:`~lockworker.errors.NotReplicated`)."""
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,80 @@
+"""``durability="replicated"`` on a real Sentinel group (a master and 2 replicas): a
+step counts only once the replicas acknowledged it, so what a worker reports is on the
+replicas when it reports it."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import redis
+
+import lockworker
+from lockworker.model.keys import JobKeys
+from lockworker.testing import SentinelGroup
+
+pytestmark = pytest.mark.processes
+
+
+def replicas_of(group: SentinelGroup) -> list[redis.Redis]:
+    master = group.master()
+    return [s.client(decode_responses=True) for s in group.servers if s.port != master.port]
+
+
+def test_a_replicated_done_is_on_every_replica_when_process_returns(
+    redis_sentinel: SentinelGroup, sentinel_master: redis.Redis, namespace: str
+) -> None:
+    worker = lockworker.Worker(
+        sentinel_master, namespace=namespace, on_acquired=lambda job: None,
+        durability="replicated", replicas=2,
+    )
+    replicas = replicas_of(redis_sentinel)
+    assert len(replicas) == 2
+    for i in range(20):
+        job_id = f"r{i}"
+        assert worker.process(job_id) is lockworker.Outcome.DONE
+        state = JobKeys.of(namespace, job_id).state
+        # Read at once, no waiting: WAIT already saw both replicas take the DONE.
+        expected = sentinel_master.get(state)
+        assert expected is not None and expected.startswith("lw2|done|")
+        assert [r.get(state) for r in replicas] == [expected, expected]
+    worker.close()
+    for r in replicas:
+        r.close()
+
+
+def test_a_step_more_replicas_than_exist_cannot_acknowledge_does_not_count(
+    sentinel_master: redis.Redis, namespace: str
+) -> None:
+    """Three replicas asked for, two exist: the step is retried within the budget, then
+    reported; the job is not DONE, and stays recoverable (pending)."""
+    worker = lockworker.Worker(
+        sentinel_master, namespace=namespace, on_acquired=lambda job: None,
+        durability="replicated", replicas=3, replica_timeout=0.05,
+        redis_retry=lockworker.RetryPolicy(budget=0.4, initial=0.01, maximum=0.05),
+    )
+    with pytest.raises(lockworker.RedisUnavailable) as error:
+        worker.process("never")
+    assert isinstance(error.value.__cause__, lockworker.NotReplicated)
+    assert worker.inspect("never").status is lockworker.JobStatus.PENDING
+    worker.close()
+
+
+def test_what_replicated_durability_costs(
+    sentinel_master: redis.Redis, namespace: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Not a timed test (it asserts no speed): prints jobs/s of both settings, measured
+    here on loopback, for docs/topologies.md."""
+    rates = {}
+    for durability in ("local", "replicated"):
+        worker = lockworker.Worker(
+            sentinel_master, namespace=f"{namespace}-{durability}",
+            on_acquired=lambda job: None, durability=durability, replicas=2,
+        )
+        start = time.perf_counter()
+        for i in range(100):
+            assert worker.process(f"c{i}") is lockworker.Outcome.DONE
+        rates[durability] = 100 / (time.perf_counter() - start)
+        worker.close()
+    with capsys.disabled():
+        print(f"\njob cycles/s on a Sentinel master with 2 replicas: {rates}")

@@ -1,0 +1,38 @@
+"""``durability`` is checked before any Redis call, naming what is wrong."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import fakeredis
+import pytest
+
+import lockworker
+from lockworker.protocol.replicated import ReplicatedScriptProtocol
+
+
+def worker(**kwargs: Any) -> lockworker.Worker:
+    return lockworker.Worker(
+        fakeredis.FakeRedis(), namespace="n", on_acquired=lambda job: None, **kwargs
+    )
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"durability": "quorum"}, "durability must be 'local' or 'replicated'"),
+        ({"durability": "replicated", "protocol": "txn"}, "needs protocol='script'"),
+        ({"durability": "replicated", "replicas": 0}, "replicas"),
+        ({"durability": "replicated", "replica_timeout": 0}, "replica_timeout"),
+    ],
+)
+def test_bad_durability_settings_are_refused(kwargs: dict[str, Any], message: str) -> None:
+    with pytest.raises(lockworker.InvalidConfig, match=message):
+        worker(**kwargs)
+
+
+def test_replicated_durability_waits_for_the_replicas_asked_for() -> None:
+    protocol = worker(durability="replicated", replicas=2, replica_timeout=0.25).protocol
+    assert isinstance(protocol, ReplicatedScriptProtocol)
+    assert (protocol.replicas, protocol.timeout_ms) == (2, 250)
+    assert type(worker().protocol).__name__ == "ScriptProtocol"
