@@ -172,6 +172,15 @@ def _add_run(sub: argparse._SubParsersAction[Parser], common: Parser) -> None:
         "--concurrency", type=positive_int, metavar="N",
         help="Worker only: jobs run at a time (default: 4)",
     )
+    run.add_argument(
+        "--durability", choices=("local", "replicated"), default="local",
+        help="Worker only: 'replicated' counts a step once --replicas replicas "
+        "acknowledged it (WAIT; docs/topologies.md)",
+    )
+    run.add_argument(
+        "--replicas", type=positive_int, default=1, metavar="N",
+        help="Worker only, with --durability replicated: replicas that must acknowledge",
+    )
     run.add_argument("--stream", help="Worker only: the stream to serve (default: namespace)")
     run.add_argument(
         "--grace", type=non_negative_float, default=10.0, metavar="SECONDS",

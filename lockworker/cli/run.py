@@ -75,7 +75,7 @@ def build(cls: type[Worker] | type[Leader], client: redis.Redis, args: argparse.
         return cls(
             client, namespace=args.namespace,
             max_attempts=args.max_attempts if args.max_attempts is not None else 3,
-            **common,
+            durability=args.durability, replicas=args.replicas, **common,
         )
     except (InvalidConfig, InvalidHook) as exc:
         raise CliError(str(exc)) from exc

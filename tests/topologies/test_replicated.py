@@ -4,10 +4,14 @@ replicas when it reports it."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import time
 
 import pytest
 import redis
+from helpers import wait_for
 
 import lockworker
 from lockworker.model.keys import JobKeys
@@ -78,3 +82,32 @@ def test_what_replicated_durability_costs(
         worker.close()
     with capsys.disabled():
         print(f"\njob cycles/s on a Sentinel master with 2 replicas: {rates}")
+
+
+def test_the_run_command_takes_replicated_durability(
+    redis_sentinel: SentinelGroup, sentinel_master: redis.Redis, namespace: str
+) -> None:
+    """``lockworker run --durability replicated --replicas 2`` runs jobs with such a
+    worker (that each of its steps waits for the replicas is the first test's)."""
+    lockworker.submit(sentinel_master, namespace, "d1")
+    sentinels = ",".join(f"{h}:{p}" for h, p in redis_sentinel.sentinels)
+    url = f"redis+sentinel://{sentinels}/{redis_sentinel.master_name}"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "lockworker", "run", "lockworker.cli.demo_worker:DemoWorker",
+         "--namespace", namespace, "--redis", url, "--durability", "replicated",
+         "--replicas", "2", "--lock-timeout", "2"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "LOCKWORKER_REDIS_URL": ""},
+    )
+    try:
+        state = JobKeys.of(namespace, "d1").state
+        value = wait_for(
+            lambda: (v := sentinel_master.get(state)) and v.startswith("lw2|done|") and v,
+            timeout=20,
+        )
+        replicas = replicas_of(redis_sentinel)
+        wait_for(lambda: [r.get(state) for r in replicas] == [value, value], timeout=5)
+    finally:
+        proc.terminate()
+        _, err = proc.communicate(timeout=10)
+    assert "Traceback" not in err
