@@ -10,6 +10,7 @@ from benchmarks.contended import Contended
 from benchmarks.cycle import BASELINE, CycleResult
 from benchmarks.failover import Handover, Takeover
 from benchmarks.market import MarketRun
+from benchmarks.masters import MastersRun
 from benchmarks.scale import ScaleRun
 from benchmarks.stream import StreamRun
 
@@ -37,6 +38,7 @@ class Settings:
     stream_jobs: int = 10_000
     scale_jobs: int = 10_000
     market_seconds: float = 3.0
+    masters_jobs: int = 4_000
     wall_seconds: float = 0.0
 
 
@@ -54,6 +56,7 @@ class Run:
     streams: list[StreamRun] = field(default_factory=list)
     scale: ScaleRun | None = None
     market: list[MarketRun] = field(default_factory=list)
+    masters: MastersRun | None = None
     charts: dict[str, str] = field(default_factory=dict)
     """Chart kind ("handovers", "takeover") -> file name beside the page."""
 
@@ -162,6 +165,8 @@ def summary(run: Run) -> list[str]:
             f"stream, primary + 2 backups: up to {_n(best.rate)} jobs/s "
             f"(concurrency {best.concurrency})"
         )
+    if run.masters is not None and run.masters.rates:
+        lines.append(report_load.masters_summary(run.masters))
     if run.scale is not None:
         sc = run.scale
         lines.append(
@@ -391,4 +396,5 @@ def render(run: Run) -> str:
     out.extend(report_load.stream(run.streams))
     out.extend(report_load.scale(run.scale))
     out.extend(report_load.market(run.market, s.market_seconds))
+    out.extend(report_load.masters(run.masters))
     return "\n".join(out)

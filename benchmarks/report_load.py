@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from benchmarks.contended import Contended
 from benchmarks.market import BOOK_SECONDS, MarketRun
+from benchmarks.masters import CONCURRENCY, PROCESSES, MastersRun
 from benchmarks.scale import STATUS_TARGET, ScaleRun
 from benchmarks.stream import ROLES, StreamRun
 
@@ -203,6 +204,57 @@ def market(results: list[MarketRun], seconds: float) -> list[str]:
         "watched key left) and take turns with listings, at the cost of fewer listings. "
         "A purchase still running when the window closes is given up (the book gave up "
         "after 10 s)."
+    )
+    add("")
+    return out
+
+
+def masters_summary(r: MastersRun) -> str:
+    rates = ", ".join(f"{name} {_n(rate)} jobs/s" for name, rate in r.rates.items())
+    return (
+        f"beyond one server ({PROCESSES} processes): {rates}; {_n(r.held)} jobs in flight "
+        f"on the cluster, `lockworker status` {r.status_seconds:.2f} s"
+    )
+
+
+def masters(result: MastersRun | None) -> list[str]:
+    out = ["## 8. Beyond one server: a 3-master cluster", ""]
+    add = out.append
+    if result is None:
+        add("Not run.")
+        add("")
+        return out
+    r = result
+    add(
+        f"{PROCESSES} processes serve {_n(r.jobs)} jobs between them "
+        f"(`Worker.serve(ids, concurrency={CONCURRENCY})`, an empty `on_acquired`), "
+        "first against one server, then against a Redis Cluster of 3 masters started "
+        "from the same binary on the same machine (`lockworker.testing.Cluster`)."
+    )
+    add("")
+    add("| topology | jobs/s |")
+    add("|---|---:|")
+    for name, rate in r.rates.items():
+        add(f"| {name} | {_n(rate)} |")
+    add("")
+    if r.held:
+        spread_ = ", ".join(_n(n) for n in r.held_per_master)
+        add(
+            f"Then {_n(r.held)} jobs held at once on the cluster (each hook blocks): taken "
+            f"in {r.ramp_seconds:.1f} s, spread over the masters as {spread_}; "
+            f"`lockworker status --redis redis+cluster://...` listed {_n(r.status_rows)} of "
+            f"them in {r.status_seconds:.2f} s (one script per hash slot, every master "
+            "scanned)."
+        )
+        add("")
+    if r.error:
+        add(f"Error: {r.error}")
+        add("")
+    add(
+        "All the servers share this machine's 2 cores with the 8 client processes, so "
+        "more masters add no CPU here: the cluster's figure shows the cost of routing "
+        "(the client finds each job's master by its hash slot) rather than the growth a "
+        "cluster brings when its masters have machines of their own."
     )
     add("")
     return out

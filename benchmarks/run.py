@@ -16,7 +16,17 @@ import time
 import uuid
 from pathlib import Path
 
-from benchmarks import charts, contended, cycle, failover, market, report, scale, stream
+from benchmarks import (
+    charts,
+    contended,
+    cycle,
+    failover,
+    market,
+    masters,
+    report,
+    scale,
+    stream,
+)
 from benchmarks.common import counting_client, installed, machine, quiet_logging
 from lockworker.testing.server import RedisServer
 
@@ -35,6 +45,7 @@ FULL = report.Settings(
     stream_jobs=10_000,
     scale_jobs=10_000,
     market_seconds=3.0,
+    masters_jobs=4_000,
 )
 QUICK = report.Settings(
     command="python -m benchmarks --quick",
@@ -48,6 +59,7 @@ QUICK = report.Settings(
     stream_jobs=300,
     scale_jobs=500,
     market_seconds=0.5,
+    masters_jobs=200,
 )
 
 
@@ -63,7 +75,7 @@ def measure(
     quick = settings.rounds == 1
     say(f"server: {server.version()} on 127.0.0.1:{server.port} "
         f"(+{len(servers) - 1} Redlock masters)")
-    say(f"1/7 uncontended: {settings.rounds} rounds x {len(cycle.CONTENDERS)} contenders "
+    say(f"1/8 uncontended: {settings.rounds} rounds x {len(cycle.CONTENDERS)} contenders "
         f"x {settings.seconds:g} s")
     cycles = cycle.run(
         servers, rounds=settings.rounds, seconds=settings.seconds, warmup=20 if quick else 200
@@ -84,17 +96,17 @@ def measure(
     ]
     client = server.client()
     kinds = contended.kinds()
-    say(f"2/7 contended: {len(kinds)} contenders x {settings.contended_seconds:g} s")
+    say(f"2/8 contended: {len(kinds)} contenders x {settings.contended_seconds:g} s")
     contention = contended.run(
         [s.port for s in servers], client, settings.contended_seconds
     )
     pair = failover.Pair(server.port, namespace)
     try:
-        say(f"3/7 handover: {settings.handover_trials} trials x {len(handovers)} contenders")
+        say(f"3/8 handover: {settings.handover_trials} trials x {len(handovers)} contenders")
         for _ in range(settings.handover_trials):
             for handover in handovers:
                 failover.handover_trial(pair, handover)
-        say(f"4/7 takeover after SIGKILL: {settings.takeover_trials} trials (lockworker), "
+        say(f"4/8 takeover after SIGKILL: {settings.takeover_trials} trials (lockworker), "
             f"{settings.peer_takeover_trials} per peer, {settings.takeover_lease:g} s lease")
         for trial in range(max(settings.takeover_trials, settings.peer_takeover_trials)):
             for takeover in takeovers:
@@ -108,14 +120,17 @@ def measure(
     finally:
         pair.close()
     try:
-        say(f"5/7 stream: {settings.stream_jobs} jobs x concurrency {stream.CONCURRENCY}")
+        say(f"5/8 stream: {settings.stream_jobs} jobs x concurrency {stream.CONCURRENCY}")
         streams = stream.run(server.port, client, settings.stream_jobs)
-        say(f"6/7 scale: {settings.scale_jobs} jobs in flight over {scale.PROCESSES} processes")
+        say(f"6/8 scale: {settings.scale_jobs} jobs in flight over {scale.PROCESSES} processes")
         scaled = scale.run(server.port, server.url, client, settings.scale_jobs)
-        say(f"7/7 marketplace: {2 * len(market.SETUPS)} setups x {settings.market_seconds:g} s")
+        say(f"7/8 marketplace: {2 * len(market.SETUPS)} setups x {settings.market_seconds:g} s")
         markets = market.run(server.port, settings.market_seconds)
     finally:
         client.close()
+    say(f"8/8 masters: {settings.masters_jobs} jobs through serve() on 1 server and on a "
+        f"{masters.MASTERS}-master cluster, then {settings.scale_jobs} in flight on it")
+    by_masters = masters.run(settings.masters_jobs, settings.scale_jobs)
     settings = report.Settings(
         **{**settings.__dict__, "wall_seconds": time.monotonic() - started}
     )
@@ -125,6 +140,7 @@ def measure(
     return report.Run(
         machine(server), settings, cycles, overhead, handovers, takeovers, missing,
         contended=contention, streams=streams, scale=scaled, market=markets,
+        masters=by_masters,
     )
 
 

@@ -39,6 +39,7 @@ def test_quick_benchmark_run_writes_a_report(tmp_path: Path) -> None:
         "## 5. A stream of jobs: a primary and two backups",
         "## 6. Scale: jobs in flight",
         '## 7. The "Redis in Action" marketplace',
+        "## 8. Beyond one server: a 3-master cluster",
     ):
         assert heading in report
     for row in (
@@ -54,6 +55,7 @@ def test_quick_benchmark_run_writes_a_report(tmp_path: Path) -> None:
         assert row in report
     # Mutual exclusion is a correctness check, not a speed figure: it must hold.
     assert "MUTUAL EXCLUSION BROKEN" not in done.stdout
+    assert "| 3-master cluster |" in report and "\nError:" not in report
     for line in ("uncontended Lock acquire+release:", "Worker job cycle (script protocol):"):
         assert line in done.stdout
     for chart in ("benchmarks-handovers.png", "benchmarks-takeover.png"):

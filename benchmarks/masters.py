@@ -1,0 +1,191 @@
+"""Beyond one server: jobs/s through ``serve()`` on one server and on a 3-master Redis
+Cluster, and jobs in flight on the cluster.
+
+8 processes each serve their own share of the job ids (``Worker.serve(ids,
+concurrency=4)``, an empty ``on_acquired``) against one server, then against a cluster
+of 3 masters started from the same binary; jobs/s is all jobs over the time from the
+common start to the last process's end. Then the cluster holds ``held`` jobs at once
+(every hook blocks), which shows how the jobs spread over the masters and how long
+``lockworker status --redis redis+cluster://...`` takes to list them all.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from typing import Any
+
+import redis
+from redis.cluster import RedisCluster
+
+import lockworker
+from benchmarks.common import quiet_logging
+from lockworker.testing import Cluster
+from lockworker.testing.server import RedisServer
+
+PROCESSES = 8
+CONCURRENCY = 4
+MASTERS = 3
+REPLY_TIMEOUT = 120.0
+
+
+def _client(kind: str, port: int, connections: int) -> Any:
+    if kind == "cluster":
+        return RedisCluster(host="127.0.0.1", port=port, max_connections=connections)
+    return redis.Redis(host="127.0.0.1", port=port, max_connections=connections)
+
+
+def child_main(  # noqa: PLR0917 (a multiprocessing target takes positional args)
+    kind: str, port: int, namespace: str, ids: list[str], hold: bool,
+    pipe: Connection,
+) -> None:
+    """Serve ``ids``; with ``hold``, every hook blocks until the parent releases it."""
+    quiet_logging(to_devnull=True)
+    client = _client(kind, port, len(ids) + 32)
+    release = threading.Event()
+
+    def on_acquired(_job: lockworker.Job) -> None:
+        if hold:
+            client.incr(f"bench:{{{namespace}}}:held")
+            release.wait(REPLY_TIMEOUT)
+
+    worker = lockworker.Worker(
+        client, namespace=namespace, lock_timeout=30.0, retention=600.0,
+        handle_signals=False, on_acquired=on_acquired,
+    )
+    pipe.send("ready")
+    start_at = pipe.recv()
+    time.sleep(max(0.0, start_at - time.monotonic()))
+    if hold:
+        server = threading.Thread(
+            target=worker.serve, args=([(i, None) for i in ids],),
+            kwargs={"concurrency": len(ids)}, daemon=True,
+        )
+        server.start()
+        pipe.recv()
+        release.set()
+        server.join(REPLY_TIMEOUT)
+    else:
+        worker.serve([(i, None) for i in ids], concurrency=CONCURRENCY)
+    pipe.send(time.monotonic())
+    worker.close()
+    client.close()
+
+
+@dataclass
+class MastersRun:
+    jobs: int
+    rates: dict[str, float] = field(default_factory=dict)
+    """jobs/s by topology: ``1 server``, ``3-master cluster``."""
+    held: int = 0
+    held_per_master: list[int] = field(default_factory=list)
+    ramp_seconds: float = 0.0
+    status_seconds: float = 0.0
+    status_rows: int = 0
+    error: str = ""
+
+
+def _spawn(kind: str, port: int, namespace: str, ids: list[str], hold: bool,
+           ) -> tuple[list[Any], list[Connection]]:
+    ctx = multiprocessing.get_context("spawn")
+    procs, pipes = [], []
+    for i in range(PROCESSES):
+        ours, theirs = ctx.Pipe()
+        proc = ctx.Process(
+            target=child_main, args=(kind, port, namespace, ids[i::PROCESSES], hold, theirs),
+            daemon=True,
+        )
+        proc.start()
+        theirs.close()
+        procs.append(proc)
+        pipes.append(ours)
+    for pipe in pipes:
+        if not pipe.poll(REPLY_TIMEOUT) or pipe.recv() != "ready":
+            raise RuntimeError(f"a {kind} process did not get ready")
+    return procs, pipes
+
+
+def _reap(procs: list[Any], pipes: list[Connection]) -> None:
+    for proc in procs:
+        proc.join(timeout=20)
+        if proc.is_alive():
+            proc.kill()
+            proc.join()
+    for pipe in pipes:
+        pipe.close()
+
+
+def _throughput(kind: str, port: int, jobs: int) -> float:
+    namespace = f"bench-masters-{uuid.uuid4().hex[:8]}"
+    ids = [f"job-{n}" for n in range(jobs)]
+    procs, pipes = _spawn(kind, port, namespace, ids, hold=False)
+    try:
+        start = time.monotonic() + 0.2
+        for pipe in pipes:
+            pipe.send(start)
+        ends = []
+        for pipe in pipes:
+            if not pipe.poll(REPLY_TIMEOUT + jobs / 20):
+                raise RuntimeError(f"a {kind} process did not finish its jobs")
+            ends.append(pipe.recv())
+        return jobs / (max(ends) - start)
+    finally:
+        _reap(procs, pipes)
+
+
+def _held(cluster: Cluster, jobs: int, result: MastersRun) -> None:
+    namespace = f"bench-held-{uuid.uuid4().hex[:8]}"
+    ids = [f"job-{n}" for n in range(jobs)]
+    client = cluster.client()
+    procs, pipes = _spawn("cluster", cluster.masters[0].port, namespace, ids, hold=True)
+    try:
+        start = time.monotonic()
+        for pipe in pipes:
+            pipe.send(start)
+        deadline = start + REPLY_TIMEOUT + jobs / 50
+        while int(client.get(f"bench:{{{namespace}}}:held") or 0) < jobs:
+            if time.monotonic() > deadline:
+                raise RuntimeError("not every job was taken on the cluster")
+            time.sleep(0.05)
+        result.held, result.ramp_seconds = jobs, time.monotonic() - start
+        result.held_per_master = [
+            sum(1 for i in ids if cluster.node_of(f"{{{i}}}").port == m.port)
+            for m in cluster.masters
+        ]
+        url = "redis+cluster://" + ",".join(f"127.0.0.1:{m.port}" for m in cluster.masters)
+        started = time.monotonic()
+        done = subprocess.run(
+            [sys.executable, "-m", "lockworker", "status", "--namespace", namespace,
+             "--redis", url, "--log-level", "warning"],
+            capture_output=True, text=True, timeout=REPLY_TIMEOUT, check=False,
+        )
+        result.status_seconds = time.monotonic() - started
+        result.status_rows = sum(1 for line in done.stdout.splitlines() if line.startswith("job "))
+        for pipe in pipes:
+            pipe.send("release")
+        for pipe in pipes:
+            pipe.poll(REPLY_TIMEOUT)
+    finally:
+        _reap(procs, pipes)
+        client.close()
+
+
+def run(jobs: int, held: int) -> MastersRun:
+    result = MastersRun(jobs)
+    try:
+        with RedisServer() as server:
+            result.rates["1 server"] = _throughput("server", server.port, jobs)
+        with Cluster(masters=MASTERS) as cluster:
+            result.rates[f"{MASTERS}-master cluster"] = _throughput(
+                "cluster", cluster.masters[0].port, jobs
+            )
+            _held(cluster, held, result)
+    except Exception as exc:  # reported on the page, not lost
+        result.error = f"{type(exc).__name__}: {exc}"[:300]
+    return result
