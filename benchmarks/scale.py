@@ -42,7 +42,11 @@ REPLY_TIMEOUT = 120.0
 def child_main(port: int, namespace: str, ids: list[str], pipe: Connection) -> None:
     """Serve ``ids``, each hook blocking until the parent says ``release``."""
     quiet_logging(to_devnull=True)
-    client = redis.Redis(host="127.0.0.1", port=port, socket_timeout=REPLY_TIMEOUT)
+    # One connection per job at the ramp's peak: redis-py's default pool holds 100.
+    client = redis.Redis(
+        host="127.0.0.1", port=port, socket_timeout=REPLY_TIMEOUT,
+        max_connections=len(ids) + 32,
+    )
     release = threading.Event()
     held = f"bench:{namespace}:held"
 
