@@ -29,7 +29,7 @@ from lockworker.errors import (
     RedisUnavailable,
     StopRequested,
 )
-from lockworker.model.state import JobStatus, Outcome, Snapshot
+from lockworker.model.state import Durability, JobStatus, Outcome, ProtocolKind, Role, Snapshot
 from lockworker.primitives import JSONCodec, Lock, Redlock, Semaphore, compute_once
 from lockworker.runtime.retry import RetryPolicy
 
@@ -41,6 +41,7 @@ __all__ = [
     "Clock",
     "Contended",
     "Delivery",
+    "Durability",
     "ForeignValueError",
     "InvalidConfig",
     "InvalidHook",
@@ -56,10 +57,12 @@ __all__ = [
     "NotHeld",
     "NotReplicated",
     "Outcome",
+    "ProtocolKind",
     "QuorumNotReached",
     "RedisUnavailable",
     "Redlock",
     "RetryPolicy",
+    "Role",
     "Semaphore",
     "Snapshot",
     "StopRequested",

@@ -19,6 +19,7 @@ from typing import Any, Protocol, TypeVar
 import redis
 
 from lockworker.clock import Clock
+from lockworker.daemons.contend import Loop, Next
 from lockworker.daemons.job import Job
 from lockworker.errors import LockworkerError, StopRequested
 from lockworker.model import policy
@@ -94,8 +95,6 @@ class JobRun:
         self.previous: Snapshot | None = None
         self.not_before = 0.0
         self.wake: threading.Event | None = None
-        self.free_since: float | None = None
-        self.free_token: int | None = None
         self.stack = contextlib.ExitStack()
 
     def job(self, attempt: int, token: int, holder: str | None) -> Job:
@@ -105,70 +104,56 @@ class JobRun:
             _clock=w.clock, _stopping=w._stop,
         )
 
+    # -- the contest (lockworker.daemons.contend) ------------------------------------
+
     def run(self) -> Outcome:
         with self.stack:
-            while True:
-                if self.w.stopping:
-                    self.log.info(events.STOPPED)
-                    return Outcome.STOPPED
-                now = self.w.clock.monotonic()
-                if now < self.not_before:
-                    outcome = self.wait_until(self.not_before, observe=True)
-                    if outcome is not None:
-                        return outcome
-                    continue
-                if self.w.role is Role.BACKUP:
-                    ready = self.backup_ready()
-                    if isinstance(ready, Outcome):
-                        return ready
-                    if not ready:
-                        continue
-                    now = self.w.clock.monotonic()
-                sent_at = now
-                result = self.call(
-                    lambda: self.w.protocol.acquire(
-                        self.keys, self.w._who, self.w._lease_ms, self.w.max_attempts,
-                        self.w._retention_ms,
-                    ),
-                    "acquire job",
-                )
-                if isinstance(result, Grant):
-                    outcome = self.attempt(result, sent_at)
-                    if outcome is not None:
-                        return outcome
-                    continue
-                outcome = self.observe(result)
-                if outcome is not None:
-                    return outcome
-                if self.subscribe():
-                    continue  # subscribed just now: look again before waiting
-                self.wait_until(
-                    policy.recheck_at(result, self.w.clock.monotonic(), self.w.timing),
-                    park=result.holder is not None,
-                )
+            return Loop(self).run()
 
-    def backup_ready(self) -> Outcome | bool:
-        """A backup looks before it competes: True to acquire now, False to look again.
+    @property
+    def stopping(self) -> bool:
+        return self.w.stopping
 
-        The primary skips this (no extra round trip); a backup inspects the job and
-        competes only once it has been free for ``backup_delay``, waiting meanwhile on
-        the wake channel so that a job finished elsewhere ends the wait at once.
-        """
-        seen = self.call(lambda: self.w.protocol.inspect(self.keys), "inspect job")
-        outcome = self.observe(seen)
-        if outcome is not None:
-            return outcome
-        view = policy.backup_step(
-            seen, self.free_since, self.free_token, self.w.clock.monotonic(), self.w.timing
+    @property
+    def role(self) -> Role:
+        return self.w.role
+
+    @property
+    def timing(self) -> policy.Timing:
+        return self.w.timing
+
+    def now(self) -> float:
+        return self.w.clock.monotonic()
+
+    def look(self) -> Snapshot:
+        return self.call(lambda: self.w.protocol.inspect(self.keys), "inspect job")
+
+    def acquire(self) -> Grant | Snapshot:
+        w = self.w
+        return self.call(
+            lambda: w.protocol.acquire(
+                self.keys, w._who, w._lease_ms, w.max_attempts, w._retention_ms
+            ),
+            "acquire job",
         )
-        self.free_since, self.free_token = view.free_since, view.free_token
-        if view.compete:
-            return True
-        if not self.subscribe():
-            # Held: wait for the lease (parked under serve). Free: the backup delay
-            # keeps the slot, so a backup reads no further ahead of a live primary.
-            self.wait_until(view.look_again, park=seen.holder is not None)
-        return False
+
+    def hold(self, grant: Grant, sent_at: float) -> Outcome | None:
+        return self.attempt(grant, sent_at)
+
+    def seen(self, snapshot: Snapshot) -> Outcome | Next:
+        outcome = self.observe(snapshot)
+        return Next.WAIT if outcome is None else outcome
+
+    def wait(self, deadline: float, *, park: bool, observe: bool) -> Outcome | None:
+        """Listen on the job's wake channel first: the first time, look again before
+        waiting (a release between the look and the subscription is then seen)."""
+        if self.subscribe():
+            return None
+        return self.wait_until(deadline, observe=observe, park=park)
+
+    def stopped(self) -> Outcome:
+        self.log.info(events.STOPPED)
+        return Outcome.STOPPED
 
     def subscribe(self) -> bool:
         """Listen on the job's wake channel; True if this call started listening."""

@@ -38,6 +38,7 @@ import redis
 
 from lockworker.clock import Clock, SystemClock, wall_time
 from lockworker.config import default_owner, lease
+from lockworker.daemons.contend import Loop, Next
 from lockworker.daemons.hooks import Hooks
 from lockworker.daemons.term import Term
 from lockworker.errors import ForeignValueError, InvalidConfig, StopRequested
@@ -234,47 +235,59 @@ class _Campaign:
         self.l = leader
         self.wake = wake
         self.previous: Snapshot | None = None
-        self.free_since: float | None = None
-        self.free_token: int | None = None
         self.not_before = 0.0
 
+    # -- the contest (lockworker.daemons.contend) ------------------------------------
+
     def run(self) -> None:
+        Loop(self).run()
+
+    @property
+    def stopping(self) -> bool:
+        return self.l.stopping
+
+    @property
+    def role(self) -> Role:
+        return self.l.role
+
+    @property
+    def timing(self) -> policy.Timing:
+        return self.l.timing
+
+    def now(self) -> float:
+        return self.l.clock.monotonic()
+
+    def look(self) -> Snapshot:
         lead = self.l
-        while not lead.stopping:
-            now = lead.clock.monotonic()
-            if now < self.not_before:
-                self.wait_until(self.not_before)
-                continue
-            if lead.role is Role.BACKUP:
-                seen = lead._call(lambda: lead.protocol.inspect(lead.keys), "inspect leader")
-                view = policy.backup_step(
-                    seen, self.free_since, self.free_token, now, lead.timing
-                )
-                self.free_since, self.free_token = view.free_since, view.free_token
-                if not view.compete:
-                    self.follow(seen)
-                    self.wait_until(view.look_again)
-                    continue
-            sent_at = lead.clock.monotonic()
-            result = lead._call(
-                lambda: lead.protocol.acquire(
-                    lead.keys, lead._who, lead._lease_ms, MAX_TERMS, lead._retention_ms
-                ),
-                "acquire leadership",
-            )
-            if isinstance(result, Grant):
-                self.lead(result, sent_at)
-                self.not_before = policy.compete_after_failure(
-                    lead.clock.monotonic(), lead.timing
-                )
-                continue
-            if result.resolved:  # reset by hand to DONE/GAVE_UP: make it electable again
-                lead._call(
-                    lambda: lead.protocol.reset(lead.keys, lead._retention_ms), "reset leader"
-                )
-                continue
-            self.follow(result)
-            self.wait_until(policy.recheck_at(result, lead.clock.monotonic(), lead.timing))
+        return lead._call(lambda: lead.protocol.inspect(lead.keys), "inspect leader")
+
+    def acquire(self) -> Grant | Snapshot:
+        lead = self.l
+        return lead._call(
+            lambda: lead.protocol.acquire(
+                lead.keys, lead._who, lead._lease_ms, MAX_TERMS, lead._retention_ms
+            ),
+            "acquire leadership",
+        )
+
+    def hold(self, grant: Grant, sent_at: float) -> None:
+        """Lead, resign, then step back so a follower takes over."""
+        self.lead(grant, sent_at)
+        self.not_before = policy.compete_after_failure(self.now(), self.timing)
+
+    def seen(self, snapshot: Snapshot) -> Next:
+        if snapshot.resolved:  # reset by hand to DONE/GAVE_UP: make it electable again
+            lead = self.l
+            lead._call(lambda: lead.protocol.reset(lead.keys, lead._retention_ms), "reset leader")
+            return Next.AGAIN
+        self.follow(snapshot)
+        return Next.WAIT
+
+    def wait(self, deadline: float, *, park: bool, observe: bool) -> None:
+        self.wait_until(deadline)
+
+    def stopped(self) -> None:
+        return None
 
     def wait_until(self, deadline: float) -> None:
         """Until ``deadline``, a wake message (a term ended) or a stop."""

@@ -28,7 +28,7 @@ from lockworker.errors import InvalidConfig, JobNotFound
 from lockworker.model import policy
 from lockworker.model.codec import Holder, new_run, payload_view
 from lockworker.model.keys import JobKeys, check_name
-from lockworker.model.state import Outcome, Reset, Role, Snapshot
+from lockworker.model.state import Durability, Outcome, ProtocolKind, Reset, Role, Snapshot
 from lockworker.protocol import LockProtocol, ScriptProtocol
 from lockworker.protocol.replicated import ReplicatedScriptProtocol
 from lockworker.protocol.txn import TxnProtocol
@@ -41,20 +41,18 @@ T = TypeVar("T")
 
 DAY = 86400.0
 
-DURABILITY = ("local", "replicated")
-
-
 def make_protocol(
-    client: redis.Redis, protocol: str | LockProtocol, durability: str = "local",
-    replicas: int = 1, replica_timeout: float = 0.5,
+    client: redis.Redis, protocol: ProtocolKind | str | LockProtocol,
+    durability: Durability | str = Durability.LOCAL, replicas: int = 1,
+    replica_timeout: float = 0.5,
 ) -> LockProtocol:
     """``"script"`` (Lua, the default), ``"txn"`` (WATCH/MULTI/EXEC), or an instance;
     with ``durability="replicated"``, the script protocol whose steps count once
     ``replicas`` replicas acknowledged them (:mod:`lockworker.protocol.replicated`)."""
-    if durability not in DURABILITY:
+    if durability not in tuple(Durability):
         raise InvalidConfig(f"durability must be 'local' or 'replicated', got {durability!r}")
-    if durability == "replicated":
-        if protocol != "script":
+    if durability == Durability.REPLICATED:
+        if protocol != ProtocolKind.SCRIPT:
             raise InvalidConfig(
                 "durability='replicated' needs protocol='script' (WAIT follows each step "
                 f"on its connection), got protocol={protocol!r}"
@@ -62,9 +60,9 @@ def make_protocol(
         count = int(positive(replicas, "replicas", integer=True))
         timeout = seconds(replica_timeout, "replica_timeout")
         return ReplicatedScriptProtocol(client, count, max(1, round(timeout * 1000)))
-    if protocol == "script":
+    if protocol == ProtocolKind.SCRIPT:
         return ScriptProtocol(client)
-    if protocol == "txn":
+    if protocol == ProtocolKind.TXN:
         return TxnProtocol(client)
     if isinstance(protocol, str):
         raise InvalidConfig(f"protocol must be 'script' or 'txn', got {protocol!r}")
@@ -117,8 +115,8 @@ class Worker:
         retry_delay: float | None = None,
         clock: Clock | None = None,
         logger: Any = None,
-        protocol: str | LockProtocol = "script",
-        durability: str = "local",
+        protocol: ProtocolKind | str | LockProtocol = ProtocolKind.SCRIPT,
+        durability: Durability | str = Durability.LOCAL,
         replicas: int = 1,
         replica_timeout: float = 0.5,
         redis_retry: retry.RetryPolicy | None = None,
@@ -168,7 +166,7 @@ class Worker:
         )
         self.clock: Clock = clock or SystemClock()
         self.protocol = make_protocol(client, protocol, durability, replicas, replica_timeout)
-        self.durability = durability
+        self.durability = Durability(durability)
         self.redis_retry = redis_retry or retry.DEFAULT
         self.handle_signals = handle_signals
         self._logger = logger

@@ -133,3 +133,21 @@ class Ending(str, enum.Enum):
     """Failed: the attempt is spent (GAVE_UP if it was the last)."""
     RELEASE = "release"
     """Given back unused: the attempt is refunded."""
+
+
+class ProtocolKind(str, enum.Enum):
+    """Which implementation of the lock protocol a Worker uses (``protocol=``)."""
+
+    SCRIPT = "script"
+    """Lua scripts: one round trip per step (the default)."""
+    TXN = "txn"
+    """WATCH/MULTI/EXEC: three round trips per step, for servers that forbid scripts."""
+
+
+class Durability(str, enum.Enum):
+    """When a Worker's step counts (``durability=``)."""
+
+    LOCAL = "local"
+    """Once the master applied it."""
+    REPLICATED = "replicated"
+    """Once ``replicas`` replicas acknowledged it too (WAIT)."""

@@ -9,6 +9,7 @@ abandoned one.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 import redis
@@ -96,15 +97,27 @@ class Primitive:
     _base: str
     _lease: Lease | None
     _heartbeat: Heartbeat | None
+    _valid_until: float
 
     def _configure(
         self, client: object, name: str, *, namespace: str, ttl: object, auto_renew: object,
         timeout: object, clock: Clock | None, logger: Any, redis_retry: RetryPolicy | None,
     ) -> None:
-        """Check and set what every primitive has, in one place: the client, name and
-        keys, the lease, the clock, the logger (:attr:`events` names it) and the one
-        path to Redis (``self._call``, through ``redis_retry``)."""
+        """Check and set what every primitive on one client has, in one place: the
+        client, then :meth:`_settings`."""
         self.client = check_client(client)
+        self._settings(
+            name, namespace=namespace, ttl=ttl, auto_renew=auto_renew, timeout=timeout,
+            clock=clock, logger=logger, redis_retry=redis_retry,
+        )
+
+    def _settings(
+        self, name: str, *, namespace: str, ttl: object, auto_renew: object,
+        timeout: object, clock: Clock | None, logger: Any, redis_retry: RetryPolicy | None,
+        **log_fields: Any,
+    ) -> None:
+        """The name and keys, the lease, the clock, the logger (:attr:`log_name`, bound
+        to the name and ``log_fields``) and the one path to Redis (``self._call``)."""
         self.name = check_name(name, "name")
         self.keys = JobKeys(check_name(namespace, "namespace"), self.name, self.space)
         self.ttl = lease(ttl, "ttl")
@@ -116,7 +129,50 @@ class Primitive:
         self._lease = None
         self._heartbeat = None
         self.redis_retry = redis_retry or DEFAULT
+        self._valid_until = 0.0
         self._log = events.logger(
-            self.log_name, logger, **{self.label: self.name, "namespace": self.keys.namespace}
+            self.log_name, logger,
+            **{self.label: self.name, "namespace": self.keys.namespace, **log_fields},
         )
         self._call = Caller(self.clock, self.redis_retry, self._log, label=f" {self.name!r}")
+
+    # -- the one holder: local validity, and a heartbeat with auto_renew --------------
+
+    def _hold(
+        self, until: float, next_renewal: float, renew: Callable[[float], bool] | None,
+        **lost_fields: Any,
+    ) -> None:
+        """Hold what was granted: trusted until ``until`` on the local clock; with
+        ``renew`` (``auto_renew``), a heartbeat renews it every ``ttl / 3`` from
+        ``next_renewal`` and a failed renewal loses it (logged as ``lock.lost``)."""
+        self._valid_until = until
+        if renew is None:
+            return
+
+        def lost(_lease: Lease, reason: str) -> None:
+            self._log.warning(LOST, reason=reason, **lost_fields)
+
+        interval = self.ttl / 3
+        self._lease = Lease(
+            renew=renew, lease=self.ttl, valid_until=until, next_renewal=next_renewal,
+            on_lost=lost,
+        )
+        self._heartbeat = Heartbeat(self.clock, interval)
+        self._heartbeat.hold(self._lease)
+
+    def _unhold(self) -> None:
+        """Stop renewing (a release, a loss, a close)."""
+        lease, heartbeat = self._lease, self._heartbeat
+        self._lease = self._heartbeat = None
+        if heartbeat is not None:
+            if lease is not None:
+                heartbeat.drop(lease)
+            heartbeat.close()
+
+    def _lost(self) -> bool:
+        """Whether what is held can no longer be trusted: by the renewing lease, or by
+        the local validity of the last grant or extension; no Redis call."""
+        lease = self._lease
+        if lease is not None:
+            return not lease.is_valid(self.clock.monotonic())
+        return self.clock.monotonic() >= self._valid_until

@@ -45,7 +45,7 @@ from lockworker.primitives import common
 from lockworker.primitives.lockqueue import LockSteps, decode_grant, wait_slice
 from lockworker.protocol import ScriptProtocol
 from lockworker.runtime import events, retry
-from lockworker.runtime.lease import Heartbeat, Lease, valid_until
+from lockworker.runtime.lease import valid_until
 
 NAMESPACE = "locks"
 MAX_ACQUISITIONS = 10**15
@@ -111,7 +111,6 @@ class Lock(common.Primitive):
         self._retention_ms = round(RETENTION * 1000)
         self._held: LockValue | None = None
         self._token: int | None = None
-        self._valid_until = 0.0
         self._slice = wait_slice(client, self.ttl)
         self._place_ms = round((2 * self._slice + PLACE_MARGIN) * 1000)
 
@@ -142,12 +141,7 @@ class Lock(common.Primitive):
         Judged by the local clock (TTL since the last grant or renewal, minus a drift
         allowance) or by a failed renewal; no Redis call.
         """
-        if self._held is None:
-            return False
-        lease = self._lease
-        if lease is not None:
-            return not lease.is_valid(self.clock.monotonic())
-        return self.clock.monotonic() >= self._valid_until
+        return self._held is not None and self._lost()
 
     def locked(self) -> bool:
         """True if anyone holds the lock now (one Redis call)."""
@@ -264,38 +258,20 @@ class Lock(common.Primitive):
 
     def _granted(self, held: LockValue, sent: float) -> None:
         self._held, self._token = held, held.token
-        self._valid_until = valid_until(sent, self.ttl)
+        renew = None
         if self.auto_renew:
-            self._start_renewing(held, sent)
-        self._log.debug(common.ACQUIRED, token=held.token, owner=held.owner)
-
-    def _start_renewing(self, held: LockValue, sent: float) -> None:
-        def renew(deadline: float) -> bool:
-            return bool(
-                self._call(
-                    lambda: self.protocol.renew(
-                        self.keys, held, self._ttl_ms, self._retention_ms
-                    ),
-                    "renew the lock",
-                    deadline=deadline,
+            def renew(deadline: float) -> bool:
+                return bool(
+                    self._call(
+                        lambda: self.protocol.renew(
+                            self.keys, held, self._ttl_ms, self._retention_ms
+                        ),
+                        "renew the lock",
+                        deadline=deadline,
+                    )
                 )
-            )
-
-        def lost(_lease: Lease, reason: str) -> None:
-            self._log.warning(common.LOST, token=held.token, reason=reason)
-
-        lease = Lease.granted(renew, self.ttl, sent, on_lost=lost)
-        heartbeat = Heartbeat(self.clock, self.ttl / 3)
-        self._lease, self._heartbeat = lease, heartbeat
-        heartbeat.hold(lease)
-
-    def _stop_renewing(self) -> None:
-        lease, heartbeat = self._lease, self._heartbeat
-        self._lease = self._heartbeat = None
-        if heartbeat is not None:
-            if lease is not None:
-                heartbeat.drop(lease)
-            heartbeat.close()
+        self._hold(valid_until(sent, self.ttl), sent + self.ttl / 3, renew, token=held.token)
+        self._log.debug(common.ACQUIRED, token=held.token, owner=held.owner)
 
     # -- release and extend ----------------------------------------------------------
 
@@ -303,7 +279,7 @@ class Lock(common.Primitive):
         held, self._held = self._held, None
         if held is None:
             raise NotHeld(f"lock {self.name!r} is not held by this Lock object")
-        self._stop_renewing()
+        self._unhold()
         return held
 
     def release(self) -> None:
@@ -362,7 +338,7 @@ class Lock(common.Primitive):
 
     def close(self) -> None:
         """Stop renewing. Does not release the lock; call :meth:`release` first."""
-        self._stop_renewing()
+        self._unhold()
 
     def __enter__(self) -> Lock:
         if not self.acquire(blocking=True, timeout=self.timeout):

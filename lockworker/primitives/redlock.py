@@ -34,7 +34,7 @@ from typing import Any
 import redis
 from redis.commands.core import Script
 
-from lockworker.clock import Clock, SystemClock
+from lockworker.clock import Clock
 from lockworker.config import number
 from lockworker.errors import (
     AcquireTimeout,
@@ -43,13 +43,13 @@ from lockworker.errors import (
     NotHeld,
 )
 from lockworker.model.codec import Holder, LockValue, new_run
-from lockworker.model.keys import JobKeys, Space, check_name
+from lockworker.model.keys import Space
 from lockworker.model.state import Grant
 from lockworker.primitives import common, lua, masters
 from lockworker.primitives.lock import MAX_ACQUISITIONS, RETENTION
 from lockworker.protocol import ScriptProtocol
 from lockworker.runtime import events
-from lockworker.runtime.lease import DRIFT_FIXED, Heartbeat, Lease
+from lockworker.runtime.lease import DRIFT_FIXED
 
 NAMESPACE = "redlocks"
 UNREACHABLE = "redlock.unreachable"
@@ -65,7 +65,7 @@ class _Held:
     valid_until: float
 
 
-class Redlock:
+class Redlock(common.Primitive):
     """A lock held on a majority of independent masters; same interface as ``Lock``.
 
     :param clients: one ``redis.Redis`` client per master (independent servers, not
@@ -87,6 +87,10 @@ class Redlock:
     :attr:`unreachable`.
     """
 
+    space = Space.REDLOCK
+    log_name = events.REDLOCK
+    label = "lock"
+
     def __init__(
         self,
         clients: Sequence[redis.Redis],
@@ -107,36 +111,26 @@ class Redlock:
         if not clients:
             raise InvalidConfig("clients must name at least one master")
         self.clients = [common.check_client(c, f"clients[{i}]") for i, c in enumerate(clients)]
-        self.name = check_name(name, "name")
-        self.keys = JobKeys(check_name(namespace, "namespace"), self.name, Space.REDLOCK)
-        self.ttl = common.lease(ttl, "ttl")
+        self._settings(
+            name, namespace=namespace, ttl=ttl, auto_renew=auto_renew, timeout=timeout,
+            clock=clock, logger=logger, redis_retry=None, masters=len(self.clients),
+        )
         self.retry_count = common.count(retry_count, "retry_count", minimum=0)
         self.retry_delay = common.seconds(retry_delay, "retry_delay", positive=False)
         self.drift_factor = float(
             number(drift_factor, "drift_factor", maximum=1, strict_max=True, unit="") or 0.0
         )
-        self.auto_renew = common.check_bool(auto_renew, "auto_renew")
-        self.timeout = common.check_timeout(timeout)
         self.quorum = len(self.clients) // 2 + 1
         self._masters = masters.Masters(self.clients, self.quorum)
         self._each = self._masters.call
         self.unreachable: dict[str, str] = {}  # master -> error, latest acquire's last try
-        self.clock: Clock = clock or SystemClock()
         self._protocols = [ScriptProtocol(c) for c in self.clients]
         self._raise: list[Script] = [c.register_script(lua.FENCE_RAISE) for c in self.clients]
         self._release: list[Script] = [
             c.register_script(lua.REDLOCK_RELEASE) for c in self.clients
         ]
-        self._ttl_ms = max(1, round(self.ttl * 1000))
         self._retention_ms = round(RETENTION * 1000)
-        self._base = common.default_owner()
-        self._log = events.logger(
-            events.REDLOCK, logger,
-            lock=self.name, namespace=self.keys.namespace, masters=len(self.clients),
-        )
         self._held: _Held | None = None
-        self._lease: Lease | None = None
-        self._heartbeat: Heartbeat | None = None
         self._random = random.Random()
 
     # -- state -----------------------------------------------------------------------
@@ -335,28 +329,13 @@ class Redlock:
                 return False
             return self._renew_all(current, self.ttl) is not None
 
-        def lost(_lease: Lease, reason: str) -> None:
-            self._log.warning(common.LOST, token=held.token, reason=reason)
-
-        interval = self.ttl / 3
-        self._lease = Lease(
-            renew=renew, lease=self.ttl, valid_until=held.valid_until,
-            next_renewal=self.clock.monotonic() + interval, on_lost=lost,
-        )
-        self._heartbeat = Heartbeat(self.clock, interval)
-        self._heartbeat.hold(self._lease)
+        now = self.clock.monotonic()
+        self._hold(held.valid_until, now + self.ttl / 3, renew, token=held.token)
 
     def _drop(self) -> _Held | None:
         held, self._held = self._held, None
-        self._stop_renewing()
+        self._unhold()
         return held
-
-    def _stop_renewing(self) -> None:
-        lease, heartbeat = self._lease, self._heartbeat
-        self._lease = self._heartbeat = None
-        if heartbeat is not None and lease is not None:
-            heartbeat.drop(lease)
-            heartbeat.close()
 
     def release(self) -> None:
         """Release on every master.
@@ -384,7 +363,7 @@ class Redlock:
 
     def close(self) -> None:
         """Stop renewing (does not release)."""
-        self._stop_renewing()
+        self._unhold()
 
     def __enter__(self) -> Redlock:
         if not self.acquire(timeout=self.timeout):

@@ -39,7 +39,7 @@ from lockworker.model.keys import Space
 from lockworker.primitives import common, lua
 from lockworker.protocol import text
 from lockworker.runtime import events, retry
-from lockworker.runtime.lease import Heartbeat, Lease, valid_until
+from lockworker.runtime.lease import valid_until
 from lockworker.runtime.wake import Waits
 
 NAMESPACE = "semaphores"
@@ -97,7 +97,6 @@ class Semaphore(common.Primitive):
         self._zsets = [self.keys.extra(k) for k in ("holders", "queue", "waiting")]
         self._all_keys = [*self._zsets, self.keys.extra("tickets"), self.keys.extra("limit")]
         self._held: str | None = None
-        self._valid_until = 0.0
         self._hub = Waits(client)
 
     @property
@@ -108,11 +107,7 @@ class Semaphore(common.Primitive):
     @property
     def lost(self) -> bool:
         """True if this object holds a permit it can no longer trust (local clock)."""
-        if self._held is None:
-            return False
-        if self._lease is not None:
-            return not self._lease.is_valid(self.clock.monotonic())
-        return self.clock.monotonic() >= self._valid_until
+        return self._held is not None and self._lost()
 
     def holders(self) -> int:
         """How many permits are taken now (including any not yet purged after expiry)."""
@@ -196,10 +191,8 @@ class Semaphore(common.Primitive):
 
     def _granted(self, member: str, sent: float) -> None:
         self._held = member
-        self._valid_until = valid_until(sent, self.ttl)
+        renew = None
         if self.auto_renew:
-            interval = self.ttl / 3
-
             def renew(deadline: float) -> bool:
                 return bool(
                     self._call(
@@ -208,16 +201,7 @@ class Semaphore(common.Primitive):
                         deadline=deadline,
                     )
                 )
-
-            def lost(_lease: Lease, reason: str) -> None:
-                self._log.warning(LOST, holder=member, reason=reason)
-
-            self._lease = Lease(
-                renew=renew, lease=self.ttl, valid_until=self._valid_until,
-                next_renewal=sent + interval, on_lost=lost,
-            )
-            self._heartbeat = Heartbeat(self.clock, interval)
-            self._heartbeat.hold(self._lease)
+        self._hold(valid_until(sent, self.ttl), sent + self.ttl / 3, renew, holder=member)
         self._log.debug(ACQUIRED, holder=member)
 
     # -- release ---------------------------------------------------------------------
@@ -232,11 +216,7 @@ class Semaphore(common.Primitive):
         member, self._held = self._held, None
         if member is None:
             raise NotHeld(f"semaphore {self.name!r}: release without a held permit")
-        lease, heartbeat = self._lease, self._heartbeat
-        self._lease = self._heartbeat = None
-        if heartbeat is not None and lease is not None:
-            heartbeat.drop(lease)
-            heartbeat.close()
+        self._unhold()
         removed = self._call(lambda: self._run(self._leave, (member, self.keys.wake)), "release")
         if int(removed) != 1:
             self._log.warning(LOST, holder=member, reason="expired before release")
