@@ -111,6 +111,17 @@ def decode_state(raw: str | bytes) -> StateValue | None:
     return StateValue(status, int(m[2]), int(m[3]), m[4].decode("ascii"), _owner(m[5]))
 
 
+_GRANT = re.compile(rb"([0-9]+)\|([0-9]+)")
+
+
+def decode_grant(raw: str | bytes) -> tuple[int, int] | None:
+    """``(token, attempt)`` of the ``token|attempt`` that a ``Lock``'s release pushes
+    onto the granted waiter's own list (Lua writes it, in
+    :mod:`lockworker.primitives.lockqueue`); None if ``raw`` is anything else."""
+    found = _GRANT.fullmatch(_raw(raw))
+    return None if found is None else (int(found[1]), int(found[2]))
+
+
 def new_run() -> str:
     """A fresh run id: 16 random hex digits, unique per process run or acquisition."""
     return secrets.token_hex(8)

@@ -38,11 +38,11 @@ from lockworker.errors import (
     LockworkerError,
     NotHeld,
 )
-from lockworker.model.codec import Holder, LockValue, new_run
+from lockworker.model.codec import Holder, LockValue, decode_grant, new_run
 from lockworker.model.keys import Space
 from lockworker.model.state import Grant, Snapshot
 from lockworker.primitives import common
-from lockworker.primitives.lockqueue import LockSteps, decode_grant, wait_slice
+from lockworker.primitives.lockqueue import LockSteps, wait_slice
 from lockworker.protocol import ScriptProtocol
 from lockworker.runtime import events, retry
 from lockworker.runtime.lease import valid_until
@@ -231,7 +231,12 @@ class Lock(common.Primitive):
             lambda: self.client.blpop([key], timeout=pause), "wait for the lock",
             deadline=deadline,
         )
-        return None if reply is None else decode_grant(reply[1])
+        if reply is None:
+            return None
+        grant = decode_grant(reply[1])
+        if grant is None:
+            raise ForeignValueError(key, str(reply[1]))
+        return grant
 
     def _leave(self, who: Holder) -> None:
         # Give our place in the queue up (even on KeyboardInterrupt), so nobody waits

@@ -37,14 +37,14 @@ import redis
 from lockworker.model.codec import LUA_PROLOGUE, Holder, LockValue
 from lockworker.model.keys import JobKeys
 from lockworker.model.state import Ending, Grant, Settle, Snapshot
-from lockworker.protocol import (
+from lockworker.protocol import lua as scripts
+from lockworker.protocol.decode import (
     decode_acquire,
     foreign_on_wrongtype,
     settle_plan,
     settle_result,
     text,
 )
-from lockworker.protocol import lua as scripts
 from lockworker.protocol.luacall import LuaScript
 
 SLICE = 1.0
@@ -243,12 +243,6 @@ class LockSteps:
             return script(self.client, self._keys, args)
         except redis.ResponseError as exc:
             raise foreign_on_wrongtype(self.keys, exc) from exc
-
-
-def decode_grant(raw: bytes | str) -> tuple[int, int]:
-    """The ``token|attempt`` a release pushed onto a waiter's grant list."""
-    token, _, attempt = text(raw).partition("|")
-    return int(token), int(attempt)
 
 
 def wait_slice(client: redis.Redis, ttl: float) -> float:

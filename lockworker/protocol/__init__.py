@@ -11,16 +11,7 @@
 Nothing in this package knows threads, sleeping, hooks, logging or retries.
 """
 
-from lockworker.protocol.decode import (
-    decode_acquire,
-    decode_reset,
-    foreign_on_wrongtype,
-    renewal,
-    settle_plan,
-    settle_result,
-    snapshot_from,
-    text,
-)
+from lockworker.protocol.decode import snapshot_from, text
 from lockworker.protocol.interface import LockProtocol, SettleSteps, inspect
 from lockworker.protocol.script import ScriptProtocol
 from lockworker.protocol.txn import TxnProtocol
@@ -30,13 +21,7 @@ __all__ = [
     "ScriptProtocol",
     "SettleSteps",
     "TxnProtocol",
-    "decode_acquire",
-    "decode_reset",
-    "foreign_on_wrongtype",
     "inspect",
-    "renewal",
-    "settle_plan",
-    "settle_result",
     "snapshot_from",
     "text",
 ]
