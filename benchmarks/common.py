@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import logging
+import multiprocessing
 import os
 import platform
 import statistics
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from multiprocessing.connection import Connection as Pipe
+from multiprocessing.context import SpawnProcess
 from typing import Any
 
 import redis
@@ -165,3 +168,31 @@ def machine(server: RedisServer) -> Machine:
         lockworker=_lockworker_version(),
         load=", ".join(f"{value:.2f}" for value in os.getloadavg()),
     )
+
+
+def spawn(
+    target: Callable[..., None], args: Sequence[tuple[Any, ...]]
+) -> tuple[list[SpawnProcess], list[Pipe]]:
+    """One fresh (``spawn``) daemon process per ``args``, each called as
+    ``target(*args, pipe)`` with its end of a pipe; returns the processes and our ends."""
+    ctx = multiprocessing.get_context("spawn")
+    procs, pipes = [], []
+    for one in args:
+        ours, theirs = ctx.Pipe()
+        proc = ctx.Process(target=target, args=(*one, theirs), daemon=True)
+        proc.start()
+        theirs.close()
+        procs.append(proc)
+        pipes.append(ours)
+    return procs, pipes
+
+
+def reap(procs: Sequence[SpawnProcess], pipes: Sequence[Pipe], wait: float = 20.0) -> None:
+    """Join the processes (killing any still alive after ``wait`` s) and close the pipes."""
+    for proc in procs:
+        proc.join(timeout=wait)
+        if proc.is_alive():
+            proc.kill()
+            proc.join()
+    for pipe in pipes:
+        pipe.close()

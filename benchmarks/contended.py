@@ -31,7 +31,7 @@ from typing import Any
 import redis
 
 import lockworker
-from benchmarks.common import installed, quiet_logging
+from benchmarks.common import installed, quiet_logging, server_cpu
 
 LEASE = 5.0
 """Seconds: the lease every contender asks for (as in the peers' baselines)."""
@@ -294,7 +294,7 @@ def run_one(pool: Pool, client: redis.Redis, kind: Kind, seconds: float) -> Cont
         if not pipe.poll(REPLY_TIMEOUT) or pipe.recv()[0] != "ready":
             raise RuntimeError(f"{kind.name}: a contending process did not get ready")
     client.config_resetstat()
-    cpu_before = _server_cpu(client)
+    cpu_before = server_cpu(client)
     start_at = time.monotonic() + START_DELAY
     for pipe in pipes:
         pipe.send(start_at)
@@ -311,7 +311,7 @@ def run_one(pool: Pool, client: redis.Redis, kind: Kind, seconds: float) -> Cont
         result.seen.append(seen)
         result.peak_inside = max(result.peak_inside, peak)
         result.release_errors += errors
-    result.server_cpu = _server_cpu(client) - cpu_before
+    result.server_cpu = server_cpu(client) - cpu_before
     stats = client.info("commandstats")
     result.server_commands = sum(
         int(v["calls"]) for k, v in stats.items() if not k.startswith("cmdstat_config")
@@ -320,11 +320,6 @@ def run_one(pool: Pool, client: redis.Redis, kind: Kind, seconds: float) -> Cont
         raise RuntimeError(f"{kind.name}: {'; '.join(failures)}")
     result.final = int(client.get(f"bench:{key}:counter") or 0)
     return result
-
-
-def _server_cpu(client: redis.Redis) -> float:
-    cpu = client.info("cpu")
-    return float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"])
 
 
 def run(ports: list[int], client: redis.Redis, seconds: float) -> list[Contended]:

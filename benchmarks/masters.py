@@ -5,16 +5,15 @@ Cluster, and jobs in flight on the cluster.
 concurrency=4)``, an empty ``on_acquired``) against one server, then against a cluster
 of 3 masters started from the same binary; jobs/s is all jobs over the time from the
 common start to the last process's end. Then the cluster holds ``held`` jobs at once
-(every hook blocks), which shows how the jobs spread over the masters and how long
-``lockworker status --redis redis+cluster://...`` takes to list them all.
+(:mod:`benchmarks.scale`'s processes, whose hooks block, on the cluster), which shows
+how the jobs spread over the masters and how long ``lockworker status --redis
+redis+cluster://...`` takes to list them all.
 """
 
 from __future__ import annotations
 
-import multiprocessing
 import subprocess
 import sys
-import threading
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -25,7 +24,8 @@ import redis
 from redis.cluster import RedisCluster
 
 import lockworker
-from benchmarks.common import quiet_logging
+from benchmarks import scale
+from benchmarks.common import quiet_logging, reap, spawn
 from lockworker.testing import Cluster
 from lockworker.testing.server import RedisServer
 
@@ -41,38 +41,18 @@ def _client(kind: str, port: int, connections: int) -> Any:
     return redis.Redis(host="127.0.0.1", port=port, max_connections=connections)
 
 
-def child_main(  # noqa: PLR0917 (a multiprocessing target takes positional args)
-    kind: str, port: int, namespace: str, ids: list[str], hold: bool,
-    pipe: Connection,
-) -> None:
-    """Serve ``ids``; with ``hold``, every hook blocks until the parent releases it."""
+def child_main(kind: str, port: int, namespace: str, ids: list[str], pipe: Connection) -> None:
+    """Serve ``ids`` from the common start the parent sends; report the end time."""
     quiet_logging(to_devnull=True)
     client = _client(kind, port, len(ids) + 32)
-    release = threading.Event()
-
-    def on_acquired(_job: lockworker.Job) -> None:
-        if hold:
-            client.incr(f"bench:{{{namespace}}}:held")
-            release.wait(REPLY_TIMEOUT)
-
     worker = lockworker.Worker(
         client, namespace=namespace, lock_timeout=30.0, retention=600.0,
-        handle_signals=False, on_acquired=on_acquired,
+        handle_signals=False, on_acquired=lambda _job: None,
     )
     pipe.send("ready")
     start_at = pipe.recv()
     time.sleep(max(0.0, start_at - time.monotonic()))
-    if hold:
-        server = threading.Thread(
-            target=worker.serve, args=([(i, None) for i in ids],),
-            kwargs={"concurrency": len(ids)}, daemon=True,
-        )
-        server.start()
-        pipe.recv()
-        release.set()
-        server.join(REPLY_TIMEOUT)
-    else:
-        worker.serve([(i, None) for i in ids], concurrency=CONCURRENCY)
+    worker.serve([(i, None) for i in ids], concurrency=CONCURRENCY)
     pipe.send(time.monotonic())
     worker.close()
     client.close()
@@ -91,41 +71,16 @@ class MastersRun:
     error: str = ""
 
 
-def _spawn(kind: str, port: int, namespace: str, ids: list[str], hold: bool,
-           ) -> tuple[list[Any], list[Connection]]:
-    ctx = multiprocessing.get_context("spawn")
-    procs, pipes = [], []
-    for i in range(PROCESSES):
-        ours, theirs = ctx.Pipe()
-        proc = ctx.Process(
-            target=child_main, args=(kind, port, namespace, ids[i::PROCESSES], hold, theirs),
-            daemon=True,
-        )
-        proc.start()
-        theirs.close()
-        procs.append(proc)
-        pipes.append(ours)
-    for pipe in pipes:
-        if not pipe.poll(REPLY_TIMEOUT) or pipe.recv() != "ready":
-            raise RuntimeError(f"a {kind} process did not get ready")
-    return procs, pipes
-
-
-def _reap(procs: list[Any], pipes: list[Connection]) -> None:
-    for proc in procs:
-        proc.join(timeout=20)
-        if proc.is_alive():
-            proc.kill()
-            proc.join()
-    for pipe in pipes:
-        pipe.close()
-
-
 def _throughput(kind: str, port: int, jobs: int) -> float:
     namespace = f"bench-masters-{uuid.uuid4().hex[:8]}"
     ids = [f"job-{n}" for n in range(jobs)]
-    procs, pipes = _spawn(kind, port, namespace, ids, hold=False)
+    procs, pipes = spawn(
+        child_main, [(kind, port, namespace, ids[i::PROCESSES]) for i in range(PROCESSES)]
+    )
     try:
+        for pipe in pipes:
+            if not pipe.poll(REPLY_TIMEOUT) or pipe.recv() != "ready":
+                raise RuntimeError(f"a {kind} process did not get ready")
         start = time.monotonic() + 0.2
         for pipe in pipes:
             pipe.send(start)
@@ -136,20 +91,21 @@ def _throughput(kind: str, port: int, jobs: int) -> float:
             ends.append(pipe.recv())
         return jobs / (max(ends) - start)
     finally:
-        _reap(procs, pipes)
+        reap(procs, pipes)
 
 
 def _held(cluster: Cluster, jobs: int, result: MastersRun) -> None:
     namespace = f"bench-held-{uuid.uuid4().hex[:8]}"
     ids = [f"job-{n}" for n in range(jobs)]
     client = cluster.client()
-    procs, pipes = _spawn("cluster", cluster.masters[0].port, namespace, ids, hold=True)
+    port = cluster.masters[0].port
+    start = time.monotonic()
+    procs, pipes = spawn(  # scale's holding processes, on the cluster
+        scale.child_main, [(port, namespace, ids[i::PROCESSES], True) for i in range(PROCESSES)]
+    )
     try:
-        start = time.monotonic()
-        for pipe in pipes:
-            pipe.send(start)
         deadline = start + REPLY_TIMEOUT + jobs / 50
-        while int(client.get(f"bench:{{{namespace}}}:held") or 0) < jobs:
+        while int(client.get(f"bench:{namespace}:held") or 0) < jobs:
             if time.monotonic() > deadline:
                 raise RuntimeError("not every job was taken on the cluster")
             time.sleep(0.05)
@@ -172,7 +128,7 @@ def _held(cluster: Cluster, jobs: int, result: MastersRun) -> None:
         for pipe in pipes:
             pipe.poll(REPLY_TIMEOUT)
     finally:
-        _reap(procs, pipes)
+        reap(procs, pipes)
         client.close()
 
 

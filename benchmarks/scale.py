@@ -18,7 +18,6 @@ keep (for the workers' ``retention``) is measured too.
 
 from __future__ import annotations
 
-import multiprocessing
 import subprocess
 import sys
 import threading
@@ -26,11 +25,13 @@ import time
 import uuid
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
+from typing import Any
 
 import redis
+from redis.cluster import RedisCluster
 
 import lockworker
-from benchmarks.common import quiet_logging
+from benchmarks.common import quiet_logging, reap, spawn
 
 PROCESSES = 8
 LEASE = 30.0
@@ -39,13 +40,17 @@ STATUS_TARGET = 1.0
 REPLY_TIMEOUT = 120.0
 
 
-def child_main(port: int, namespace: str, ids: list[str], pipe: Connection) -> None:
-    """Serve ``ids``, each hook blocking until the parent says ``release``."""
+def child_main(
+    port: int, namespace: str, ids: list[str], cluster: bool, pipe: Connection
+) -> None:
+    """Serve ``ids``, each hook blocking until the parent says ``release``; on the
+    cluster whose node listens on ``port`` if ``cluster``."""
     quiet_logging(to_devnull=True)
     # One connection per job at the ramp's peak: redis-py's default pool holds 100.
-    client = redis.Redis(
-        host="127.0.0.1", port=port, socket_timeout=REPLY_TIMEOUT,
-        max_connections=len(ids) + 32,
+    kwargs: dict[str, Any] = {"socket_timeout": REPLY_TIMEOUT, "max_connections": len(ids) + 32}
+    client: Any = (
+        RedisCluster(host="127.0.0.1", port=port, **kwargs) if cluster
+        else redis.Redis(host="127.0.0.1", port=port, **kwargs)
     )
     release = threading.Event()
     held = f"bench:{namespace}:held"
@@ -140,17 +145,8 @@ def run(port: int, url: str, client: redis.Redis, jobs: int) -> ScaleRun:
     shares = [ids[i::PROCESSES] for i in range(PROCESSES)]
     before = _used_memory(client)
     data_before = _data_memory(client)
-    ctx = multiprocessing.get_context("spawn")
-    pipes: list[Connection] = []
-    procs = []
     start = time.monotonic()
-    for share in shares:
-        ours, theirs = ctx.Pipe()
-        proc = ctx.Process(target=child_main, args=(port, namespace, share, theirs), daemon=True)
-        proc.start()
-        theirs.close()
-        pipes.append(ours)
-        procs.append(proc)
+    procs, pipes = spawn(child_main, [(port, namespace, share, False) for share in shares])
     try:
         deadline = start + REPLY_TIMEOUT + jobs / 50
         while int(client.get(held_key) or 0) < jobs:
@@ -172,12 +168,6 @@ def run(port: int, url: str, client: redis.Redis, jobs: int) -> ScaleRun:
                 raise RuntimeError("a scale process did not finish its jobs")
             pipe.recv()
     finally:
-        for proc in procs:
-            proc.join(timeout=20)
-            if proc.is_alive():
-                proc.kill()
-                proc.join()
-        for pipe in pipes:
-            pipe.close()
+        reap(procs, pipes)
     result.memory_done = _used_memory(client) - before
     return result

@@ -10,7 +10,6 @@ to start until the last job has run; every job must run exactly once.
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 import signal
 import time
@@ -21,7 +20,7 @@ from multiprocessing.connection import Connection
 import redis
 
 import lockworker
-from benchmarks.common import quiet_logging
+from benchmarks.common import quiet_logging, reap, spawn
 
 LEASE = 10.0
 ROLES = ("primary", "backup", "backup")
@@ -95,19 +94,9 @@ def run_one(port: int, client: redis.Redis, jobs: int, concurrency: int) -> Stre
         lockworker.submit(client, stream, f"job-{n}", {"n": n})
     result.submit_seconds = time.monotonic() - started
 
-    ctx = multiprocessing.get_context("spawn")
-    pipes: list[Connection] = []
-    procs = []
-    for role in ROLES:
-        ours, theirs = ctx.Pipe()
-        proc = ctx.Process(
-            target=child_main, args=(port, (namespace, stream, role, concurrency), theirs),
-            daemon=True,
-        )
-        proc.start()
-        theirs.close()
-        pipes.append(ours)
-        procs.append(proc)
+    procs, pipes = spawn(
+        child_main, [(port, (namespace, stream, role, concurrency)) for role in ROLES]
+    )
     try:
         for pipe in pipes:
             if not pipe.poll(REPLY_TIMEOUT) or pipe.recv() != "ready":
@@ -125,13 +114,7 @@ def run_one(port: int, client: redis.Redis, jobs: int, concurrency: int) -> Stre
         for proc in procs:
             if proc.pid is not None and proc.is_alive():
                 os.kill(proc.pid, signal.SIGTERM)
-        for proc in procs:
-            proc.join(timeout=20)
-            if proc.is_alive():
-                proc.kill()
-                proc.join()
-        for pipe in pipes:
-            pipe.close()
+        reap(procs, pipes)
     time.sleep(0.05)  # a job started just before the stop is counted too
     result.ran = int(client.get(ran_key) or 0)
     result.distinct = int(client.scard(ids_key))
