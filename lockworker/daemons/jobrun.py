@@ -93,6 +93,7 @@ class JobRun:
         self.payload = payload
         self.log = log
         self.previous: Snapshot | None = None
+        self.sightings = policy.Sightings()
         self.not_before = 0.0
         self.wake: threading.Event | None = None
         self.stack = contextlib.ExitStack()
@@ -223,6 +224,7 @@ class JobRun:
             self.log.warning(events.GAVE_UP, attempt=seen.attempt, token=seen.token)
             w._hook(self.log, "on_gave_up", self.job(seen.attempt, seen.token, None))
             return Outcome.GAVE_UP
+        self.sightings.saw(seen, w.clock.monotonic())
         if seen.holder is not None and policy.is_news(self.previous, seen):
             self.previous = seen
             self.log.info(
@@ -260,7 +262,7 @@ class JobRun:
             on_lost=lost, on_renewed=lambda _lease: log.debug(events.RENEWED),
         )
         job._lease = lease
-        log.info(events.ACQUIRED, reentered=grant.reentered)
+        log.info(events.ACQUIRED, reentered=grant.reentered, **self.sightings.granted(sent_at))
         w._heartbeat.hold(lease)
         try:
             w.on_acquired(job)

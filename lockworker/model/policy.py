@@ -101,3 +101,39 @@ def backup_step(
     if now >= ready_at:
         return BackupView(True, now, free_since, free_token)
     return BackupView(False, ready_at, free_since, free_token)
+
+
+@dataclass
+class Sightings:
+    """What one contender saw of other holders before it acquired: for the figures its
+    ``job.acquired`` event carries (how long it waited, how late after a lease's end).
+
+    ``first_held``: when it first saw another holder (since its last acquisition);
+    ``lease_end``: when the last lease it saw ends, by its own clock (the server's PTTL
+    measured at the sighting).
+    """
+
+    first_held: float | None = None
+    lease_end: float | None = None
+
+    def saw(self, seen: Snapshot, now: float) -> None:
+        """Record ``seen``, read at ``now``, if another process holds it."""
+        if seen.holder is None:
+            return
+        if self.first_held is None:
+            self.first_held = now
+        if seen.pttl_ms is not None:
+            self.lease_end = now + seen.pttl_ms / 1000.0
+
+    def granted(self, sent_at: float) -> dict[str, float]:
+        """Fields for an acquisition whose request was sent at ``sent_at``, and forget:
+        ``waited_ms`` if another holder was seen first, and ``past_lease_ms`` if the
+        request went after the end of the last lease seen (a takeover from a holder
+        that did not release)."""
+        fields: dict[str, float] = {}
+        if self.first_held is not None:
+            fields["waited_ms"] = round((sent_at - self.first_held) * 1000.0, 3)
+        if self.lease_end is not None and sent_at > self.lease_end:
+            fields["past_lease_ms"] = round((sent_at - self.lease_end) * 1000.0, 3)
+        self.first_held = self.lease_end = None
+        return fields

@@ -48,3 +48,26 @@ def test_primary_timing_has_no_delay() -> None:
     """With backup_delay 0 (a primary's timing) a free job is competed for at once."""
     view = backup_step(FREE, None, None, 5.0, Timing(10.0, 1.0))
     assert view.compete
+
+
+def test_sightings_report_the_wait_and_a_takeover_past_the_seen_lease() -> None:
+    from lockworker.model.policy import Sightings
+    from lockworker.model.state import JobStatus, Snapshot
+
+    held = Snapshot(JobStatus.PENDING, 1, 7, "a", holder="a", pttl_ms=2000)
+    s = Sightings()
+    s.saw(Snapshot(JobStatus.PENDING, 0, 0, ""), 10.0)  # free: nothing recorded
+    assert s.granted(10.5) == {}
+    s.saw(held, 10.0)
+    s.saw(held, 11.0)  # renewed: the lease now ends at 13.0; the wait began at 10.0
+    assert s.granted(13.25) == {"waited_ms": 3250.0, "past_lease_ms": 250.0}
+    assert s.granted(14.0) == {}  # forgotten after a grant
+
+
+def test_sightings_of_a_handover_before_the_lease_end_carry_no_takeover() -> None:
+    from lockworker.model.policy import Sightings
+    from lockworker.model.state import JobStatus, Snapshot
+
+    s = Sightings()
+    s.saw(Snapshot(JobStatus.PENDING, 1, 7, "a", holder="a", pttl_ms=5000), 1.0)
+    assert s.granted(2.0) == {"waited_ms": 1000.0}
