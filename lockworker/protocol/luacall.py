@@ -4,7 +4,8 @@ redis-py's ``Script`` objects are bound to a client and, on every call, look at 
 client's type and re-pack their arguments; a lock step pays that on its hot path
 twice per cycle. A :class:`LuaScript` is built once per process (its SHA1 computed at
 import) and shared by every object on every client: a call is one ``execute_command``.
-Cluster clients route it by its keys as they route ``Script`` calls.
+Cluster clients route it by its keys as they route ``Script`` calls. :meth:`LuaScript.acall`
+is the same call awaited on a ``redis.asyncio`` client: one source, one SHA, both sides.
 """
 
 from __future__ import annotations
@@ -40,6 +41,14 @@ class LuaScript:
             return client.execute_command(  # type: ignore[no-untyped-call]
                 "EVALSHA", self.sha, len(keys), *keys, *args
             )
+
+    async def acall(self, client: Any, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        """The same call on a ``redis.asyncio`` client (single server or cluster)."""
+        try:
+            return await client.execute_command("EVALSHA", self.sha, len(keys), *keys, *args)
+        except NoScriptError:
+            await client.script_load(self.source)
+            return await client.execute_command("EVALSHA", self.sha, len(keys), *keys, *args)
 
     def __repr__(self) -> str:
         return f"<LuaScript {self.sha[:8]}>"

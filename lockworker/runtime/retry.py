@@ -16,9 +16,10 @@ Redis outage as it happens, not only when the budget runs out.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import asyncio
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import redis
 import tenacity
@@ -81,29 +82,65 @@ def call(
     except RETRYABLE as exc:
         if log is not None:
             log.warning(events.REDIS_RETRY, step=what, tries=1, error=_brief(exc))
+    retrying = tenacity.Retrying(sleep=clock.sleep, **_tenacity(clock, policy, what, deadline, log))
+    try:
+        return retrying(fn)
+    except tenacity.RetryError as exc:
+        raise _unavailable(exc, what) from exc.last_attempt.exception()
+
+
+async def acall(
+    fn: Callable[[], Awaitable[T]],
+    *,
+    clock: Clock,
+    policy: RetryPolicy,
+    what: str,
+    deadline: float | None = None,
+    log: events.EventLog | None = None,
+) -> T:
+    """:func:`call` for a coroutine function: the same policy, deadline, logs and error;
+    the backoff is an ``asyncio.sleep`` (time is still read from ``clock``)."""
+    try:
+        return await fn()
+    except RETRYABLE as exc:
+        if log is not None:
+            log.warning(events.REDIS_RETRY, step=what, tries=1, error=_brief(exc))
+    retrying = tenacity.AsyncRetrying(
+        sleep=asyncio.sleep, **_tenacity(clock, policy, what, deadline, log)
+    )
+    try:
+        return await retrying(fn)
+    except tenacity.RetryError as exc:
+        raise _unavailable(exc, what) from exc.last_attempt.exception()
+
+
+def _tenacity(
+    clock: Clock, policy: RetryPolicy, what: str, deadline: float | None,
+    log: events.EventLog | None,
+) -> dict[str, Any]:
+    """The retrying rules shared by :func:`call` and :func:`acall` (after a first failure)."""
     start = clock.monotonic()
     end = start + policy.budget if deadline is None else min(deadline, start + policy.budget)
 
     def out_of_time(state: tenacity.RetryCallState) -> bool:
         return clock.monotonic() >= end
 
-    retrying = tenacity.Retrying(
-        retry=tenacity.retry_if_exception_type(RETRYABLE),
-        stop=out_of_time,
-        wait=tenacity.wait_exponential(multiplier=policy.initial, max=policy.maximum)
+    return {
+        "retry": tenacity.retry_if_exception_type(RETRYABLE),
+        "stop": out_of_time,
+        "wait": tenacity.wait_exponential(multiplier=policy.initial, max=policy.maximum)
         + tenacity.wait_random(0, policy.initial),
-        sleep=clock.sleep,
-        before_sleep=None if log is None else _report_backoff(log, what),
-        reraise=False,
+        "before_sleep": None if log is None else _report_backoff(log, what),
+        "reraise": False,
+    }
+
+
+def _unavailable(exc: tenacity.RetryError, what: str) -> RedisUnavailable:
+    last = exc.last_attempt.exception()
+    return RedisUnavailable(
+        f"Redis unreachable while trying to {what}: gave up after "
+        f"{exc.last_attempt.attempt_number + 1} tries ({last})"
     )
-    try:
-        return retrying(fn)
-    except tenacity.RetryError as exc:
-        last = exc.last_attempt.exception()
-        raise RedisUnavailable(
-            f"Redis unreachable while trying to {what}: gave up after "
-            f"{exc.last_attempt.attempt_number + 1} tries ({last})"
-        ) from last
 
 
 def _brief(exc: BaseException | None) -> str:
@@ -146,6 +183,22 @@ class Caller:
         log: events.EventLog | None = None,
     ) -> T:
         return call(
+            fn, clock=self.clock, policy=self.policy, what=what + self.label,
+            deadline=deadline, log=self.log if log is None else log,
+        )
+
+
+class AsyncCaller(Caller):
+    """:class:`Caller` for coroutine functions: the one path of the ``lockworker.aio``
+    objects to Redis."""
+
+    __slots__ = ()
+
+    async def __call__(  # type: ignore[override]
+        self, fn: Callable[[], Awaitable[T]], what: str, deadline: float | None = None,
+        log: events.EventLog | None = None,
+    ) -> T:
+        return await acall(
             fn, clock=self.clock, policy=self.policy, what=what + self.label,
             deadline=deadline, log=self.log if log is None else log,
         )
