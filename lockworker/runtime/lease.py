@@ -22,6 +22,7 @@ import itertools
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from lockworker.clock import Clock
 
@@ -38,8 +39,9 @@ def valid_until(sent_at: float, lease: float) -> float:
 class Lease:
     """One held lease: when it must be renewed and until when it can be trusted."""
 
-    renew: Callable[[float], bool]
-    """Renew on the server, retrying until the given deadline; True if still held."""
+    renew: Callable[[float], Any]
+    """Renew on the server, retrying until the given deadline; True if still held (for
+    the asyncio side, a coroutine function whose result says so)."""
     lease: float
     valid_until: float
     next_renewal: float
@@ -52,7 +54,7 @@ class Lease:
     @classmethod
     def granted(
         cls,
-        renew: Callable[[float], bool],
+        renew: Callable[[float], Any],
         lease: float,
         sent_at: float,
         *,
@@ -152,8 +154,7 @@ class Heartbeat:
     def beat(self, lease: Lease) -> None:
         """Renew one lease now, or declare it lost (public for tests that step by hand)."""
         sent_at = self._clock.monotonic()
-        if sent_at >= lease.valid_until:
-            self._lose(lease, "lease expired before it could be renewed (process paused?)")
+        if not renewal_due(lease, sent_at):
             return
         try:
             held = lease.renew(lease.valid_until)
@@ -161,25 +162,9 @@ class Heartbeat:
             # RedisUnavailable after bounded retries, or an unexpected reply: either way
             # this process can no longer vouch for the lease, and the thread must live on
             # to renew the others.
-            self._lose(lease, f"could not renew: {exc!r}")
+            lose(lease, f"could not renew: {exc!r}")
             return
-        if lease.released:
-            return
-        if not held:
-            self._lose(lease, "lease taken over or expired on the server")
-            return
-        lease.valid_until = valid_until(sent_at, lease.lease)
-        lease.next_renewal = sent_at + self._interval
-        if lease.on_renewed is not None:
-            lease.on_renewed(lease)
-
-    @staticmethod
-    def _lose(lease: Lease, reason: str) -> None:
-        if lease.released or lease.lost:
-            return
-        lease.lost = True
-        if lease.on_lost is not None:
-            lease.on_lost(lease, reason)
+        renewal_answered(lease, sent_at, bool(held), self._interval)
 
     def close(self) -> None:
         """Stop the thread; held leases are no longer renewed."""
@@ -187,6 +172,38 @@ class Heartbeat:
         thread, self._thread = self._thread, None
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout=5.0)
+
+
+def renewal_due(lease: Lease, sent_at: float) -> bool:
+    """Whether to send a renewal of ``lease`` at ``sent_at``: False (and the lease lost)
+    if it can no longer be trusted. One rule for the heartbeat thread and the asyncio
+    heartbeat tasks (:mod:`lockworker.aio.lease`)."""
+    if sent_at >= lease.valid_until:
+        lose(lease, "lease expired before it could be renewed (process paused?)")
+        return False
+    return True
+
+
+def renewal_answered(lease: Lease, sent_at: float, held: bool, interval: float) -> None:
+    """Apply the server's answer to a renewal sent at ``sent_at``."""
+    if lease.released:
+        return
+    if not held:
+        lose(lease, "lease taken over or expired on the server")
+        return
+    lease.valid_until = valid_until(sent_at, lease.lease)
+    lease.next_renewal = sent_at + interval
+    if lease.on_renewed is not None:
+        lease.on_renewed(lease)
+
+
+def lose(lease: Lease, reason: str) -> None:
+    """Mark ``lease`` lost (once; a released lease is not lost) and say so."""
+    if lease.released or lease.lost:
+        return
+    lease.lost = True
+    if lease.on_lost is not None:
+        lease.on_lost(lease, reason)
 
 
 class LeaseView:

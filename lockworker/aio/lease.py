@@ -1,0 +1,73 @@
+"""The asyncio heartbeat: one task per held lease, renewing it every third of it.
+
+The lease itself (:class:`~lockworker.runtime.lease.Lease`: when to renew, until when
+to trust it, when it is lost) and the rules of one renewal are the sync side's
+(:func:`~lockworker.runtime.lease.renewal_due`,
+:func:`~lockworker.runtime.lease.renewal_answered`); here ``lease.renew`` is a
+coroutine function and the wait between renewals is an ``asyncio.sleep``. A task per
+lease rather than one loop for all: the event loop is the scheduler already.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+from lockworker.clock import Clock
+from lockworker.runtime.lease import Lease, lose, renewal_answered, renewal_due
+
+
+class AsyncHeartbeat:
+    """Renews each held lease in a task of its own until it is dropped or lost."""
+
+    def __init__(self, clock: Clock, interval: float) -> None:
+        self._clock = clock
+        self._interval = interval
+        self._tasks: dict[Lease, asyncio.Task[None]] = {}
+
+    def hold(self, lease: Lease) -> None:
+        """Start renewing ``lease`` (its ``renew`` is a coroutine function)."""
+        task = asyncio.get_running_loop().create_task(
+            self._keep(lease), name="lockworker-heartbeat"
+        )
+        self._tasks[lease] = task
+        task.add_done_callback(lambda _t: self._tasks.pop(lease, None))
+
+    def drop(self, lease: Lease) -> None:
+        """Stop renewing ``lease``. A renewal in flight is abandoned; its answer would
+        not be applied to a released lease anyway."""
+        lease.released = True
+        task = self._tasks.pop(lease, None)
+        if task is not None and task is not asyncio.current_task():
+            task.cancel()
+
+    async def _keep(self, lease: Lease) -> None:
+        while not (lease.released or lease.lost):
+            await asyncio.sleep(max(0.0, lease.next_renewal - self._clock.monotonic()))
+            if lease.released:
+                return
+            await self.beat(lease)
+
+    async def beat(self, lease: Lease) -> None:
+        """Renew ``lease`` once now, or declare it lost."""
+        sent_at = self._clock.monotonic()
+        if not renewal_due(lease, sent_at):
+            return
+        try:
+            held = await lease.renew(lease.valid_until)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            lose(lease, f"could not renew: {exc!r}")
+            return
+        renewal_answered(lease, sent_at, bool(held), self._interval)
+
+    async def close(self) -> None:
+        """Stop every renewal task and wait for them to end."""
+        tasks = list(self._tasks.values())
+        self._tasks.clear()
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task

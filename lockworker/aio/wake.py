@@ -1,0 +1,226 @@
+"""Waking asyncio waiters when a job, lock or permit changes hands.
+
+The same channels, messages and rules as :mod:`lockworker.runtime.wake` (read that
+module's docstring for why pub/sub and a client-side deadline): a waiter subscribes,
+waits until the server confirmed the subscription, re-reads, then waits on an
+``asyncio.Event`` until a message or its own deadline. One :class:`AsyncWakeHub` per
+event loop and connection pool: one pub/sub connection and one reader task, shared by
+every ``lockworker.aio`` object on that pool, closed by itself after
+:data:`~lockworker.runtime.wake.IDLE_CLOSE` seconds without a channel.
+
+A broken connection wakes every waiter to re-read, and again once its channel is
+subscribed anew (redis-py's asyncio pub/sub subscribes again when it reconnects).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import weakref
+from collections.abc import AsyncIterator
+from typing import Any
+
+import redis
+
+from lockworker.protocol.decode import text
+from lockworker.runtime.wake import BROKEN_PAUSE, CONFIRM_TIMEOUT, IDLE_CLOSE, LINGER, READ_TIMEOUT
+
+_log = logging.getLogger("lockworker.aio.wake")
+
+
+class AsyncWakeHub:
+    """One pub/sub connection and reader task, shared by the waiters of one loop."""
+
+    def __init__(self, client: Any) -> None:
+        self._client = client
+        self._pubsub: Any = None
+        self._waiters: dict[str, set[asyncio.Event]] = {}
+        self._confirmed: dict[str, asyncio.Event] = {}
+        self._linger: dict[str, float] = {}
+        self._rejoin: set[str] = set()
+        self._task: asyncio.Task[None] | None = None
+        self._loop = asyncio.get_running_loop()
+
+    def subscribed(self, channel: str) -> bool:
+        confirmed = self._confirmed.get(channel)
+        return confirmed is not None and confirmed.is_set()
+
+    @contextlib.asynccontextmanager
+    async def listen(
+        self, channel: str, *, confirm_timeout: float = CONFIRM_TIMEOUT
+    ) -> AsyncIterator[asyncio.Event]:
+        """Subscribe to ``channel`` for the block; yield the event a message sets.
+
+        Enters only once the server confirmed the subscription (or ``confirm_timeout``
+        passed, and then the event is set, so the caller re-reads rather than trusts).
+        """
+        event = asyncio.Event()
+        self._waiters.setdefault(channel, set()).add(event)
+        self._linger.pop(channel, None)
+        confirmed = self._confirmed.get(channel)
+        try:
+            if confirmed is None:
+                confirmed = self._confirmed[channel] = asyncio.Event()
+                if self._pubsub is None:
+                    self._pubsub = self._client.pubsub()
+                try:
+                    await self._pubsub.subscribe(channel)
+                except (redis.RedisError, OSError):
+                    # Not listening: the caller re-reads, and its own retries report.
+                    self._confirmed.pop(channel, None)
+                    event.set()
+            if self._task is None or self._task.done():
+                self._task = self._loop.create_task(self._read(), name="lockworker-wake")
+            if not event.is_set():
+                try:
+                    await asyncio.wait_for(confirmed.wait(), confirm_timeout)
+                except asyncio.TimeoutError:
+                    event.set()
+            yield event
+        finally:
+            waiters = self._waiters.get(channel, set())
+            waiters.discard(event)
+            if not waiters:
+                self._waiters.pop(channel, None)
+                self._linger[channel] = self._loop.time() + LINGER
+
+    def wake_all(self) -> None:
+        for waiters in self._waiters.values():
+            for event in waiters:
+                event.set()
+
+    async def _read(self) -> None:
+        """Dispatch messages until idle; a broken connection wakes every waiter."""
+        idle = 0.0
+        while True:
+            await self._unsubscribe_lingering()
+            pubsub = self._pubsub
+            if pubsub is None or (not self._confirmed and idle >= IDLE_CLOSE):
+                await self._stop()
+                return
+            try:
+                for channel in [c for c in self._waiters if c not in self._confirmed]:
+                    self._confirmed[channel] = asyncio.Event()
+                    await pubsub.subscribe(channel)
+                message = await pubsub.get_message(timeout=READ_TIMEOUT)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                self._broken(exc)
+                await asyncio.sleep(BROKEN_PAUSE)
+                continue
+            if message is None:
+                idle = 0.0 if self._confirmed else idle + READ_TIMEOUT
+                continue
+            idle = 0.0
+            self._dispatch(message)
+
+    def _dispatch(self, message: dict[str, Any]) -> None:
+        kind = message.get("type")
+        channel = text(message.get("channel"))
+        if kind == "subscribe":
+            confirmed = self._confirmed.get(channel)
+            if confirmed is not None:
+                confirmed.set()
+            if channel in self._rejoin:
+                self._rejoin.discard(channel)
+                for event in self._waiters.get(channel, ()):
+                    event.set()
+        elif kind == "message":
+            for event in self._waiters.get(channel, ()):
+                event.set()
+
+    def _broken(self, exc: Exception) -> None:
+        """Messages may be lost: every waiter re-reads; a connection error is retried by
+        redis-py's reconnect, anything else replaces the pub/sub object."""
+        replace = not isinstance(exc, (redis.ConnectionError, redis.TimeoutError, OSError))
+        if replace:
+            _log.warning("wake.reader_reset", extra={"error": repr(exc)})
+            old, self._pubsub = self._pubsub, self._client.pubsub()
+            self._confirmed.clear()
+            if old is not None:
+                self._loop.create_task(_close(old))
+        for confirmed in self._confirmed.values():
+            confirmed.clear()
+        self._rejoin.update(self._waiters)
+        self.wake_all()
+
+    async def _unsubscribe_lingering(self) -> None:
+        now = self._loop.time()
+        for channel, until in list(self._linger.items()):
+            if until <= now and channel not in self._waiters:
+                del self._linger[channel]
+                self._confirmed.pop(channel, None)
+                if self._pubsub is not None:
+                    with contextlib.suppress(Exception):
+                        await self._pubsub.unsubscribe(channel)
+
+    async def _stop(self) -> None:
+        pubsub, self._pubsub, self._task = self._pubsub, None, None
+        self._confirmed.clear()
+        self._linger.clear()
+        self._rejoin.clear()
+        if pubsub is not None:
+            await _close(pubsub)
+
+
+async def _close(pubsub: Any) -> None:
+    with contextlib.suppress(Exception):
+        await pubsub.aclose()
+
+
+_Hubs = weakref.WeakKeyDictionary[Any, AsyncWakeHub]
+_hubs: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Hubs] = weakref.WeakKeyDictionary()
+
+
+def hub_for(client: Any) -> AsyncWakeHub:
+    """The hub of the running loop for ``client``'s connection pool (for an asyncio
+    ``RedisCluster``, for the client)."""
+    loop = asyncio.get_running_loop()
+    pool = getattr(client, "connection_pool", None)
+    key = client if pool is None else pool
+    hubs = _hubs.setdefault(loop, weakref.WeakKeyDictionary())
+    hub = hubs.get(key)
+    if hub is None:
+        hub = hubs[key] = AsyncWakeHub(client)
+    return hub
+
+
+class AsyncWaits:
+    """The waits of one object on its loop's hub; :meth:`wake_all` wakes only its own."""
+
+    def __init__(self, client: Any) -> None:
+        self._client = client
+        self._events: set[asyncio.Event] = set()
+
+    def subscribed(self, channel: str) -> bool:
+        return hub_for(self._client).subscribed(channel)
+
+    @contextlib.asynccontextmanager
+    async def listen(self, channel: str) -> AsyncIterator[asyncio.Event]:
+        async with hub_for(self._client).listen(channel) as event:
+            self._events.add(event)
+            try:
+                yield event
+            finally:
+                self._events.discard(event)
+
+    def wake_all(self) -> None:
+        """Wake this object's waiters (on stop). Safe from any thread only through
+        ``loop.call_soon_threadsafe``; the objects do that themselves."""
+        for event in self._events:
+            event.set()
+
+
+async def wait(event: asyncio.Event, timeout: float) -> bool:
+    """Wait for ``event`` at most ``timeout`` seconds; True if it was set."""
+    if event.is_set():
+        return True
+    if timeout <= 0:
+        return False
+    try:
+        await asyncio.wait_for(event.wait(), timeout)
+    except asyncio.TimeoutError:
+        return False
+    return True
