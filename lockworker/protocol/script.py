@@ -1,10 +1,19 @@
 """The lock protocol as Lua scripts (:mod:`lockworker.protocol.lua`): one round trip per
-step, the default implementation of :class:`~lockworker.protocol.interface.LockProtocol`."""
+step, the default implementation of :class:`~lockworker.protocol.interface.LockProtocol`.
+
+Each step is first built as a :class:`Step` (pure: the script, the job's keys, the
+arguments and how to read the reply), then sent. :class:`ScriptProtocol` sends it with
+a ``redis.Redis`` client; :class:`lockworker.aio.protocol.AsyncScriptProtocol` awaits
+the same step on a ``redis.asyncio`` client. One definition of every step, two kinds
+of I/O.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import partial
+from typing import Any, Generic, TypeVar
 
 import redis
 
@@ -23,10 +32,49 @@ from lockworker.protocol.decode import (
 from lockworker.protocol.interface import SettleSteps
 from lockworker.protocol.luacall import LuaScript
 
+R = TypeVar("R")
+
 _ACQUIRE = LuaScript(scripts.ACQUIRE)
 _RENEW = LuaScript(scripts.RENEW)
 _SETTLE = LuaScript(scripts.SETTLE)
 _RESET = LuaScript(scripts.RESET)
+
+
+@dataclass(frozen=True, slots=True)
+class Step(Generic[R]):
+    """One protocol step, ready to send: ``decode(reply)`` is what Redis did."""
+
+    script: LuaScript
+    keys: JobKeys
+    args: Sequence[str | int]
+    decode: Callable[[Any], R]
+
+
+def acquire_step(
+    keys: JobKeys, who: Holder, lease_ms: int, max_attempts: int, retention_ms: int
+) -> Step[Grant | Snapshot]:
+    args = (who.owner, lease_ms, max_attempts, retention_ms, keys.wake, who.run)
+    return Step(_ACQUIRE, keys, args, partial(decode_acquire, keys))
+
+
+def _renewal(reply: Any) -> Renewal:
+    return renewal(int(reply))
+
+
+def renew_step(keys: JobKeys, held: LockValue, lease_ms: int, retention_ms: int) -> Step[Renewal]:
+    return Step(_RENEW, keys, (held.encode(), lease_ms, retention_ms), _renewal)
+
+
+def settle_step(
+    keys: JobKeys, held: LockValue, kind: Ending, retention_ms: int, max_attempts: int = 0
+) -> Step[Settle]:
+    new_state, message = settle_plan(held, kind, max_attempts)
+    args = (held.encode(), new_state.encode(), retention_ms, keys.wake, message)
+    return Step(_SETTLE, keys, args, lambda reply: settle_result(int(reply), new_state))
+
+
+def reset_step(keys: JobKeys, retention_ms: int, *, force: bool = False) -> Step[Reset]:
+    return Step(_RESET, keys, (1 if force else 0, retention_ms, keys.wake), decode_reset)
 
 
 class ScriptProtocol(SettleSteps):
@@ -47,29 +95,23 @@ class ScriptProtocol(SettleSteps):
         except redis.ResponseError as exc:
             raise foreign_on_wrongtype(keys, exc) from exc
 
+    def _do(self, step: Step[R]) -> R:
+        return step.decode(self._run(step.script, step.keys, step.args))
+
     def acquire(
         self, keys: JobKeys, who: Holder, lease_ms: int, max_attempts: int, retention_ms: int
     ) -> Grant | Snapshot:
-        args = (who.owner, lease_ms, max_attempts, retention_ms, keys.wake, who.run)
-        return decode_acquire(keys, self._run(_ACQUIRE, keys, args))
+        return self._do(acquire_step(keys, who, lease_ms, max_attempts, retention_ms))
 
     def renew(
         self, keys: JobKeys, held: LockValue, lease_ms: int, retention_ms: int
     ) -> Renewal:
-        reply = int(self._run(_RENEW, keys, (held.encode(), lease_ms, retention_ms)))
-        return renewal(reply)
+        return self._do(renew_step(keys, held, lease_ms, retention_ms))
 
     def _settle_step(
         self, keys: JobKeys, held: LockValue, kind: Ending, retention_ms: int, max_attempts: int = 0
     ) -> Settle:
-        new_state, message = settle_plan(held, kind, max_attempts)
-        reply = self._run(
-            _SETTLE,
-            keys,
-            (held.encode(), new_state.encode(), retention_ms, keys.wake, message),
-        )
-        return settle_result(int(reply), new_state)
+        return self._do(settle_step(keys, held, kind, retention_ms, max_attempts))
 
     def reset(self, keys: JobKeys, retention_ms: int, *, force: bool = False) -> Reset:
-        reply = self._run(_RESET, keys, (1 if force else 0, retention_ms, keys.wake))
-        return decode_reset(reply)
+        return self._do(reset_step(keys, retention_ms, force=force))

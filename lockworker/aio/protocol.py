@@ -1,0 +1,79 @@
+"""The job lock protocol on a ``redis.asyncio`` client: the sync steps, awaited.
+
+Every step is built by :mod:`lockworker.protocol.script` (the same Lua, arguments and
+decoding as :class:`~lockworker.protocol.ScriptProtocol`); this class only sends it and
+awaits the reply. A sync and an async process therefore speak one protocol on one job.
+"""
+
+from __future__ import annotations
+
+from typing import Any, TypeVar
+
+import redis
+
+from lockworker.model.codec import Holder, LockValue
+from lockworker.model.keys import JobKeys
+from lockworker.model.state import Ending, Grant, Renewal, Reset, Settle, Snapshot
+from lockworker.protocol.decode import foreign_on_wrongtype, snapshot_from
+from lockworker.protocol.script import (
+    Step,
+    acquire_step,
+    renew_step,
+    reset_step,
+    settle_step,
+)
+
+R = TypeVar("R")
+
+
+class AsyncScriptProtocol:
+    """:class:`~lockworker.protocol.LockProtocol`'s steps as coroutines."""
+
+    __slots__ = ("client",)
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+
+    async def _do(self, step: Step[R]) -> R:
+        keys = step.keys
+        try:
+            reply = await step.script.acall(self.client, (keys.lock, keys.state), step.args)
+        except redis.ResponseError as exc:
+            raise foreign_on_wrongtype(keys, exc) from exc
+        return step.decode(reply)
+
+    async def acquire(
+        self, keys: JobKeys, who: Holder, lease_ms: int, max_attempts: int, retention_ms: int
+    ) -> Grant | Snapshot:
+        return await self._do(acquire_step(keys, who, lease_ms, max_attempts, retention_ms))
+
+    async def renew(
+        self, keys: JobKeys, held: LockValue, lease_ms: int, retention_ms: int
+    ) -> Renewal:
+        return await self._do(renew_step(keys, held, lease_ms, retention_ms))
+
+    async def complete(self, keys: JobKeys, held: LockValue, retention_ms: int) -> Settle:
+        return await self._do(settle_step(keys, held, Ending.COMPLETE, retention_ms))
+
+    async def fail(
+        self, keys: JobKeys, held: LockValue, max_attempts: int, retention_ms: int
+    ) -> Settle:
+        return await self._do(settle_step(keys, held, Ending.FAIL, retention_ms, max_attempts))
+
+    async def release(self, keys: JobKeys, held: LockValue, retention_ms: int) -> Settle:
+        return await self._do(settle_step(keys, held, Ending.RELEASE, retention_ms))
+
+    async def reset(self, keys: JobKeys, retention_ms: int, *, force: bool = False) -> Reset:
+        return await self._do(reset_step(keys, retention_ms, force=force))
+
+    async def inspect(self, keys: JobKeys) -> Snapshot:
+        """State, lease and lease time left in one transaction, as the sync side reads it."""
+        pipe = self.client.pipeline(transaction=True)
+        pipe.get(keys.state)
+        pipe.get(keys.lock)
+        pipe.pttl(keys.lock)
+        try:
+            raw_state, raw_lock, pttl = await pipe.execute()
+        except redis.ResponseError as exc:
+            raise foreign_on_wrongtype(keys, exc) from exc
+        return snapshot_from(keys, raw_state, raw_lock, int(pttl) if int(pttl) >= 0 else None)
