@@ -16,12 +16,20 @@ is decided when it is logged, not when the object logging it was built:
   and every field as an attribute of the ``LogRecord`` (``record.job_id``). Without
   any logging configured nothing is printed but WARNING and above, on stderr, by
   Python's last-resort handler.
+
+Observers (:func:`add_observer`) see every event besides: any level, wherever it goes,
+including the events of an application's own ``logger=``. They are what
+:mod:`lockworker.metrics` counts from; with none registered, an event pays one test of
+a module global for them.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
+from collections.abc import Callable, Mapping
 from functools import cache
+from types import MappingProxyType
 from typing import Any, Protocol
 
 import structlog
@@ -73,6 +81,56 @@ _RESERVED = frozenset(
 """``LogRecord`` attributes a field may not overwrite (``logging`` raises KeyError)."""
 
 
+Observer = Callable[[str, str, Mapping[str, Any]], None]
+"""``observer(logger_name, event, fields)``: ``fields`` is the bound context merged with
+the event's own fields (read-only)."""
+
+_observers: tuple[Observer, ...] = ()
+"""Every registered observer. Replaced, never mutated, so an event in flight iterates a
+consistent tuple without a lock; its truth is the only cost an event pays with none."""
+_observers_lock = threading.Lock()
+_reported: list[Observer] = []
+"""Observers whose failure was reported already: an observer that raises on every event
+must not flood the log."""
+_problems = logging.getLogger("lockworker")
+
+
+def add_observer(observer: Observer) -> None:
+    """Call ``observer(logger_name, event, fields)`` for every event lockworker emits
+    from now on, in the emitting thread, at every level, whether or not logging or
+    structlog shows it. Keep it fast and thread-safe: it runs inside the library's
+    loops (and heartbeat threads). An exception it raises is caught and reported once
+    on the ``lockworker`` logger; the library carries on. Adding one twice has no
+    further effect."""
+    global _observers  # noqa: PLW0603 - the one global the hot path reads
+    with _observers_lock:
+        if observer not in _observers:
+            _observers = (*_observers, observer)
+
+
+def remove_observer(observer: Observer) -> None:
+    """Stop calling ``observer``; nothing happens if it was not registered."""
+    global _observers  # noqa: PLW0603
+    with _observers_lock:
+        _observers = tuple(o for o in _observers if o != observer)
+        _reported[:] = [o for o in _reported if o != observer]
+
+
+def _notify(name: str, context: Mapping[str, Any], event: str, fields: Mapping[str, Any]) -> None:
+    """Give every observer the event; one that raises is reported once and skipped."""
+    merged = MappingProxyType({**context, **fields})
+    for observer in _observers:
+        try:
+            observer(name, event, merged)
+        except Exception:
+            if observer not in _reported:
+                _reported.append(observer)
+                _problems.error(
+                    "event observer %r raised on %s (reported once; lockworker goes on)",
+                    observer, event, exc_info=True,
+                )
+
+
 class EventLog(Protocol):
     """What lockworker calls on a logger: structlog's bound-logger interface, in part."""
 
@@ -109,24 +167,32 @@ class EventLogger:
         return bound
 
     def debug(self, event: str, **fields: Any) -> None:
+        if _observers:
+            _notify(self.name, self._context, event, fields)
         if _is_configured():
             self._structlog().debug(event, **fields)
         elif self._std.isEnabledFor(_DEBUG):
             self._emit(_DEBUG, event, fields)
 
     def info(self, event: str, **fields: Any) -> None:
+        if _observers:
+            _notify(self.name, self._context, event, fields)
         if _is_configured():
             self._structlog().info(event, **fields)
         elif self._std.isEnabledFor(_INFO):
             self._emit(_INFO, event, fields)
 
     def warning(self, event: str, **fields: Any) -> None:
+        if _observers:
+            _notify(self.name, self._context, event, fields)
         if _is_configured():
             self._structlog().warning(event, **fields)
         elif self._std.isEnabledFor(_WARNING):
             self._emit(_WARNING, event, fields)
 
     def error(self, event: str, **fields: Any) -> None:
+        if _observers:
+            _notify(self.name, self._context, event, fields)
         if _is_configured():
             self._structlog().error(event, **fields)
         elif self._std.isEnabledFor(_ERROR):
@@ -135,6 +201,8 @@ class EventLogger:
     def exception(self, event: str, **fields: Any) -> None:
         """An error event with the exception being handled."""
         fields.setdefault("exc_info", True)
+        if _observers:
+            _notify(self.name, self._context, event, fields)
         if _is_configured():
             self._structlog().error(event, **fields)
         elif self._std.isEnabledFor(_ERROR):
@@ -179,6 +247,58 @@ class EventLogger:
         return f"<EventLogger {self.name} {self._context!r}>"
 
 
+class Forwarding:
+    """An application's own logger (``logger=``) as lockworker uses it: every call goes
+    to it unchanged, and observers see the events too.
+
+    Observers get the context lockworker bound (not whatever the application's logger
+    carries of its own), like the events of an :class:`EventLogger`. Anything else
+    asked of it is the application logger's answer.
+    """
+
+    __slots__ = ("_base", "_context", "name")
+
+    def __init__(self, name: str, base: Any, context: dict[str, Any]) -> None:
+        self.name = name
+        self._base = base
+        self._context = context
+
+    def bind(self, **context: Any) -> Forwarding:
+        """The application's logger bound to ``context``, still observed."""
+        return Forwarding(self.name, self._base.bind(**context), {**self._context, **context})
+
+    def debug(self, event: str, **fields: Any) -> Any:
+        if _observers:
+            _notify(self.name, self._context, event, fields)
+        return self._base.debug(event, **fields)
+
+    def info(self, event: str, **fields: Any) -> Any:
+        if _observers:
+            _notify(self.name, self._context, event, fields)
+        return self._base.info(event, **fields)
+
+    def warning(self, event: str, **fields: Any) -> Any:
+        if _observers:
+            _notify(self.name, self._context, event, fields)
+        return self._base.warning(event, **fields)
+
+    def error(self, event: str, **fields: Any) -> Any:
+        if _observers:
+            _notify(self.name, self._context, event, fields)
+        return self._base.error(event, **fields)
+
+    def exception(self, event: str, **fields: Any) -> Any:
+        if _observers:
+            _notify(self.name, {**self._context, "exc_info": True}, event, fields)
+        return self._base.exception(event, **fields)
+
+    def __getattr__(self, attribute: str) -> Any:
+        return getattr(self._base, attribute)
+
+    def __repr__(self) -> str:
+        return f"<Forwarding {self.name} to {self._base!r}>"
+
+
 @cache
 def _root(name: str) -> EventLogger:
     return EventLogger(name)
@@ -188,10 +308,12 @@ def logger(name: str, base: Any = None, **context: Any) -> EventLog:
     """The logger for ``name`` (one of :data:`LOGGERS`) bound to ``context``.
 
     ``base``, a structlog-style logger the application passed (``logger=``), is used
-    instead when given: it is bound to ``context`` and gets every event.
+    instead when given: it is bound to ``context`` and gets every event, exactly as
+    lockworker logs it; observers see those events too (:class:`Forwarding`).
     """
-    log = base if base is not None else _root(name)
-    return log.bind(**context)
+    if base is not None:
+        return Forwarding(name, base.bind(**context), context)
+    return _root(name).bind(**context)
 
 
 def renewed(renewal: Renewal, log: EventLog) -> bool:
