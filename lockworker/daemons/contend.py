@@ -7,12 +7,18 @@ the end of its lease; after its own failure a contender steps back ``retry_delay
 The decisions come from :mod:`lockworker.model.policy`; what differs (what holding
 means, what a resolved lease means, whether a wait gives a slot back) is the
 :class:`Contest`'s.
+
+The loop is written once, as a generator that yields the contest calls doing I/O
+(:func:`contest_steps`); a thread drives it with plain calls (:func:`run`), an asyncio
+task by awaiting them (:mod:`lockworker.aio.contend`). Both sides therefore contend by
+one algorithm, and a fix to it is a fix to both.
 """
 
 from __future__ import annotations
 
 import enum
-from typing import Generic, Protocol, TypeVar
+from collections.abc import Generator
+from typing import Any, Protocol, TypeVar
 
 from lockworker.model import policy
 from lockworker.model.state import Grant, Role, Snapshot
@@ -30,11 +36,11 @@ class Next(enum.Enum):
     """Look again at once (the contest changed something, or started listening)."""
 
 
-class Contest(Protocol[R_co]):
-    """One contest for one lease; the loop calls these, in this order."""
+class Contestant(Protocol):
+    """What the loop reads of a contest without I/O, on either side."""
 
     not_before: float
-    """Do not compete before this time (set by :meth:`hold` after a failure)."""
+    """Do not compete before this time (set by ``hold`` after a failure)."""
 
     @property
     def role(self) -> Role: ...
@@ -46,6 +52,11 @@ class Contest(Protocol[R_co]):
     def stopping(self) -> bool: ...
 
     def now(self) -> float: ...
+
+
+class Contest(Contestant, Protocol[R_co]):
+    """One contest for one lease in a thread; the loop calls these, in this order (the
+    asyncio side's contests have the same methods as coroutines)."""
 
     def look(self) -> Snapshot:
         """Read the lease without competing (a backup, before it competes)."""
@@ -73,64 +84,72 @@ class Contest(Protocol[R_co]):
         ...
 
 
-class Loop(Generic[R]):
-    """Runs one :class:`Contest` to its end."""
+Call = tuple[str, tuple[Any, ...], dict[str, Any]]
+"""A contest method the loop needs called: its name, arguments and keyword arguments."""
 
-    def __init__(self, contest: Contest[R]) -> None:
-        self.c = contest
-        self.free_since: float | None = None
-        self.free_token: int | None = None
 
-    def run(self) -> R:
-        c = self.c
-        while not c.stopping:
-            now = c.now()
-            if now < c.not_before:
-                result = c.wait(c.not_before, park=False, observe=True)
-                if result is not None:
-                    return result
-                continue
-            if c.role is Role.BACKUP:
-                ready = self.backup_ready(now)
-                if ready is None:
-                    continue
-                if not isinstance(ready, bool):
-                    return ready
-                now = c.now()
-            sent_at = now
-            answer = c.acquire()
-            if isinstance(answer, Grant):
-                result = c.hold(answer, sent_at)
-                if result is not None:
-                    return result
-                continue
-            reaction = c.seen(answer)
+def contest_steps(c: Contestant) -> Generator[Call, Any, Any]:
+    """The loop, without I/O: it yields each call of a contest method that does I/O
+    (``look``, ``acquire``, ``hold``, ``seen``, ``wait``, ``stopped``) and is sent its
+    result. :func:`run` drives it with plain calls, :func:`lockworker.aio.contend.run`
+    awaits them, so a thread's contest and a task's contest are one loop."""
+    free_since: float | None = None
+    free_token: int | None = None
+    while not c.stopping:
+        now = c.now()
+        if now < c.not_before:
+            result = yield ("wait", (c.not_before,), {"park": False, "observe": True})
+            if result is not None:
+                return result
+            continue
+        if c.role is Role.BACKUP:
+            # A backup looks before it competes, and competes only once the lease has
+            # been free for ``backup_delay``, so a live primary keeps its work.
+            seen = yield ("look", (), {})
+            reaction = yield ("seen", (seen,), {})
             if not isinstance(reaction, Next):
                 return reaction
             if reaction is Next.AGAIN:
                 continue
-            result = c.wait(
-                policy.recheck_at(answer, c.now(), c.timing),
-                park=answer.holder is not None, observe=False,
-            )
+            view = policy.backup_step(seen, free_since, free_token, now, c.timing)
+            free_since, free_token = view.free_since, view.free_token
+            if not view.compete:
+                result = yield (
+                    "wait", (view.look_again,), {"park": seen.holder is not None, "observe": False}
+                )
+                if result is not None:
+                    return result
+                continue
+            now = c.now()
+        sent_at = now
+        answer = yield ("acquire", (), {})
+        if isinstance(answer, Grant):
+            result = yield ("hold", (answer, sent_at), {})
             if result is not None:
                 return result
-        return c.stopped()
-
-    def backup_ready(self, now: float) -> R | bool | None:
-        """A backup looks before it competes: True to acquire now, None to look again,
-        or the contest's result. It competes only once the lease has been free for
-        ``backup_delay``, so a live primary keeps its work."""
-        c = self.c
-        seen = c.look()
-        reaction = c.seen(seen)
+            continue
+        reaction = yield ("seen", (answer,), {})
         if not isinstance(reaction, Next):
             return reaction
         if reaction is Next.AGAIN:
-            return None
-        view = policy.backup_step(seen, self.free_since, self.free_token, now, c.timing)
-        self.free_since, self.free_token = view.free_since, view.free_token
-        if view.compete:
-            return True
-        result = c.wait(view.look_again, park=seen.holder is not None, observe=False)
-        return None if result is None else result
+            continue
+        result = yield (
+            "wait", (policy.recheck_at(answer, c.now(), c.timing),),
+            {"park": answer.holder is not None, "observe": False},
+        )
+        if result is not None:
+            return result
+    result = yield ("stopped", (), {})
+    return result
+
+
+def run(contest: Contest[R]) -> R:
+    """Run ``contest`` to its end, calling its methods in this thread."""
+    steps = contest_steps(contest)
+    reply: Any = None
+    while True:
+        try:
+            name, args, kwargs = steps.send(reply)
+        except StopIteration as end:
+            return end.value  # type: ignore[no-any-return]
+        reply = getattr(contest, name)(*args, **kwargs)

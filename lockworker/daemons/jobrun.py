@@ -19,7 +19,8 @@ from typing import Any, Protocol, TypeVar
 import redis
 
 from lockworker.clock import Clock
-from lockworker.daemons.contend import Loop, Next
+from lockworker.daemons import contend
+from lockworker.daemons.contend import Next
 from lockworker.daemons.job import Job
 from lockworker.errors import LockworkerError, StopRequested
 from lockworker.model import policy
@@ -109,7 +110,7 @@ class JobRun:
 
     def run(self) -> Outcome:
         with self.stack:
-            return Loop(self).run()
+            return contend.run(self)
 
     @property
     def stopping(self) -> bool:

@@ -38,7 +38,8 @@ import redis
 
 from lockworker.clock import Clock, SystemClock, wall_time
 from lockworker.config import default_owner, lease
-from lockworker.daemons.contend import Loop, Next
+from lockworker.daemons import contend
+from lockworker.daemons.contend import Next
 from lockworker.daemons.hooks import Hooks
 from lockworker.daemons.term import Term
 from lockworker.errors import ForeignValueError, InvalidConfig, StopRequested
@@ -240,7 +241,7 @@ class _Campaign:
     # -- the contest (lockworker.daemons.contend) ------------------------------------
 
     def run(self) -> None:
-        Loop(self).run()
+        contend.run(self)
 
     @property
     def stopping(self) -> bool:
