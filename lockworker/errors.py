@@ -107,3 +107,12 @@ class AlreadyHeld(LockworkerError, RuntimeError):
     The primitives are not re-entrant: acquiring twice from one object would either
     deadlock with itself or hide a double release, so it is refused at once.
     """
+
+
+class ExtraNotInstalled(LockworkerError, ImportError):
+    """An optional part of lockworker was used without the extra that installs what it
+    needs; the message names the install line (``pip install 'lockworker[metrics]'``).
+
+    An ``ImportError`` too, so code that treats the optional part as optional
+    (``except ImportError``) keeps working.
+    """

@@ -9,7 +9,7 @@ Each folder of the package is a layer and imports only from the layers below it
     runtime/                leases and heartbeats, wake-ups, retries, signals, events
     daemons/                jobs, terms, hooks, the worker, the leader, serve, sources
     primitives/             lock, semaphore, redlock, compute_once
-    cli/  testing/          the edges: nothing in the library imports them
+    cli/  testing/ metrics  the edges: nothing in the library imports them
 
 No module imports another in a cycle, whether at run time or only for type checking
 (``TYPE_CHECKING`` blocks are imports too). Time and signals each come through one
@@ -30,7 +30,9 @@ MAX_LINES = 400
 LEAVES = {"errors", "clock", "config"}
 ORDER = ["leaf", "model", "protocol", "runtime", "daemons", "primitives"]
 """The layers from the bottom up; a module may import its own layer and those below."""
-EDGES = {"cli", "testing"}
+EDGES = {"cli", "testing", "metrics"}
+"""``metrics`` is a module, not a folder: the one importer of prometheus_client (an
+extra), which the library must never import."""
 
 
 def module_name(path: Path) -> str:
@@ -159,6 +161,13 @@ def test_the_model_knows_nothing_of_redis(path: Path) -> None:
 )
 def test_the_library_never_imports_the_cli_or_the_test_helpers(path: Path) -> None:
     assert not {layer(m) for m in GRAPH[module_name(path)]} & EDGES
+
+
+@pytest.mark.parametrize("path", MODULES, ids=module_name)
+def test_only_the_metrics_module_imports_prometheus_client(path: Path) -> None:
+    """An optional extra: the library and the CLI work without it installed."""
+    if module_name(path) != "lockworker.metrics":
+        assert "prometheus_client" not in {m.split(".")[0] for m in imports(path)}
 
 
 CONFIGURES_LOGGING = (

@@ -1,0 +1,288 @@
+"""Prometheus metrics of lockworker's workers and leaders: the ``lockworker[metrics]`` extra.
+
+``install()`` registers the metrics on a ``prometheus_client`` registry and counts them
+from lockworker's events (an event observer, :func:`lockworker.runtime.events.add_observer`),
+so they need nothing from the worker or the leader but the events they emit anyway, and
+cost nothing until installed. Serving them is the application's choice
+(``prometheus_client.start_http_server``, a web framework's endpoint, a push gateway);
+``lockworker run --metrics-port`` serves the default registry.
+
+The metric names and labels below are a public contract (docs/daemons.md, "Metrics"):
+
+- ``lockworker_job_outcomes_total{namespace,outcome}``: one per ``job.done``
+  (``done``), ``job.done_elsewhere``, ``job.failed``, ``job.gave_up``, ``lease.lost``
+  (``lost``) and ``job.stopped`` event of this process's workers;
+- ``lockworker_attempt_duration_seconds{namespace}``: from ``job.acquired`` to the end
+  of that attempt here (done, failed, released, lost or stopped);
+- ``lockworker_handover_wait_seconds{namespace}`` and
+  ``lockworker_takeover_latency_seconds{namespace}``: ``job.acquired``'s ``waited_ms``
+  and ``past_lease_ms``, when it carries them;
+- ``lockworker_leases_held{namespace}``: the attempts this process holds now;
+- ``lockworker_leader{name}``: 1 while this process leads ``name``, else 0;
+- ``lockworker_redis_retries_total{step}``: Redis steps retried after a connection
+  error, by step (the job id, lock or stream name cut off).
+
+Only this module imports ``prometheus_client``; without it, importing this module
+raises :class:`~lockworker.errors.ExtraNotInstalled` naming the install line.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import threading
+from collections import OrderedDict
+from collections.abc import Mapping
+from typing import Any
+
+from lockworker.clock import Clock, SystemClock
+from lockworker.errors import ExtraNotInstalled
+from lockworker.runtime import events
+
+try:
+    import prometheus_client
+    from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+except ImportError as exc:
+    raise ExtraNotInstalled(
+        "lockworker.metrics needs prometheus_client: pip install 'lockworker[metrics]'"
+    ) from exc
+
+__all__ = [
+    "ATTEMPT_BUCKETS",
+    "DEFAULT_HOST",
+    "LATENCY_BUCKETS",
+    "MAX_PAIRS",
+    "OUTCOMES",
+    "Metrics",
+    "install",
+    "serve_http",
+    "step_label",
+]
+
+OUTCOMES = {
+    events.DONE: "done",
+    events.DONE_ELSEWHERE: "done_elsewhere",
+    events.FAILED: "failed",
+    events.GAVE_UP: "gave_up",
+    events.LOST: "lost",
+    events.STOPPED: "stopped",
+}
+"""The worker events counted by ``lockworker_job_outcomes_total``, and their ``outcome``."""
+
+ENDS = frozenset({events.DONE, events.FAILED, events.RELEASED, events.LOST, events.STOPPED})
+"""The events that end an attempt this process held (the first of them, per token)."""
+
+LEADER_ELECTED = "leader.elected"
+LEADER_ENDED = frozenset({"leader.resigned", "leader.lost"})
+
+LATENCY_BUCKETS = (
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
+    1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0,
+)
+"""Seconds, for waits and takeovers: a SIGTERM handover takes milliseconds, a takeover
+after a crash a lease (seconds), a backlog behind a long job minutes."""
+
+ATTEMPT_BUCKETS = (
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+    10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0,
+)
+"""Seconds, for attempts: from a few milliseconds of work to an hour."""
+
+MAX_PAIRS = 10_000
+"""The most attempts remembered between ``job.acquired`` and their end. An attempt
+whose end is never seen (an exception past the library, Redis unreachable while
+settling) is dropped when the job is acquired again here, or, past this many, the
+oldest first: so the table, and ``lockworker_leases_held``, cannot drift without
+bound."""
+
+_NAMED = re.compile(r"""\s*(\(|'|").*$""")
+"""What follows a step's words: `` (job 'nightly-7')``, `` 'report'`` (a lock, a stream)."""
+
+_installed: dict[int, Metrics] = {}
+_installed_lock = threading.Lock()
+
+
+def install(
+    registry: CollectorRegistry | None = None, *, clock: Clock | None = None
+) -> Metrics:
+    """Register lockworker's metrics on ``registry`` (default:
+    ``prometheus_client.REGISTRY``) and count every event emitted from now on.
+
+    Installing again on the same registry returns the :class:`Metrics` already there
+    (no duplicate registration); :meth:`Metrics.uninstall` first to start afresh.
+    ``clock`` times the attempts (default: the monotonic system clock).
+    """
+    target = prometheus_client.REGISTRY if registry is None else registry
+    with _installed_lock:
+        found = _installed.get(id(target))
+        if found is not None:
+            return found
+        metrics = Metrics(target, clock or SystemClock())
+        _installed[id(target)] = metrics
+    events.add_observer(metrics.observe)
+    return metrics
+
+
+DEFAULT_HOST = "0.0.0.0"
+
+
+def serve_http(port: int, *, host: str = DEFAULT_HOST) -> Metrics:
+    """:func:`install` on the default registry, and serve it over HTTP on ``host:port``
+    (``prometheus_client.start_http_server``: every path answers, ``/metrics`` by
+    custom) from a daemon thread, for the life of the process. What
+    ``lockworker run --metrics-port`` does. Raises ``OSError`` if it cannot listen
+    there (the port is taken, the host is not this machine's)."""
+    metrics = install()
+    prometheus_client.start_http_server(port, addr=host)
+    return metrics
+
+
+class Metrics:
+    """lockworker's metrics on one registry, counted from events; made by :func:`install`.
+
+    The attributes are the ``prometheus_client`` metrics, for reading in tests or
+    adding to: ``outcomes``, ``attempt_duration``, ``handover_wait``,
+    ``takeover_latency``, ``leases_held``, ``leader``, ``redis_retries``.
+    """
+
+    def __init__(self, registry: CollectorRegistry, clock: Clock) -> None:
+        self.registry = registry
+        self.clock = clock
+        self.outcomes = Counter(
+            "lockworker_job_outcomes_total",
+            "Ends of this process's job runs and attempts, by outcome.",
+            ["namespace", "outcome"], registry=registry,
+        )
+        self.attempt_duration = Histogram(
+            "lockworker_attempt_duration_seconds",
+            "From acquiring a job to the end of that attempt (done, failed, released, "
+            "lost, stopped).",
+            ["namespace"], registry=registry, buckets=ATTEMPT_BUCKETS,
+        )
+        self.handover_wait = Histogram(
+            "lockworker_handover_wait_seconds",
+            "From first seeing another holder of a job to acquiring it.",
+            ["namespace"], registry=registry, buckets=LATENCY_BUCKETS,
+        )
+        self.takeover_latency = Histogram(
+            "lockworker_takeover_latency_seconds",
+            "From the end of a lease that ran out to taking the job over.",
+            ["namespace"], registry=registry, buckets=LATENCY_BUCKETS,
+        )
+        self.leases_held = Gauge(
+            "lockworker_leases_held", "Job attempts this process holds now.",
+            ["namespace"], registry=registry,
+        )
+        self.leader = Gauge(
+            "lockworker_leader", "1 while this process leads the name, else 0.",
+            ["name"], registry=registry,
+        )
+        self.redis_retries = Counter(
+            "lockworker_redis_retries_total",
+            "Redis steps retried after a connection error, by step.",
+            ["step"], registry=registry,
+        )
+        self._collectors = (
+            self.outcomes, self.attempt_duration, self.handover_wait,
+            self.takeover_latency, self.leases_held, self.leader, self.redis_retries,
+        )
+        self._lock = threading.Lock()
+        self._held: OrderedDict[tuple[str, str], tuple[Any, float]] = OrderedDict()
+        """(namespace, job_id) -> (token, acquired at): one attempt per job at a time,
+        as the server grants one holder at a time."""
+        self._namespaces: set[str] = set()
+
+    def uninstall(self) -> None:
+        """Stop counting and unregister the metrics from the registry."""
+        events.remove_observer(self.observe)
+        with _installed_lock:
+            if _installed.get(id(self.registry)) is self:
+                del _installed[id(self.registry)]
+        for collector in self._collectors:
+            with contextlib.suppress(KeyError):  # unregistered already (a second uninstall)
+                self.registry.unregister(collector)
+
+    # -- counting --------------------------------------------------------------------
+
+    def observe(self, logger_name: str, event: str, fields: Mapping[str, Any]) -> None:
+        """The event observer: one event of any lockworker logger."""
+        if logger_name == events.WORKER:
+            self._job(event, fields)
+        elif logger_name == events.LEADER:
+            name = fields.get("leader")
+            if isinstance(name, str):
+                if event == LEADER_ELECTED:
+                    self.leader.labels(name).set(1)
+                elif event in LEADER_ENDED:
+                    self.leader.labels(name).set(0)
+        if event == events.REDIS_RETRY:
+            self.redis_retries.labels(step_label(fields.get("step"))).inc()
+
+    def _job(self, event: str, fields: Mapping[str, Any]) -> None:
+        namespace = fields.get("namespace")
+        if not isinstance(namespace, str):
+            return
+        if namespace not in self._namespaces:
+            self._first_seen(namespace)
+        if event == events.ACQUIRED:
+            self._acquired(namespace, fields)
+        elif event in ENDS:
+            self._ended(namespace, fields)
+        outcome = OUTCOMES.get(event)
+        if outcome is not None:
+            self.outcomes.labels(namespace, outcome).inc()
+
+    def _first_seen(self, namespace: str) -> None:
+        """Every series of a namespace at 0 from its first event, so a rate or an
+        ``increase() > 0`` alert sees the first failure too (a series that appears
+        at 1 has no increase)."""
+        with self._lock:
+            if namespace in self._namespaces:
+                return
+            self._namespaces.add(namespace)
+        for outcome in OUTCOMES.values():
+            self.outcomes.labels(namespace, outcome)
+        self.leases_held.labels(namespace)
+        self.attempt_duration.labels(namespace)
+
+    def _acquired(self, namespace: str, fields: Mapping[str, Any]) -> None:
+        now = self.clock.monotonic()
+        dropped: list[str] = []
+        with self._lock:
+            job = (namespace, str(fields.get("job_id")))
+            if self._held.pop(job, None) is not None:
+                dropped.append(namespace)  # its end was never seen: this acquisition ends it
+            self._held[job] = (fields.get("token"), now)
+            while len(self._held) > MAX_PAIRS:
+                (other, _job_id), _pair = self._held.popitem(last=False)
+                dropped.append(other)
+        self.leases_held.labels(namespace).inc()
+        for other in dropped:
+            self.leases_held.labels(other).dec()
+        for field, histogram in (
+            ("waited_ms", self.handover_wait), ("past_lease_ms", self.takeover_latency),
+        ):
+            ms = fields.get(field)
+            if isinstance(ms, (int, float)) and not isinstance(ms, bool) and ms >= 0:
+                histogram.labels(namespace).observe(ms / 1000.0)
+
+    def _ended(self, namespace: str, fields: Mapping[str, Any]) -> None:
+        job = (namespace, str(fields.get("job_id")))
+        with self._lock:
+            held = self._held.get(job)
+            if held is None or held[0] != fields.get("token"):
+                return  # not an attempt held here, or its end was counted already
+            del self._held[job]
+        self.attempt_duration.labels(namespace).observe(
+            max(0.0, self.clock.monotonic() - held[1])
+        )
+        self.leases_held.labels(namespace).dec()
+
+
+def step_label(step: object) -> str:
+    """``redis.retry``'s ``step`` as a label of bounded cardinality: its words, without
+    the job id, lock or stream name they end with (``acquire job (job 'nightly-7')``
+    is ``acquire job``)."""
+    if not isinstance(step, str):
+        return "unknown"
+    return _NAMED.sub("", step) or "unknown"
