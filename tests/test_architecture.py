@@ -9,6 +9,7 @@ Each folder of the package is a layer and imports only from the layers below it
     runtime/                leases and heartbeats, wake-ups, retries, signals, events
     daemons/                jobs, terms, hooks, the worker, the leader, serve, sources
     primitives/             lock, semaphore, redlock, compute_once
+    aio/                    the asyncio twins: the same steps, loop and decisions, awaited
     cli/  testing/ metrics  the edges: nothing in the library imports them
 
 No module imports another in a cycle, whether at run time or only for type checking
@@ -28,7 +29,7 @@ MODULES = sorted(PACKAGE.rglob("*.py"))
 MAX_LINES = 400
 
 LEAVES = {"errors", "clock", "config"}
-ORDER = ["leaf", "model", "protocol", "runtime", "daemons", "primitives"]
+ORDER = ["leaf", "model", "protocol", "runtime", "daemons", "primitives", "aio"]
 """The layers from the bottom up; a module may import its own layer and those below."""
 EDGES = {"cli", "testing", "metrics"}
 """``metrics`` is a module, not a folder: the one importer of prometheus_client (an
@@ -180,3 +181,32 @@ def test_only_the_cli_configures_logging(path: Path) -> None:
     """A library leaves ``logging`` and structlog to the application."""
     text = path.read_text()
     assert not [call for call in CONFIGURES_LOGGING if call in text]
+
+
+AIO = [p for p in MODULES if layer(module_name(p)) == "aio"]
+REPEATS = {
+    "redis.call(": "Lua source (the scripts live in protocol/lua.py and primitives/)",
+    "LuaScript(": "a script object of its own (import the sync side's)",
+    "re.compile(": "a value grammar of its own (the codec owns it)",
+    '"lw2': "a value format of its own (the codec owns it)",
+    '"lw:': "a key layout of its own (model/keys.py owns it)",
+    "def contest_steps": "a contender loop of its own (daemons/contend.py owns it)",
+}
+
+
+@pytest.mark.parametrize("path", AIO, ids=module_name)
+def test_aio_repeats_no_protocol_codec_or_decision(path: Path) -> None:
+    """The asyncio side differs only in its I/O: it imports the scripts, the codec, the
+    keys, the decisions and the contender loop and never writes its own."""
+    text = path.read_text()
+    assert not {marker: why for marker, why in REPEATS.items() if marker in text}
+
+
+def test_aio_builds_on_the_shared_protocol_model_and_loop() -> None:
+    """Positively: the asyncio side's steps, loop and decisions come from below."""
+    used = set().union(*(GRAPH[module_name(p)] for p in AIO))
+    for shared in (
+        "lockworker.protocol.script", "lockworker.daemons.contend", "lockworker.model.policy",
+        "lockworker.daemons.runbase", "lockworker.runtime.lease", "lockworker.runtime.retry",
+    ):
+        assert shared in used, f"lockworker.aio does not use {shared}"

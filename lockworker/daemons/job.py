@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass, field
 from typing import Any
 
 from lockworker.clock import Clock
 from lockworker.errors import LockLost, StopRequested
-from lockworker.runtime.lease import Lease, LeaseView
+from lockworker.runtime.lease import Flag, Lease, LeaseView
 
 
 @dataclass(eq=False)
@@ -32,7 +31,7 @@ class Job(LeaseView):
     """Owner id of the process holding the job (None if nobody does)."""
     _clock: Clock | None = field(default=None, repr=False)
     _lease: Lease | None = field(default=None, repr=False)
-    _stopping: threading.Event | None = field(default=None, repr=False)
+    _stopping: Flag | None = field(default=None, repr=False)
 
     @property
     def is_last_attempt(self) -> bool:

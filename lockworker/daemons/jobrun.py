@@ -18,15 +18,14 @@ from typing import Any, Protocol, TypeVar
 
 import redis
 
-from lockworker.clock import Clock
 from lockworker.daemons import contend
 from lockworker.daemons.contend import Next
 from lockworker.daemons.job import Job
+from lockworker.daemons.runbase import RunBase, RunnerBase
 from lockworker.errors import LockworkerError, StopRequested
-from lockworker.model import policy
-from lockworker.model.codec import Holder, LockValue
+from lockworker.model.codec import LockValue
 from lockworker.model.keys import JobKeys
-from lockworker.model.state import Grant, JobStatus, Outcome, Role, Settle, Snapshot
+from lockworker.model.state import Grant, Outcome, Settle, Snapshot
 from lockworker.protocol.interface import LockProtocol
 from lockworker.runtime import events
 from lockworker.runtime.lease import Heartbeat, Lease
@@ -35,30 +34,12 @@ from lockworker.runtime.wake import Waits
 T = TypeVar("T")
 
 
-class Runner(Protocol):
-    """What a job run needs of the worker running it; :class:`~lockworker.Worker` is one.
+class Runner(RunnerBase, Protocol):
+    """What a job run in a thread needs of its worker; :class:`~lockworker.Worker` is one."""
 
-    Spelled out here, so that this module depends on the worker's interface and not on
-    its module (no import cycle).
-    """
-
-    clock: Clock
     protocol: LockProtocol
-    timing: policy.Timing
-    role: Role
-    owner: str
-    run_id: str
-    max_attempts: int
-    lock_timeout: float
-    _who: Holder
-    _lease_ms: int
-    _retention_ms: int
-    _stop: threading.Event
     _heartbeat: Heartbeat
     _hub: Waits
-
-    @property
-    def stopping(self) -> bool: ...
 
     def on_acquired(self, job: Job) -> None: ...
 
@@ -81,51 +62,24 @@ class Gate(Protocol):
         ...
 
 
-class JobRun:
+class JobRun(RunBase):
     """One ``process`` call: the loop for one job in one thread."""
 
     def __init__(
         self, worker: Runner, keys: JobKeys, payload: Any, log: events.EventLog,
         gate: Gate | None = None,
     ) -> None:
+        super().__init__(worker, keys, payload, log)
         self.w = worker
         self.gate = gate
-        self.keys = keys
-        self.payload = payload
-        self.log = log
-        self.previous: Snapshot | None = None
-        self.sightings = policy.Sightings()
-        self.not_before = 0.0
         self.wake: threading.Event | None = None
         self.stack = contextlib.ExitStack()
-
-    def job(self, attempt: int, token: int, holder: str | None) -> Job:
-        w = self.w
-        return Job(
-            self.keys.job_id, self.payload, attempt, token, w.max_attempts, holder,
-            _clock=w.clock, _stopping=w._stop,
-        )
 
     # -- the contest (lockworker.daemons.contend) ------------------------------------
 
     def run(self) -> Outcome:
         with self.stack:
             return contend.run(self)
-
-    @property
-    def stopping(self) -> bool:
-        return self.w.stopping
-
-    @property
-    def role(self) -> Role:
-        return self.w.role
-
-    @property
-    def timing(self) -> policy.Timing:
-        return self.w.timing
-
-    def now(self) -> float:
-        return self.w.clock.monotonic()
 
     def look(self) -> Snapshot:
         return self.call(lambda: self.w.protocol.inspect(self.keys), "inspect job")
@@ -211,29 +165,10 @@ class JobRun:
 
     def observe(self, seen: Snapshot) -> Outcome | None:
         """React to a job this process does not hold: resolved, or held by another."""
-        w = self.w
-        if seen.status is JobStatus.DONE:
-            # This run's own completion, not merely its owner label's: a restarted
-            # daemon with a stable owner did not run what its predecessor finished.
-            mine = (seen.owner, seen.run) == (w.owner, w.run_id)
-            self.log.info(
-                events.DONE if mine else events.DONE_ELSEWHERE,
-                attempt=seen.attempt, token=seen.token, by=seen.owner,
-            )
-            return Outcome.DONE if mine else Outcome.DONE_ELSEWHERE
-        if seen.status is JobStatus.GAVE_UP:
-            self.log.warning(events.GAVE_UP, attempt=seen.attempt, token=seen.token)
-            w._hook(self.log, "on_gave_up", self.job(seen.attempt, seen.token, None))
-            return Outcome.GAVE_UP
-        self.sightings.saw(seen, w.clock.monotonic())
-        if seen.holder is not None and policy.is_news(self.previous, seen):
-            self.previous = seen
-            self.log.info(
-                events.LOCKED, attempt=seen.attempt, token=seen.token, holder=seen.holder,
-                lease_ms=seen.pttl_ms,
-            )
-            w._hook(self.log, "on_locked", self.job(seen.attempt, seen.token, seen.holder))
-        return None
+        outcome, hook = self.judge(seen)
+        if hook is not None:
+            self.w._hook(self.log, *hook)
+        return outcome
 
     def attempt(self, grant: Grant, sent_at: float) -> Outcome | None:
         """Hold the lease for ``grant`` while ``on_acquired`` runs, then settle it.
@@ -242,9 +177,7 @@ class JobRun:
         or was lost and the job is still pending).
         """
         w = self.w
-        held = w._who.value(grant.token, grant.attempt)
-        log = self.log.bind(attempt=grant.attempt, token=grant.token)
-        job = self.job(grant.attempt, grant.token, w.owner)
+        held, log, job = self.begin(grant)
 
         def renew(deadline: float) -> bool:
             renewal = self.call(
@@ -262,8 +195,7 @@ class JobRun:
             renew, w.lock_timeout, sent_at,
             on_lost=lost, on_renewed=lambda _lease: log.debug(events.RENEWED),
         )
-        job._lease = lease
-        log.info(events.ACQUIRED, reentered=grant.reentered, **self.sightings.granted(sent_at))
+        self.acquired(grant, sent_at, lease, job, log)
         w._heartbeat.hold(lease)
         try:
             w.on_acquired(job)
@@ -285,18 +217,13 @@ class JobRun:
         if settled is Settle.DONE:
             log.info(events.DONE)
             return Outcome.DONE
-        self.refused(lease, job, log, settled)
+        self.refused(job, log, settled)
         return None
 
-    def refused(self, lease: Lease, job: Job, log: events.EventLog, settled: Settle) -> None:
+    def refused(self, job: Job, log: events.EventLog, settled: Settle) -> None:
         """The server refused to settle: the lease was lost; step back and watch."""
-        if settled is Settle.STATE_LOST:
-            log.error(events.STATE_LOST, step="settle")
-        if not lease.lost:
-            lease.lost = True
-            log.warning(events.LOST, reason="completion refused: lease lost on the server")
+        if self.refused_lease(job._lease, log, settled):
             self.w._hook(log, "on_lost", job)
-        self.not_before = policy.compete_after_failure(self.w.clock.monotonic(), self.w.timing)
 
     def settle_failure(
         self, job: Job, held: LockValue, exc: Exception, log: events.EventLog
@@ -308,16 +235,13 @@ class JobRun:
             lambda: w.protocol.fail(self.keys, held, w.max_attempts, w._retention_ms),
             "release failed attempt",
         )
-        if settled is Settle.GAVE_UP:
-            log.warning(events.GAVE_UP)
+        verdict = self.failure_settled(settled, log)
+        if verdict is Outcome.GAVE_UP:
             w._hook(log, "on_gave_up", job)
-            return Outcome.GAVE_UP
-        if settled is Settle.RELEASED:
-            log.info(events.RELEASED, reason="failed")
-            self.not_before = policy.compete_after_failure(w.clock.monotonic(), w.timing)
+        if verdict is True:
+            self.refused(job, log, settled)
             return None
-        self.refused(job._lease or Lease(lambda _d: False, 0, 0, 0), job, log, settled)
-        return None
+        return verdict  # type: ignore[return-value]
 
     def settle_stop(self, held: LockValue, log: events.EventLog) -> Outcome:
         w = self.w

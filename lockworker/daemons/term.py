@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from lockworker.clock import Clock, SystemClock
 from lockworker.errors import LockLost, StopRequested
-from lockworker.runtime.lease import Lease, LeaseView
+from lockworker.runtime.lease import Flag, Lease, LeaseView
 
 WAKE_MARGIN = 0.0005
 """Seconds past a lease's validity at which :meth:`Term.wait` looks again."""
@@ -32,7 +32,7 @@ class Term(LeaseView):
     """Wall-clock time (epoch seconds) the term began, when known; for display only."""
     _clock: Clock | None = field(default=None, repr=False)
     _lease: Lease | None = field(default=None, repr=False)
-    _stopping: threading.Event | None = field(default=None, repr=False)
+    _stopping: Flag | None = field(default=None, repr=False)
     _wake: threading.Event = field(default_factory=threading.Event, repr=False)
 
     @property

@@ -22,7 +22,7 @@ import itertools
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from lockworker.clock import Clock
 
@@ -206,6 +206,12 @@ def lose(lease: Lease, reason: str) -> None:
         lease.on_lost(lease, reason)
 
 
+class Flag(Protocol):
+    """A stop flag: a ``threading.Event`` in a thread, an ``asyncio.Event`` in a task."""
+
+    def is_set(self) -> bool: ...
+
+
 class LeaseView:
     """``lost`` and ``stopping`` for the handles hooks receive (``Job``, ``Term``).
 
@@ -217,7 +223,7 @@ class LeaseView:
 
     _clock: Clock | None
     _lease: Lease | None
-    _stopping: threading.Event | None
+    _stopping: Flag | None
 
     @property
     def lost(self) -> bool:

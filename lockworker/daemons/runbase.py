@@ -1,0 +1,147 @@
+"""What a job run is and decides on either side (a thread's
+:class:`~lockworker.daemons.jobrun.JobRun`, a task's
+:class:`~lockworker.aio.jobrun.AsyncJobRun`): its job, its contest settings, what a
+snapshot of the job means, and the events of its attempts. No I/O here: the Redis
+steps, hooks and waits are the sides' own.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from lockworker.clock import Clock
+from lockworker.daemons.job import Job
+from lockworker.model import policy
+from lockworker.model.codec import Holder, LockValue
+from lockworker.model.keys import JobKeys
+from lockworker.model.state import Grant, JobStatus, Outcome, Role, Settle, Snapshot
+from lockworker.runtime import events
+from lockworker.runtime.lease import Flag, Lease
+
+
+class RunnerBase(Protocol):
+    """What a job run on either side reads of its worker (no I/O).
+
+    Spelled out here, so that this module depends on the worker's interface and not on
+    its module (no import cycle).
+    """
+
+    clock: Clock
+    timing: policy.Timing
+    role: Role
+    owner: str
+    run_id: str
+    max_attempts: int
+    lock_timeout: float
+    _who: Holder
+    _lease_ms: int
+    _retention_ms: int
+
+    @property
+    def _stop(self) -> Flag: ...
+
+    @property
+    def stopping(self) -> bool: ...
+
+
+class RunBase:
+    """What a job run is and decides, on either side: its job, its contest settings,
+    what a snapshot of the job means, and the events of its attempts. The I/O (Redis
+    steps, hooks, waits) is the subclass's: :class:`JobRun` in a thread,
+    :class:`lockworker.aio.jobrun.AsyncJobRun` in a task."""
+
+    def __init__(
+        self, worker: RunnerBase, keys: JobKeys, payload: Any, log: events.EventLog
+    ) -> None:
+        self.base = worker
+        self.keys = keys
+        self.payload = payload
+        self.log = log
+        self.previous: Snapshot | None = None
+        self.sightings = policy.Sightings()
+        self.not_before = 0.0
+
+    def job(self, attempt: int, token: int, holder: str | None) -> Job:
+        w = self.base
+        return Job(
+            self.keys.job_id, self.payload, attempt, token, w.max_attempts, holder,
+            _clock=w.clock, _stopping=w._stop,
+        )
+
+    @property
+    def stopping(self) -> bool:
+        return self.base.stopping
+
+    @property
+    def role(self) -> Role:
+        return self.base.role
+
+    @property
+    def timing(self) -> policy.Timing:
+        return self.base.timing
+
+    def now(self) -> float:
+        return self.base.clock.monotonic()
+
+    def judge(self, seen: Snapshot) -> tuple[Outcome | None, tuple[str, Job] | None]:
+        """What ``seen``, a job this run does not hold, means: its outcome if resolved,
+        and the hook to call (name, job), if any; the event is logged here."""
+        w = self.base
+        if seen.status is JobStatus.DONE:
+            # This run's own completion, not merely its owner label's: a restarted
+            # daemon with a stable owner did not run what its predecessor finished.
+            mine = (seen.owner, seen.run) == (w.owner, w.run_id)
+            self.log.info(
+                events.DONE if mine else events.DONE_ELSEWHERE,
+                attempt=seen.attempt, token=seen.token, by=seen.owner,
+            )
+            return (Outcome.DONE if mine else Outcome.DONE_ELSEWHERE), None
+        if seen.status is JobStatus.GAVE_UP:
+            self.log.warning(events.GAVE_UP, attempt=seen.attempt, token=seen.token)
+            return Outcome.GAVE_UP, ("on_gave_up", self.job(seen.attempt, seen.token, None))
+        self.sightings.saw(seen, w.clock.monotonic())
+        if seen.holder is not None and policy.is_news(self.previous, seen):
+            self.previous = seen
+            self.log.info(
+                events.LOCKED, attempt=seen.attempt, token=seen.token, holder=seen.holder,
+                lease_ms=seen.pttl_ms,
+            )
+            return None, ("on_locked", self.job(seen.attempt, seen.token, seen.holder))
+        return None, None
+
+    def begin(self, grant: Grant) -> tuple[LockValue, events.EventLog, Job]:
+        """The value held, the log bound to the attempt, and the job for ``on_acquired``."""
+        w = self.base
+        held = w._who.value(grant.token, grant.attempt)
+        log = self.log.bind(attempt=grant.attempt, token=grant.token)
+        return held, log, self.job(grant.attempt, grant.token, w.owner)
+
+    def acquired(self, grant: Grant, sent_at: float, lease: Lease, job: Job,
+                 log: events.EventLog) -> None:
+        job._lease = lease
+        log.info(events.ACQUIRED, reentered=grant.reentered, **self.sightings.granted(sent_at))
+
+    def refused_lease(self, lease: Lease | None, log: events.EventLog, settled: Settle) -> bool:
+        """The server refused to settle: the lease was lost. Steps back; True if the
+        ``on_lost`` hook is still to be called."""
+        if settled is Settle.STATE_LOST:
+            log.error(events.STATE_LOST, step="settle")
+        self.not_before = policy.compete_after_failure(self.now(), self.timing)
+        if lease is not None and lease.lost:
+            return False
+        if lease is not None:
+            lease.lost = True
+        log.warning(events.LOST, reason="completion refused: lease lost on the server")
+        return True
+
+    def failure_settled(self, settled: Settle, log: events.EventLog) -> Outcome | bool | None:
+        """After a failed attempt's settle: GAVE_UP, None (released: compete again after
+        the step back), or True if the server refused (see :meth:`refused_lease`)."""
+        if settled is Settle.GAVE_UP:
+            log.warning(events.GAVE_UP)
+            return Outcome.GAVE_UP
+        if settled is Settle.RELEASED:
+            log.info(events.RELEASED, reason="failed")
+            self.not_before = policy.compete_after_failure(self.now(), self.timing)
+            return None
+        return True
