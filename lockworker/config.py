@@ -157,3 +157,8 @@ def positive(value: object, name: str, *, integer: bool = False) -> float:
     if integer:
         return float(count(value, name))
     return seconds(value, name)
+
+
+def port(value: object, name: str) -> int:
+    """A TCP port to listen on: an int from 1 to 65535."""
+    return cast(int, number(value, name, minimum=1, maximum=65535, integer=True))

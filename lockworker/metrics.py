@@ -132,9 +132,8 @@ def serve_http(port: int, *, host: str = DEFAULT_HOST) -> Metrics:
     custom) from a daemon thread, for the life of the process. What
     ``lockworker run --metrics-port`` does. Raises ``OSError`` if it cannot listen
     there (the port is taken, the host is not this machine's)."""
-    metrics = install()
-    prometheus_client.start_http_server(port, addr=host)
-    return metrics
+    prometheus_client.start_http_server(port, addr=host)  # first: a failure installs nothing
+    return install()
 
 
 class Metrics:

@@ -110,6 +110,11 @@ def positive_int(text: str) -> int:
     return _checked(text, int, lambda v: config.count(v, "the value"), "an integer")
 
 
+def tcp_port(text: str) -> int:
+    """A port to listen on: an int from 1 to 65535."""
+    return _checked(text, int, lambda v: config.port(v, "the value"), "a port number")
+
+
 def _common(*, top: bool, redis: bool = True) -> Parser:
     """Options every subcommand takes, before or after its name.
 
@@ -190,6 +195,16 @@ def _add_run(sub: argparse._SubParsersAction[Parser], common: Parser) -> None:
     run.add_argument(
         "--app-dir", default=".", metavar="DIR",
         help="directory put first on sys.path to import MODULE from",
+    )
+    run.add_argument(
+        "--metrics-port", type=tcp_port, metavar="PORT",
+        help="serve Prometheus metrics over HTTP at /metrics on this port; needs "
+        "pip install 'lockworker[metrics]' (default: none, no metrics server)",
+    )
+    run.add_argument(
+        "--metrics-host", metavar="HOST",
+        help="the address --metrics-port listens on (default: 0.0.0.0, every IPv4 "
+        "interface; 127.0.0.1 keeps it on this host)",
     )
 
 

@@ -1,8 +1,10 @@
 """``lockworker run MODULE:CLASS``: one Worker (serving a stream) or Leader, as a daemon.
 
-Start-up checks everything it can before doing any work: the options, the class (its
-import and its kind), the constructor's arguments, and Redis (a PING). Each failure is
-one line on stderr and exit code 2 (or 1 for Redis).
+Start-up checks everything it can before doing any work: the options (and, with
+``--metrics-port``, that the ``metrics`` extra is installed), the class (its import and
+its kind), the constructor's arguments, Redis (a PING), and the metrics port (it
+listens before the first job). Each failure is one line on stderr and exit code 2 (or 1
+for Redis).
 
 Stopping: the first SIGTERM or SIGINT stops taking work. Running hooks see
 ``job.stopping`` / ``term.stopping``; a hook that checks it hands its job over at once
@@ -23,6 +25,7 @@ import os
 import sys
 import threading
 from collections.abc import Callable
+from types import ModuleType
 from typing import Any, NoReturn
 
 import redis
@@ -131,7 +134,35 @@ def exit_now(code: int, last_words: Callable[[], None]) -> NoReturn:
     os._exit(code)
 
 
+def metrics_extra(args: argparse.Namespace) -> ModuleType | None:
+    """:mod:`lockworker.metrics` if ``--metrics-port`` was given, checked before any work:
+    without the extra, one line naming it (exit 2). Never imported otherwise, so a run
+    without metrics does not load ``prometheus_client``."""
+    if args.metrics_port is None:
+        if args.metrics_host is not None:
+            raise CliError("--metrics-host: only with --metrics-port")
+        return None
+    try:
+        from lockworker import metrics  # noqa: PLC0415 - only when asked for
+    except ImportError as exc:  # ExtraNotInstalled, naming the install line
+        raise CliError(f"--metrics-port: {exc}") from exc
+    return metrics
+
+
+def serve_metrics(metrics: ModuleType, args: argparse.Namespace) -> str:
+    """Count the events and serve them on ``--metrics-host:--metrics-port``; the URL.
+    A port that cannot be listened on is one line, exit 2."""
+    host = args.metrics_host or metrics.DEFAULT_HOST
+    where = f"{host}:{args.metrics_port}"
+    try:
+        metrics.serve_http(args.metrics_port, host=host)
+    except OSError as exc:
+        raise CliError(f"--metrics-port: cannot listen on {where}: {exc.strerror or exc}") from exc
+    return f"http://{where}/metrics"
+
+
 def main(args: argparse.Namespace) -> int:
+    metrics = metrics_extra(args)
     cls = load(args.target, args.app_dir)
     if issubclass(cls, Leader):
         given = [name for name in WORKER_ONLY if getattr(args, name) is not None]
@@ -159,8 +190,12 @@ def main(args: argparse.Namespace) -> int:
         ))
 
     try:
+        served = {} if metrics is None else {"metrics": serve_metrics(metrics, args)}
         with stop_on_signals(on_stop, on_again=on_again):
-            log.info(STARTED, redis=safe_url(url), namespace=args.namespace, pid=os.getpid())
+            log.info(
+                STARTED, redis=safe_url(url), namespace=args.namespace, pid=os.getpid(),
+                **served,
+            )
             if args.owner is None and kind == "worker":
                 log.warning(NO_OWNER, hint="pass a stable --owner so a restart resumes the stream")
             if isinstance(daemon, Leader):
