@@ -18,7 +18,8 @@ The metric names and labels below are a public contract (docs/daemons.md, "Metri
   ``lockworker_takeover_latency_seconds{namespace}``: ``job.acquired``'s ``waited_ms``
   and ``past_lease_ms``, when it carries them;
 - ``lockworker_leases_held{namespace}``: the attempts this process holds now;
-- ``lockworker_leader{name}``: 1 while this process leads ``name``, else 0;
+- ``lockworker_leader{name}``: 1 while this process leads ``name``, 0 once it
+  campaigned for it otherwise (following, resigned, lost);
 - ``lockworker_redis_retries_total{step}``: Redis steps retried after a connection
   error, by step (the job id, lock or stream name cut off).
 
@@ -210,10 +211,14 @@ class Metrics:
         elif logger_name == events.LEADER:
             name = fields.get("leader")
             if isinstance(name, str):
+                # Any event of a campaign (a follower's too) shows the name at 0, so
+                # ``sum by (name) (lockworker_leader) < 1`` still has the followers'
+                # series to sum when the leader's process is gone.
+                gauge = self.leader.labels(name)
                 if event == LEADER_ELECTED:
-                    self.leader.labels(name).set(1)
+                    gauge.set(1)
                 elif event in LEADER_ENDED:
-                    self.leader.labels(name).set(0)
+                    gauge.set(0)
         if event == events.REDIS_RETRY:
             self.redis_retries.labels(step_label(fields.get("step"))).inc()
 

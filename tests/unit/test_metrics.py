@@ -169,7 +169,15 @@ def test_the_leader_gauge_is_1_from_election_to_resignation_or_loss(
                             ("leader.elected", 1), ("leader.lost", 0)):
         log.bind(token=3).info(event)
         assert value(registry, "lockworker_leader", name="scheduler") == expected
-    log.info("leader.following", holder="b")
+
+
+@pytest.mark.usefixtures("installed")
+def test_a_follower_shows_the_name_at_0_so_a_missing_leader_can_be_seen(
+    registry: CollectorRegistry,
+) -> None:
+    log = events.logger(events.LEADER, None, leader="scheduler", owner="b", run="r")
+    assert value(registry, "lockworker_leader", name="scheduler") is None
+    log.info("leader.following", holder="a", token=3)
     assert value(registry, "lockworker_leader", name="scheduler") == 0
 
 
