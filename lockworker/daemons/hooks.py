@@ -27,6 +27,7 @@ raised by any hook other than ``on_acquired`` is logged as ``hook.error`` and ig
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from typing import Any
 
@@ -55,17 +56,27 @@ class Hooks:
                 "on_acquired is required: override it in a subclass or pass on_acquired=fn"
             )
 
-    def given(self, name: str, *args: Any) -> None:
-        """Call the function passed as hook ``name``, if any (the base class's method)."""
+    def given(self, name: str, *args: Any) -> Any:
+        """Call the function passed as hook ``name``, if any (the base class's method);
+        its result (an awaitable, for an ``async def`` hook of an asyncio object)."""
         fn = self._given.get(name)
-        if fn is not None:
-            fn(*args)
+        return None if fn is None else fn(*args)
 
     def guarded(self, log: EventLog, name: str, *args: Any) -> None:
         """Call hook ``name`` (the override, or the function given); its exceptions are
         logged as ``hook.error``, not raised (every hook but ``on_acquired``)."""
         try:
             getattr(self._owner, name)(*args)
+        except Exception as exc:
+            log.error(HOOK_ERROR, hook=name, error=repr(exc))
+
+
+    async def guarded_async(self, log: EventLog, name: str, *args: Any) -> None:
+        """:meth:`guarded` for the asyncio objects: a hook may be ``async def`` or plain."""
+        try:
+            result = getattr(self._owner, name)(*args)
+            if inspect.isawaitable(result):
+                await result
         except Exception as exc:
             log.error(HOOK_ERROR, hook=name, error=repr(exc))
 

@@ -69,7 +69,72 @@ def make_protocol(
     return protocol
 
 
-class Worker:
+class WorkerSettings:
+    """A worker's settings, for :class:`Worker` and :class:`lockworker.aio.Worker`
+    alike, checked by :meth:`_configure`: one validator per argument, in one place."""
+
+    namespace: str
+    role: Role
+    backup_delay: float
+    lock_timeout: float
+    max_attempts: int
+    owner: str
+    run_id: str
+    """This worker object's run id: leases it wrote carry it, and only it re-enters
+    them, so a restarted process with the same ``owner`` never trusts its dead
+    predecessor's lease."""
+    retention: float
+    timing: policy.Timing
+    clock: Clock
+    redis_retry: retry.RetryPolicy
+    handle_signals: bool
+    _who: Holder
+    _hooks: Hooks
+    _logger: Any
+    _log: events.EventLog
+    _lease_ms: int
+    _retention_ms: int
+
+    def _configure(
+        self, base: type, *, namespace: str, lock_timeout: float, max_attempts: int,
+        owner: str | None, retention: float, retry_delay: float | None, clock: Clock | None,
+        logger: Any, redis_retry: retry.RetryPolicy | None, handle_signals: bool,
+        role: Role | str, backup_delay: float, hooks: dict[str, Any],
+    ) -> None:
+        w = self
+        w.namespace = check_name(namespace, "namespace")
+        w.role, w.backup_delay = policy.check_role(role, backup_delay)
+        w.lock_timeout = lease(lock_timeout, "lock_timeout")
+        w.max_attempts = int(positive(max_attempts, "max_attempts", integer=True))
+        w.owner = check_name(owner, "owner") if owner is not None else default_owner()
+        w.run_id = new_run()
+        w._who = Holder(w.owner, w.run_id)
+        w.retention = positive(retention, "retention")
+        if w.retention <= w.lock_timeout:
+            raise InvalidConfig(
+                f"retention must be longer than lock_timeout ({w.lock_timeout}s), "
+                f"got {retention!r}"
+            )
+        delay = (
+            min(1.0, w.lock_timeout / 4) if retry_delay is None
+            else seconds(retry_delay, "retry_delay", positive=False)
+        )
+        w._hooks = Hooks(w, base, hooks)
+        w.timing = policy.Timing(
+            w.lock_timeout, float(delay), w.backup_delay if w.role is Role.BACKUP else 0.0
+        )
+        w.clock = clock or SystemClock()
+        w.redis_retry = redis_retry or retry.DEFAULT
+        w.handle_signals = handle_signals
+        w._logger = logger
+        w._log = events.logger(
+            events.WORKER, logger, namespace=w.namespace, owner=w.owner, run=w.run_id
+        )
+        w._lease_ms = max(1, round(w.lock_timeout * 1000))
+        w._retention_ms = max(1, round(w.retention * 1000))
+
+
+class Worker(WorkerSettings):
     """Runs jobs so that one process at a time does each, and a backup takes over.
 
     Subclass it and override ``on_acquired`` (and any other hook, see
@@ -133,49 +198,20 @@ class Worker:
             client, "register_script"
         ):
             raise InvalidConfig(f"client must be a redis.Redis client, got {client!r}")
-        self.namespace = check_name(namespace, "namespace")
-        self.role, self.backup_delay = policy.check_role(role, backup_delay)
-        self.lock_timeout = lease(lock_timeout, "lock_timeout")
-        self.max_attempts = int(positive(max_attempts, "max_attempts", integer=True))
-        self.owner = check_name(owner, "owner") if owner is not None else default_owner()
-        self.run_id = new_run()
-        """This worker object's run id: leases it wrote carry it, and only it re-enters
-        them, so a restarted process with the same ``owner`` never trusts its dead
-        predecessor's lease."""
-        self._who = Holder(self.owner, self.run_id)
-        self.retention = positive(retention, "retention")
-        if self.retention <= self.lock_timeout:
-            raise InvalidConfig(
-                f"retention must be longer than lock_timeout ({self.lock_timeout}s), "
-                f"got {retention!r}"
-            )
-        delay = (
-            min(1.0, self.lock_timeout / 4) if retry_delay is None
-            else seconds(retry_delay, "retry_delay", positive=False)
-        )
-        self._hooks = Hooks(
-            self, Worker,
-            {
+        self._configure(
+            Worker, namespace=namespace, lock_timeout=lock_timeout,
+            max_attempts=max_attempts, owner=owner, retention=retention,
+            retry_delay=retry_delay, clock=clock, logger=logger, redis_retry=redis_retry,
+            handle_signals=handle_signals, role=role, backup_delay=backup_delay,
+            hooks={
                 "on_acquired": on_acquired, "on_locked": on_locked, "on_failed": on_failed,
                 "on_lost": on_lost, "on_gave_up": on_gave_up,
             },
         )
         self.client = client
-        self.timing = policy.Timing(
-            self.lock_timeout, float(delay), self.backup_delay if self.role is Role.BACKUP else 0.0
-        )
-        self.clock: Clock = clock or SystemClock()
         self.protocol = make_protocol(client, protocol, durability, replicas, replica_timeout)
         self.durability = Durability(durability)
-        self.redis_retry = redis_retry or retry.DEFAULT
-        self.handle_signals = handle_signals
-        self._logger = logger
-        self._log = events.logger(
-            events.WORKER, logger, namespace=self.namespace, owner=self.owner, run=self.run_id
-        )
         self._call = retry.Caller(self.clock, self.redis_retry, self._log)
-        self._lease_ms = max(1, round(self.lock_timeout * 1000))
-        self._retention_ms = max(1, round(self.retention * 1000))
         self._stop = threading.Event()
         self._heartbeat = Heartbeat(self.clock, self.lock_timeout / 3)
         self._hub = Waits(client)

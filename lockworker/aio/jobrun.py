@@ -1,0 +1,243 @@
+"""One ``aio.Worker.process`` call: the loop for one job in one task.
+
+The same contest as a thread's (:mod:`lockworker.daemons.jobrun`): the loop is
+:func:`lockworker.daemons.contend.contest_steps`, the verdicts and events are
+:class:`~lockworker.daemons.runbase.RunBase`'s, the steps are the script protocol's.
+What differs is only how it waits: Redis steps, hooks and wake-ups are awaited.
+
+Cancelling the task that runs ``on_acquired`` is a stop: the lease is released at once
+(the attempt refunded, waiters woken), shielded from a second cancellation, and the
+``CancelledError`` goes on. Cancelling a waiting task leaves its subscription.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol, TypeVar
+
+import redis
+
+from lockworker.aio import contend
+from lockworker.aio.lease import AsyncHeartbeat
+from lockworker.aio.protocol import AsyncScriptProtocol
+from lockworker.aio.wake import AsyncWaits, wait
+from lockworker.daemons.contend import Next
+from lockworker.daemons.job import Job
+from lockworker.daemons.runbase import RunBase, RunnerBase
+from lockworker.errors import LockworkerError, StopRequested
+from lockworker.model.codec import LockValue
+from lockworker.model.keys import JobKeys
+from lockworker.model.state import Grant, Outcome, Settle, Snapshot
+from lockworker.runtime import events
+from lockworker.runtime.lease import Lease
+
+T = TypeVar("T")
+
+
+class AsyncRunner(RunnerBase, Protocol):
+    """What a job run in a task needs of its worker; :class:`lockworker.aio.Worker` is one."""
+
+    protocol: AsyncScriptProtocol
+    _heartbeat: AsyncHeartbeat
+    _hub: AsyncWaits
+
+    async def on_acquired(self, job: Job) -> None: ...
+
+    async def _hook(self, log: events.EventLog, name: str, *args: Any) -> None: ...
+
+    def _spawn(self, coro: Awaitable[None]) -> None: ...
+
+    async def _call(
+        self, fn: Callable[[], Awaitable[T]], what: str, deadline: float | None = None,
+        log: events.EventLog | None = None,
+    ) -> T: ...
+
+
+class AsyncGate(Protocol):
+    """What ``aio`` serving lends a run: its slot, given back while it waits on another
+    holder (a waiting task costs nothing but its slot)."""
+
+    def park(self) -> bool: ...
+
+    async def unpark(self) -> None: ...
+
+
+class AsyncJobRun(RunBase):
+    """One ``process`` call: the loop for one job in one task."""
+
+    def __init__(
+        self, worker: AsyncRunner, keys: JobKeys, payload: Any, log: events.EventLog,
+        gate: AsyncGate | None = None,
+    ) -> None:
+        super().__init__(worker, keys, payload, log)
+        self.w = worker
+        self.gate = gate
+        self.wake: asyncio.Event | None = None
+        self.stack = contextlib.AsyncExitStack()
+
+    async def run(self) -> Outcome:
+        async with self.stack:
+            return await contend.run(self)  # type: ignore[no-any-return]
+
+    # -- the contest's I/O (the loop is lockworker.daemons.contend's) ----------------
+
+    async def look(self) -> Snapshot:
+        return await self.call(lambda: self.w.protocol.inspect(self.keys), "inspect job")
+
+    async def acquire(self) -> Grant | Snapshot:
+        w = self.w
+        return await self.call(
+            lambda: w.protocol.acquire(
+                self.keys, w._who, w._lease_ms, w.max_attempts, w._retention_ms
+            ),
+            "acquire job",
+        )
+
+    async def hold(self, grant: Grant, sent_at: float) -> Outcome | None:
+        return await self.attempt(grant, sent_at)
+
+    async def seen(self, snapshot: Snapshot) -> Outcome | Next:
+        outcome = await self.observe(snapshot)
+        return Next.WAIT if outcome is None else outcome
+
+    async def wait(self, deadline: float, *, park: bool, observe: bool) -> Outcome | None:
+        if await self.subscribe():
+            return None  # listening now: look again first, then wait
+        return await self.wait_until(deadline, observe=observe, park=park)
+
+    async def stopped(self) -> Outcome:
+        self.log.info(events.STOPPED)
+        return Outcome.STOPPED
+
+    # -- waiting ---------------------------------------------------------------------
+
+    async def subscribe(self) -> bool:
+        if self.wake is not None:
+            return False
+        self.wake = await self.stack.enter_async_context(self.w._hub.listen(self.keys.wake))
+        return True
+
+    async def wait_until(
+        self, deadline: float, *, observe: bool = False, park: bool = False
+    ) -> Outcome | None:
+        await self.subscribe()
+        assert self.wake is not None
+        while not self.w.stopping:
+            remaining = deadline - self.w.clock.monotonic()
+            if remaining <= 0:
+                return None
+            if park and self.gate is not None and self.gate.park():
+                self.log.debug(events.PARKED, seconds=round(remaining, 3))
+                try:
+                    woken = await wait(self.wake, remaining)
+                finally:
+                    await self.gate.unpark()
+            else:
+                woken = await wait(self.wake, remaining)
+            if not woken:
+                return None
+            self.wake.clear()
+            if not observe:
+                return None
+            outcome = await self.observe(await self.look())
+            if outcome is not None:
+                return outcome
+        return None
+
+    async def call(
+        self, fn: Callable[[], Awaitable[T]], step: str, deadline: float | None = None
+    ) -> T:
+        return await self.w._call(
+            fn, f"{step} (job {self.keys.job_id!r})", deadline, log=self.log
+        )
+
+    # -- holding and settling ----------------------------------------------------------
+
+    async def observe(self, seen: Snapshot) -> Outcome | None:
+        outcome, hook = self.judge(seen)
+        if hook is not None:
+            await self.w._hook(self.log, *hook)
+        return outcome
+
+    async def attempt(self, grant: Grant, sent_at: float) -> Outcome | None:
+        """Hold the lease while ``on_acquired`` runs, then settle it (see
+        :meth:`lockworker.daemons.jobrun.JobRun.attempt`)."""
+        w = self.w
+        held, log, job = self.begin(grant)
+
+        async def renew(deadline: float) -> bool:
+            renewal = await self.call(
+                lambda: w.protocol.renew(self.keys, held, w._lease_ms, w._retention_ms),
+                "renew lease", deadline=deadline,
+            )
+            return events.renewed(renewal, log)
+
+        def lost(_lease: Lease, reason: str) -> None:
+            log.warning(events.LOST, reason=reason)
+            w._spawn(w._hook(log, "on_lost", job))
+
+        lease = Lease.granted(
+            renew, w.lock_timeout, sent_at,
+            on_lost=lost, on_renewed=lambda _lease: log.debug(events.RENEWED),
+        )
+        self.acquired(grant, sent_at, lease, job, log)
+        w._heartbeat.hold(lease)
+        try:
+            await w.on_acquired(job)
+        except StopRequested:
+            w._heartbeat.drop(lease)
+            return await self.settle_stop(held, log, "stopping")
+        except Exception as exc:
+            w._heartbeat.drop(lease)
+            return await self.settle_failure(job, held, exc, log)
+        except asyncio.CancelledError:
+            w._heartbeat.drop(lease)
+            await asyncio.shield(self.settle_stop(held, log, "cancelled"))
+            raise
+        except BaseException:
+            w._heartbeat.drop(lease)
+            with contextlib.suppress(LockworkerError, redis.RedisError):
+                await asyncio.shield(w.protocol.release(self.keys, held, w._retention_ms))
+            raise
+        w._heartbeat.drop(lease)
+        settled = await self.call(
+            lambda: w.protocol.complete(self.keys, held, w._retention_ms), "mark job done"
+        )
+        if settled is Settle.DONE:
+            log.info(events.DONE)
+            return Outcome.DONE
+        await self.refused(job, log, settled)
+        return None
+
+    async def refused(self, job: Job, log: events.EventLog, settled: Settle) -> None:
+        if self.refused_lease(job._lease, log, settled):
+            await self.w._hook(log, "on_lost", job)
+
+    async def settle_failure(
+        self, job: Job, held: LockValue, exc: Exception, log: events.EventLog
+    ) -> Outcome | None:
+        w = self.w
+        log.warning(events.FAILED, error=repr(exc), last=job.is_last_attempt)
+        await w._hook(log, "on_failed", job, exc)
+        settled = await self.call(
+            lambda: w.protocol.fail(self.keys, held, w.max_attempts, w._retention_ms),
+            "release failed attempt",
+        )
+        verdict = self.failure_settled(settled, log)
+        if verdict is Outcome.GAVE_UP:
+            await w._hook(log, "on_gave_up", job)
+        if verdict is True:
+            await self.refused(job, log, settled)
+            return None
+        return verdict  # type: ignore[return-value]
+
+    async def settle_stop(self, held: LockValue, log: events.EventLog, reason: str) -> Outcome:
+        w = self.w
+        settled = await self.call(
+            lambda: w.protocol.release(self.keys, held, w._retention_ms), "release on stop"
+        )
+        log.info(events.RELEASED, reason=reason, settled=settled.value)
+        log.info(events.STOPPED)
+        return Outcome.STOPPED

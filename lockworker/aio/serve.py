@@ -1,0 +1,207 @@
+"""``aio.Worker.serve``: jobs from a source, a bounded number at a time, until stopped.
+
+The rules of :mod:`lockworker.daemons.serve`, in tasks: at most ``concurrency`` jobs
+work at once; a job waiting on another holder's lease gives its slot back (a waiting
+task costs nothing else) and takes one again, ahead of new deliveries, to look again;
+one job id runs at most once at a time; a delivery is reported resolved only when its
+job was (DONE, DONE_ELSEWHERE, GAVE_UP); a job ``process`` refuses is logged as
+``serve.job_error`` and skipped; any other error stops the serving and is raised once
+the running jobs ended.
+
+A source is an async iterable of ``(job_id, payload)`` pairs (or deliveries), or any
+source :class:`lockworker.Worker` serves (an iterable, a
+:class:`~lockworker.StreamSource`): a sync source is read, and its deliveries
+acknowledged, in a worker thread, so a blocking read never stalls the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import threading
+from collections.abc import AsyncGenerator, Awaitable
+from typing import Any, Protocol
+
+from lockworker.aio.jobrun import AsyncGate
+from lockworker.config import count
+from lockworker.daemons.serve import JOB_ERROR, RESOLVED, STARTED, STOPPED
+from lockworker.daemons.sources import Delivery, IterableSource, as_source
+from lockworker.errors import ForeignValueError, InvalidConfig
+from lockworker.model.state import Outcome
+from lockworker.runtime import events
+
+
+class AsyncServable(Protocol):
+    """What serving needs of the worker; :class:`lockworker.aio.Worker` is one."""
+
+    namespace: str
+    owner: str
+    run_id: str
+    _logger: Any
+    _stop: threading.Event
+
+    @property
+    def stopping(self) -> bool: ...
+
+    def _started(self) -> None: ...
+
+    def _process(
+        self, job_id: str, payload: Any, gate: AsyncGate | None = None
+    ) -> Awaitable[Outcome]: ...
+
+
+class Slots:
+    """``concurrency`` slots; a parked job gives its slot back and comes first when it
+    takes one again (a waiter queue ahead of new deliveries)."""
+
+    def __init__(self, concurrency: int) -> None:
+        self.free = concurrency
+        self.returning: collections.deque[asyncio.Future[None]] = collections.deque()
+        self.arriving: collections.deque[asyncio.Future[None]] = collections.deque()
+
+    async def take(self, *, first: bool = False) -> None:
+        if self.free > 0 and not self.returning and (first or not self.arriving):
+            self.free -= 1
+            return
+        waiter = asyncio.get_running_loop().create_future()
+        (self.returning if first else self.arriving).append(waiter)
+        try:
+            await waiter
+        except asyncio.CancelledError:
+            if waiter.done() and not waiter.cancelled():
+                self.give()  # handed a slot as it was cancelled: pass it on
+            raise
+
+    def give(self) -> None:
+        for queue in (self.returning, self.arriving):
+            while queue:
+                waiter = queue.popleft()
+                if not waiter.done():
+                    waiter.set_result(None)
+                    return
+        self.free += 1
+
+    def park(self) -> bool:
+        self.give()
+        return True
+
+    async def unpark(self) -> None:
+        await self.take(first=True)
+
+
+async def serve(worker: AsyncServable, source: object, *, concurrency: int = 4) -> None:
+    """Process every job of ``source`` with ``worker``; see the module docstring."""
+    concurrency = count(concurrency, "concurrency")
+    worker._started()
+    blocking = not hasattr(source, "__aiter__") and not isinstance(
+        as_source(source), IterableSource
+    )
+    server = _Server(worker, concurrency, blocking)
+    await server.run(_deliveries(source, worker._stop, blocking))
+
+
+async def _deliveries(
+    source: object, stop: threading.Event, blocking: bool
+) -> AsyncGenerator[Delivery, None]:
+    """The deliveries of ``source``; a ``blocking`` source is read in a worker thread."""
+    if hasattr(source, "__aiter__"):
+        async for item in source:
+            if stop.is_set():
+                return
+            yield item if isinstance(item, Delivery) else Delivery(*item)
+        return
+    sync = as_source(source).deliveries(stop)
+    try:
+        while True:
+            if blocking:
+                delivery = await asyncio.to_thread(next, sync, None)
+            else:
+                delivery = next(sync, None)
+            if delivery is None:
+                return
+            yield delivery
+    finally:
+        close = getattr(sync, "close", None)
+        if close is not None:
+            await asyncio.to_thread(close)
+
+
+class _Server:
+    def __init__(self, worker: AsyncServable, concurrency: int, blocking: bool) -> None:
+        self.worker = worker
+        self.blocking = blocking
+        self.concurrency = concurrency
+        self.slots = Slots(concurrency)
+        self.running: dict[str, collections.deque[Delivery]] = {}
+        self.tasks: set[asyncio.Task[None]] = set()
+        self.error: BaseException | None = None
+        self.log = events.logger(
+            events.SERVE, worker._logger,
+            namespace=worker.namespace, owner=worker.owner, run=worker.run_id,
+        )
+
+    async def run(self, deliveries: AsyncGenerator[Delivery, None]) -> None:
+        w = self.worker
+        self.log.info(STARTED, concurrency=self.concurrency)
+        try:
+            async for delivery in deliveries:
+                if w.stopping or self.error is not None:
+                    break
+                await self.slots.take()
+                if w.stopping or self.error is not None:
+                    self.slots.give()
+                    break
+                waiting = self.running.get(delivery.job_id)
+                if waiting is not None:
+                    waiting.append(delivery)
+                    self.slots.give()
+                    continue
+                self.running[delivery.job_id] = collections.deque()
+                task = asyncio.ensure_future(self.work(delivery))
+                self.tasks.add(task)
+                task.add_done_callback(self.tasks.discard)
+                if w.stopping:
+                    break
+        finally:
+            await deliveries.aclose()
+            if self.tasks:
+                await asyncio.gather(*list(self.tasks), return_exceptions=True)
+            self.log.info(STOPPED, stopping=w.stopping)
+        if self.error is not None:
+            raise self.error
+
+    async def work(self, delivery: Delivery) -> None:
+        current: Delivery | None = delivery
+        try:
+            while current is not None:
+                await self.run_one(current)
+                waiting = self.running[current.job_id]
+                if waiting and not self.worker.stopping and self.error is None:
+                    current = waiting.popleft()
+                    continue
+                del self.running[current.job_id]
+                current = None
+        finally:
+            self.slots.give()
+
+    async def run_one(self, delivery: Delivery) -> None:
+        try:
+            outcome = await self.worker._process(delivery.job_id, delivery.payload, self.slots)
+        except (InvalidConfig, ForeignValueError) as exc:
+            self.log.error(JOB_ERROR, job_id=delivery.job_id, error=repr(exc), skipped=True)
+            await self.resolved(delivery)
+            return
+        except Exception as exc:
+            self.log.error(JOB_ERROR, job_id=delivery.job_id, error=repr(exc), skipped=False)
+            if self.error is None:
+                self.error = exc
+            return
+        if outcome in RESOLVED:
+            await self.resolved(delivery)
+
+    async def resolved(self, delivery: Delivery) -> None:
+        """Report ``delivery`` resolved (a stream saves its position: a Redis call)."""
+        if self.blocking:
+            await asyncio.to_thread(delivery.resolved)
+        else:
+            delivery.resolved()

@@ -1,0 +1,235 @@
+"""``lockworker.aio.Worker``: the failover worker on ``redis.asyncio``, hooks awaited.
+
+The same settings (checked by the same validators), keys, values, Lua steps, contest
+loop, decisions, outcomes, events and guarantees as :class:`lockworker.Worker`; a job
+can be contended by sync and async workers at once. What differs is the I/O: every
+Redis step, hook and wait is awaited, the heartbeat is one task per lease, and the
+wake-ups come from one reader task per event loop and connection pool.
+
+Stopping: :meth:`Worker.stop` (thread- and signal-safe) ends every ``process`` at its
+next safe point, as in a thread. Cancelling the task of a ``process`` call whose hook
+is running releases the lease at once (the attempt is refunded and the waiters are
+woken); the lease is never left to run out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import threading
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+from lockworker.aio.jobrun import AsyncGate, AsyncJobRun
+from lockworker.aio.lease import AsyncHeartbeat
+from lockworker.aio.protocol import AsyncScriptProtocol
+from lockworker.aio.serve import serve
+from lockworker.aio.wake import AsyncWaits
+from lockworker.clock import Clock
+from lockworker.daemons.job import Job
+from lockworker.daemons.worker import DAY, WorkerSettings
+from lockworker.errors import InvalidConfig, JobNotFound
+from lockworker.model.codec import payload_view
+from lockworker.model.keys import JobKeys
+from lockworker.model.state import Durability, Outcome, ProtocolKind, Reset, Role, Snapshot
+from lockworker.runtime import events, retry
+from lockworker.runtime.signals import stop_on_signals
+
+T = TypeVar("T")
+
+AsyncHook = Callable[..., Awaitable[None] | None]
+
+
+def check_async_client(client: object) -> Any:
+    """Refuse anything but a ``redis.asyncio`` client, before any call."""
+    execute = getattr(client, "execute_command", None)
+    if not (callable(execute) and inspect.iscoroutinefunction(execute)):
+        raise InvalidConfig(
+            f"client must be a redis.asyncio client (lockworker.aio), got {client!r}; "
+            "for a redis.Redis client use lockworker.Worker"
+        )
+    return client
+
+
+def check_local_script(protocol: object, durability: object) -> None:
+    """The asyncio side speaks the script protocol with local durability; say so."""
+    if protocol != ProtocolKind.SCRIPT:
+        raise InvalidConfig(
+            f"lockworker.aio supports protocol='script' only, got protocol={protocol!r}"
+        )
+    if durability != Durability.LOCAL:
+        raise InvalidConfig(
+            f"lockworker.aio supports durability='local' only, got durability={durability!r}"
+        )
+
+
+class Worker(WorkerSettings):
+    """Runs jobs so that one process (or task) at a time does each; see the module
+    docstring and :class:`lockworker.Worker` for every argument. Hooks may be
+    ``async def`` (awaited) or plain functions, passed or overridden."""
+
+    def __init__(
+        self,
+        client: Any,
+        *,
+        namespace: str,
+        lock_timeout: float = 10.0,
+        max_attempts: int = 3,
+        owner: str | None = None,
+        retention: float = DAY,
+        retry_delay: float | None = None,
+        clock: Clock | None = None,
+        logger: Any = None,
+        protocol: ProtocolKind | str = ProtocolKind.SCRIPT,
+        durability: Durability | str = Durability.LOCAL,
+        redis_retry: retry.RetryPolicy | None = None,
+        handle_signals: bool = True,
+        role: Role | str = Role.PRIMARY,
+        backup_delay: float = 0.5,
+        on_acquired: AsyncHook | None = None,
+        on_locked: AsyncHook | None = None,
+        on_failed: AsyncHook | None = None,
+        on_lost: AsyncHook | None = None,
+        on_gave_up: AsyncHook | None = None,
+    ) -> None:
+        self.client = check_async_client(client)
+        check_local_script(protocol, durability)
+        self._configure(
+            Worker, namespace=namespace, lock_timeout=lock_timeout,
+            max_attempts=max_attempts, owner=owner, retention=retention,
+            retry_delay=retry_delay, clock=clock, logger=logger, redis_retry=redis_retry,
+            handle_signals=handle_signals, role=role, backup_delay=backup_delay,
+            hooks={
+                "on_acquired": on_acquired, "on_locked": on_locked, "on_failed": on_failed,
+                "on_lost": on_lost, "on_gave_up": on_gave_up,
+            },
+        )
+        self.durability = Durability.LOCAL
+        self.protocol = AsyncScriptProtocol(client)
+        self._call = retry.AsyncCaller(self.clock, self.redis_retry, self._log)
+        self._stop = threading.Event()
+        self._heartbeat = AsyncHeartbeat(self.clock, self.lock_timeout / 3)
+        self._hub = AsyncWaits(client)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._signals: contextlib.ExitStack | None = None
+
+    # -- hooks (override with async def or def, or pass as functions) ----------------
+
+    async def on_acquired(self, job: Job) -> None:
+        """Do the work. Return: DONE. Raise: this attempt failed. Required."""
+        await _maybe(self._hooks.given("on_acquired", job))
+
+    async def on_locked(self, job: Job) -> None:
+        """Another process holds the job (``job.holder``, ``job.attempt``)."""
+        await _maybe(self._hooks.given("on_locked", job))
+
+    async def on_failed(self, job: Job, exc: BaseException) -> None:
+        """This process's attempt raised ``exc``."""
+        await _maybe(self._hooks.given("on_failed", job, exc))
+
+    async def on_lost(self, job: Job) -> None:
+        """This process can no longer be sure it holds the lease."""
+        await _maybe(self._hooks.given("on_lost", job))
+
+    async def on_gave_up(self, job: Job) -> None:
+        """``max_attempts`` attempts were used up; nobody will run the job again."""
+        await _maybe(self._hooks.given("on_gave_up", job))
+
+    # -- public API ------------------------------------------------------------------
+
+    async def process(self, job_id: str, payload: Any = None) -> Outcome:
+        """Until ``job_id`` is resolved for this process; see :class:`~lockworker.Outcome`
+        and :meth:`lockworker.Worker.process`."""
+        return await self._process(job_id, payload)
+
+    async def serve(self, source: Any, *, concurrency: int = 4) -> None:
+        """Process jobs from ``source`` (an iterable or async iterable of
+        ``(job_id, payload)``, or a :class:`lockworker.StreamSource`) until it is
+        exhausted or the worker is stopped; see :mod:`lockworker.aio.serve`."""
+        await serve(self, source, concurrency=concurrency)
+
+    def stop(self) -> None:
+        """Ask every ``process`` call to end (STOPPED) at its next safe point. Safe from
+        any thread and from a signal handler; permanent for this worker object."""
+        self._stop.set()
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+                loop.call_soon_threadsafe(self._hub.wake_all)
+
+    @property
+    def stopping(self) -> bool:
+        return self._stop.is_set()
+
+    async def inspect(self, job_id: str) -> Snapshot:
+        """What Redis says about ``job_id`` now (status, attempt, token, holder, lease)."""
+        keys = JobKeys.of(self.namespace, job_id)
+        return await self._call(lambda: self.protocol.inspect(keys), "inspect job")
+
+    async def reset(self, job_id: str, *, force: bool = False) -> bool:
+        """Make a known job pending again; see :meth:`lockworker.Worker.reset`."""
+        keys = JobKeys.of(self.namespace, job_id)
+        result = await self._call(
+            lambda: self.protocol.reset(keys, self._retention_ms, force=force), "reset job"
+        )
+        if result is Reset.ABSENT:
+            raise JobNotFound(f"no job {job_id!r} in namespace {self.namespace!r}")
+        return result is Reset.RESET
+
+    async def close(self) -> None:
+        """End the heartbeat and hook tasks and the signal handlers; the client is the
+        caller's to close."""
+        await self._heartbeat.close()
+        self._hub.wake_all()
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        signals, self._signals = self._signals, None
+        if signals is not None:
+            signals.close()
+
+    async def __aenter__(self) -> Worker:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # -- internals -------------------------------------------------------------------
+
+    async def _process(
+        self, job_id: str, payload: Any, gate: AsyncGate | None = None
+    ) -> Outcome:
+        keys = JobKeys.of(self.namespace, job_id)
+        payload = payload_view(payload)
+        log = self._log.bind(job_id=job_id)
+        self._started()
+        return await AsyncJobRun(self, keys, payload, log, gate).run()
+
+    def _started(self) -> None:
+        """Note the running loop (for a stop from another thread) and, the first time,
+        install the signal handlers (main thread only, as in a thread)."""
+        self._loop = asyncio.get_running_loop()
+        if self.handle_signals and self._signals is None:
+            stack = contextlib.ExitStack()
+            if stack.enter_context(stop_on_signals(lambda _signum: self.stop())):
+                self._signals = stack
+
+    async def _hook(self, log: events.EventLog, name: str, *args: Any) -> None:
+        await self._hooks.guarded_async(log, name, *args)
+
+    def _spawn(self, coro: Awaitable[None]) -> None:
+        """Run ``coro`` (an ``on_lost`` hook, called from the heartbeat) in its own task,
+        kept until it ends."""
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+
+async def _maybe(result: Any) -> None:
+    if inspect.isawaitable(result):
+        await result
+
+
