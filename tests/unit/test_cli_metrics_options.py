@@ -13,6 +13,7 @@ from collections.abc import Iterator
 import pytest
 import structlog
 
+import lockworker
 from lockworker.cli.main import main, parse, tcp_port
 
 APP = ["run", "lockworker.cli.demo_worker:DemoWorker", "--namespace", "n"]
@@ -69,6 +70,7 @@ def test_without_the_extra_metrics_port_names_it_before_anything_connects(
 ) -> None:
     monkeypatch.setitem(sys.modules, "prometheus_client", None)  # what an absent one does
     monkeypatch.delitem(sys.modules, "lockworker.metrics", raising=False)
+    monkeypatch.delattr(lockworker, "metrics", raising=False)  # imported by another test
     # Port 1 of the loopback has no server: a connection attempt would fail otherwise.
     code = main([*APP, "--metrics-port", "9464", "--redis", "redis://127.0.0.1:1/0"])
     assert code == 2

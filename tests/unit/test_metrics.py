@@ -6,6 +6,7 @@ the leader bind them, so these tests also hold the observer path end to end.
 
 from __future__ import annotations
 
+import importlib
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -13,6 +14,7 @@ from collections.abc import Iterator
 import pytest
 from prometheus_client import CollectorRegistry
 
+import lockworker
 from lockworker import metrics
 from lockworker.errors import ExtraNotInstalled
 from lockworker.runtime import events
@@ -238,8 +240,9 @@ def test_without_prometheus_client_the_module_names_the_extra(
 ) -> None:
     monkeypatch.setitem(sys.modules, "prometheus_client", None)  # what an absent one does
     monkeypatch.delitem(sys.modules, "lockworker.metrics")
+    monkeypatch.delattr(lockworker, "metrics")
     with pytest.raises(ExtraNotInstalled, match=r"pip install 'lockworker\[metrics\]'") as exc:
-        import lockworker.metrics  # noqa: F401
+        importlib.import_module("lockworker.metrics")
     assert isinstance(exc.value, ImportError)
 
 
