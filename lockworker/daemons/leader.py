@@ -31,23 +31,19 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import redis
 
-from lockworker.clock import Clock, SystemClock, wall_time
-from lockworker.config import default_owner, lease
+from lockworker.clock import Clock, wall_time
 from lockworker.daemons import contend
 from lockworker.daemons.contend import Next
-from lockworker.daemons.hooks import Hooks
 from lockworker.daemons.term import Term
-from lockworker.errors import ForeignValueError, InvalidConfig, StopRequested
+from lockworker.errors import InvalidConfig, StopRequested
 from lockworker.model import policy
-from lockworker.model.codec import Holder, LockValue, decode_lock, new_run
-from lockworker.model.keys import JobKeys, Space, check_name
+from lockworker.model.codec import LockValue
 from lockworker.model.state import Grant, Role, Settle, Snapshot
-from lockworker.protocol import ScriptProtocol, text
+from lockworker.protocol import ScriptProtocol
 from lockworker.runtime import events, retry
 from lockworker.runtime.lease import Heartbeat, Lease
 from lockworker.runtime.signals import stop_on_signals
@@ -55,36 +51,28 @@ from lockworker.runtime.wake import Waits
 
 T = TypeVar("T")
 
-NAMESPACE = "leaders"
-MAX_TERMS = 10**15
-"""Attempt limit passed to ``acquire``: never reached, a leader name never gives up."""
-RETENTION = 365 * 86400.0
-"""Seconds the token counter outlives the last term, so fencing tokens never repeat."""
+from lockworker.daemons.leadership import (  # noqa: E402
+    ELECTED,
+    FOLLOWING,
+    HOOK_ERROR,
+    LOST,
+    MAX_TERMS,
+    NAMESPACE,
+    RESIGNED,
+    RETENTION,
+    LeaderInfo,
+    LeaderSettings,
+    leader_info,
+    leader_keys,
+)
 
-ELECTED = "leader.elected"
-FOLLOWING = "leader.following"
-LOST = "leader.lost"
-RESIGNED = "leader.resigned"
-HOOK_ERROR = events.HOOK_ERROR
-
-
-@dataclass(frozen=True)
-class LeaderInfo:
-    """Who leads ``name`` now, as :meth:`Leader.current` reads it."""
-
-    holder: str
-    token: int
-    lease_left: float
-    """Seconds left of the leader's lease (it is renewed every third of it)."""
-    since: float | None
-    """Wall-clock time (epoch seconds) the term began, if recorded."""
+__all__ = [
+    "ELECTED", "FOLLOWING", "HOOK_ERROR", "LOST", "MAX_TERMS", "NAMESPACE", "RESIGNED",
+    "RETENTION", "Leader", "LeaderInfo", "leader_keys",
+]
 
 
-def leader_keys(name: str) -> JobKeys:
-    return JobKeys(NAMESPACE, check_name(name, "name"), Space.LEADER)
-
-
-class Leader:
+class Leader(LeaderSettings):
     """Keeps one leader among all processes running a ``Leader`` of the same ``name``.
 
     Subclass it and override ``on_acquired`` (and ``on_locked``/``on_lost``), or pass
@@ -123,33 +111,15 @@ class Leader:
     ) -> None:
         if not hasattr(client, "register_script"):
             raise InvalidConfig(f"client must be a redis.Redis client, got {client!r}")
-        self.keys = leader_keys(name)
-        self.name = name
-        self.lock_timeout = lease(lock_timeout, "lock_timeout")
-        self.owner = check_name(owner, "owner") if owner is not None else default_owner()
-        self.run_id = new_run()
-        """This object's run id: only it re-enters a term its lease records."""
-        self._who = Holder(self.owner, self.run_id)
-        self.role, self.backup_delay = policy.check_role(role, backup_delay)
-        self._hooks = Hooks(
-            self, Leader,
-            {"on_acquired": on_acquired, "on_locked": on_locked, "on_lost": on_lost},
+        self._configure(
+            Leader, name=name, lock_timeout=lock_timeout, owner=owner, role=role,
+            backup_delay=backup_delay, clock=clock, logger=logger, redis_retry=redis_retry,
+            handle_signals=handle_signals,
+            hooks={"on_acquired": on_acquired, "on_locked": on_locked, "on_lost": on_lost},
         )
         self.client = client
-        self.timing = policy.Timing(
-            self.lock_timeout, min(1.0, self.lock_timeout / 4),
-            self.backup_delay if self.role is Role.BACKUP else 0.0,
-        )
-        self.clock: Clock = clock or SystemClock()
-        self.redis_retry = redis_retry or retry.DEFAULT
-        self.handle_signals = handle_signals
         self.protocol = ScriptProtocol(client)
-        self._log = events.logger(
-            events.LEADER, logger, leader=name, owner=self.owner, run=self.run_id
-        )
         self._call = retry.Caller(self.clock, self.redis_retry, self._log)
-        self._lease_ms = max(1, round(self.lock_timeout * 1000))
-        self._retention_ms = round(RETENTION * 1000)
         self._stop = threading.Event()
         self._heartbeat = Heartbeat(self.clock, self.lock_timeout / 3)
         self._hub = Waits(client)
@@ -179,18 +149,7 @@ class Leader:
         pipe.get(keys.lock)
         pipe.pttl(keys.lock)
         pipe.hgetall(keys.extra("term"))
-        raw_lock, pttl, record = pipe.execute()
-        if raw_lock is None:
-            return None
-        lock = decode_lock(raw_lock)
-        if lock is None:
-            raise ForeignValueError(keys.lock, text(raw_lock))
-        fields = {text(k): text(v) for k, v in (record or {}).items()}
-        since = None
-        if fields.get("token") == str(lock.token):
-            with contextlib.suppress(ValueError):
-                since = float(fields.get("since", ""))
-        return LeaderInfo(lock.owner, lock.token, max(0, int(pttl)) / 1000.0, since)
+        return leader_info(keys, *pipe.execute())
 
     def run(self) -> None:
         """Campaign, lead, resign and campaign again until :meth:`stop` (or SIGTERM)."""
