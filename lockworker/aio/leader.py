@@ -1,0 +1,313 @@
+"""``lockworker.aio.Leader``: leader election on ``redis.asyncio``, hooks awaited.
+
+The same keys, values, Lua steps, contender loop (:mod:`lockworker.daemons.contend`),
+settings and events as :class:`lockworker.Leader`, so sync and async processes elect
+one leader among them. ``on_acquired(term)`` is awaited while this process leads;
+returning, raising or being cancelled resigns at once (the lease is released and
+followers are woken, never left to run out). In a hook, ``await term.wait(seconds)``
+is the asyncio form of ``term.wait``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+import redis
+
+from lockworker.aio import contend
+from lockworker.aio.lease import AsyncHeartbeat
+from lockworker.aio.protocol import AsyncScriptProtocol
+from lockworker.aio.wake import AsyncWaits, wait
+from lockworker.aio.worker import AsyncHook, _maybe, check_async_client
+from lockworker.clock import Clock, SystemClock, wall_time
+from lockworker.daemons.contend import Next
+from lockworker.daemons.leadership import (
+    ELECTED,
+    FOLLOWING,
+    HOOK_ERROR,
+    LOST,
+    MAX_TERMS,
+    RESIGNED,
+    LeaderInfo,
+    LeaderSettings,
+    leader_info,
+    leader_keys,
+)
+from lockworker.daemons.term import WAKE_MARGIN, Term
+from lockworker.errors import StopRequested
+from lockworker.model import policy
+from lockworker.model.codec import LockValue
+from lockworker.model.state import Grant, Role, Settle, Snapshot
+from lockworker.runtime import events, retry
+from lockworker.runtime.lease import Lease
+from lockworker.runtime.signals import stop_on_signals
+
+
+@dataclass(eq=False)
+class AsyncTerm(Term):
+    """A :class:`~lockworker.daemons.term.Term` whose :meth:`wait` is awaited."""
+
+    _awake: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
+
+    async def wait(self, seconds: float) -> bool:  # type: ignore[override]
+        """Up to ``seconds``; True once the term is over (lost or stopping), False
+        after a full, uneventful wait: ``while not await term.wait(1.0): ...``."""
+        clock = self._clock or SystemClock()
+        end = clock.monotonic() + max(0.0, seconds)
+        while True:
+            if self.lost or self.stopping:
+                return True
+            now = clock.monotonic()
+            if now >= end:
+                return False
+            until = end
+            if self._lease is not None:
+                until = min(until, self._lease.valid_until + WAKE_MARGIN)
+            await wait(self._awake, max(0.0, until - now))
+
+
+class Leader(LeaderSettings):
+    """Keeps one leader among all processes (sync or async) of the same ``name``; see
+    :class:`lockworker.Leader` for every argument. Hooks may be ``async def`` or plain."""
+
+    def __init__(
+        self,
+        client: Any,
+        *,
+        name: str,
+        lock_timeout: float = 10.0,
+        owner: str | None = None,
+        role: Role | str = Role.PRIMARY,
+        backup_delay: float = 0.5,
+        clock: Clock | None = None,
+        logger: Any = None,
+        redis_retry: retry.RetryPolicy | None = None,
+        handle_signals: bool = True,
+        on_acquired: AsyncHook | None = None,
+        on_locked: AsyncHook | None = None,
+        on_lost: AsyncHook | None = None,
+    ) -> None:
+        self.client = check_async_client(client)
+        self._configure(
+            Leader, name=name, lock_timeout=lock_timeout, owner=owner, role=role,
+            backup_delay=backup_delay, clock=clock, logger=logger, redis_retry=redis_retry,
+            handle_signals=handle_signals,
+            hooks={"on_acquired": on_acquired, "on_locked": on_locked, "on_lost": on_lost},
+        )
+        self.protocol = AsyncScriptProtocol(client)
+        self._call = retry.AsyncCaller(self.clock, self.redis_retry, self._log)
+        self._stop = threading.Event()
+        self._heartbeat = AsyncHeartbeat(self.clock, self.lock_timeout / 3)
+        self._hub = AsyncWaits(client)
+        self._term: AsyncTerm | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._tasks: set[asyncio.Future[None]] = set()
+
+    # -- hooks -----------------------------------------------------------------------
+
+    async def on_acquired(self, term: AsyncTerm) -> None:
+        """Lead until ``term.lost`` or ``term.stopping``; returning resigns. Required."""
+        await _maybe(self._hooks.given("on_acquired", term))
+
+    async def on_locked(self, term: Term) -> None:
+        """Another process leads (``term.holder``, ``term.token``)."""
+        await _maybe(self._hooks.given("on_locked", term))
+
+    async def on_lost(self, term: AsyncTerm) -> None:
+        """This process's term can no longer be trusted; stop acting as leader."""
+        await _maybe(self._hooks.given("on_lost", term))
+
+    # -- public API ------------------------------------------------------------------
+
+    @staticmethod
+    async def current(client: Any, name: str) -> LeaderInfo | None:
+        """Who leads ``name`` now and since when, or None if nobody does."""
+        keys = leader_keys(name)
+        pipe = client.pipeline(transaction=True)
+        pipe.get(keys.lock)
+        pipe.pttl(keys.lock)
+        pipe.hgetall(keys.extra("term"))
+        return leader_info(keys, *await pipe.execute())
+
+    async def run(self) -> None:
+        """Campaign, lead, resign and campaign again until :meth:`stop`."""
+        self._loop = asyncio.get_running_loop()
+        try:
+            with stop_on_signals(lambda _signum: self.stop(), enabled=self.handle_signals):
+                async with self._hub.listen(self.keys.wake) as wake:
+                    await contend.run(_Campaign(self, wake))
+        finally:
+            await self.close()
+
+    def stop(self) -> None:
+        """End :meth:`run`; see :meth:`lockworker.Leader.stop`. Safe from any thread."""
+        self._stop.set()
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(self._wake_all)
+
+    def _wake_all(self) -> None:
+        self._hub.wake_all()
+        term = self._term
+        if term is not None:
+            term._awake.set()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stop.is_set()
+
+    async def close(self) -> None:
+        """End the heartbeat and hook tasks."""
+        await self._heartbeat.close()
+        self._hub.wake_all()
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _hook(self, log: events.EventLog, name: str, term: Term) -> None:
+        await self._hooks.guarded_async(log, name, term)
+
+
+class _Campaign:
+    """The I/O of one :meth:`Leader.run` (the loop is :mod:`lockworker.daemons.contend`'s)."""
+
+    def __init__(self, leader: Leader, wake: asyncio.Event) -> None:
+        self.l = leader
+        self.wake = wake
+        self.previous: Snapshot | None = None
+        self.not_before = 0.0
+
+    @property
+    def stopping(self) -> bool:
+        return self.l.stopping
+
+    @property
+    def role(self) -> Role:
+        return self.l.role
+
+    @property
+    def timing(self) -> policy.Timing:
+        return self.l.timing
+
+    def now(self) -> float:
+        return self.l.clock.monotonic()
+
+    async def look(self) -> Snapshot:
+        lead = self.l
+        return await lead._call(lambda: lead.protocol.inspect(lead.keys), "inspect leader")
+
+    async def acquire(self) -> Grant | Snapshot:
+        lead = self.l
+        return await lead._call(
+            lambda: lead.protocol.acquire(
+                lead.keys, lead._who, lead._lease_ms, MAX_TERMS, lead._retention_ms
+            ),
+            "acquire leadership",
+        )
+
+    async def hold(self, grant: Grant, sent_at: float) -> None:
+        await self.lead(grant, sent_at)
+        self.not_before = policy.compete_after_failure(self.now(), self.timing)
+
+    async def seen(self, snapshot: Snapshot) -> Next:
+        lead = self.l
+        if snapshot.resolved:  # reset by hand to DONE/GAVE_UP: make it electable again
+            await lead._call(
+                lambda: lead.protocol.reset(lead.keys, lead._retention_ms), "reset leader"
+            )
+            return Next.AGAIN
+        if snapshot.holder is not None and policy.is_news(self.previous, snapshot):
+            self.previous = snapshot
+            lead._log.info(
+                FOLLOWING, holder=snapshot.holder, token=snapshot.token,
+                lease_ms=snapshot.pttl_ms,
+            )
+            term = Term(lead.name, snapshot.token, snapshot.holder)
+            await lead._hook(lead._log, "on_locked", term)
+        return Next.WAIT
+
+    async def wait(self, deadline: float, *, park: bool, observe: bool) -> None:
+        lead = self.l
+        remaining = deadline - lead.clock.monotonic()
+        if remaining > 0 and not lead.stopping and await wait(self.wake, remaining):
+            self.wake.clear()
+
+    async def stopped(self) -> None:
+        return None
+
+    async def lead(self, grant: Grant, sent_at: float) -> None:
+        """Hold the term while ``on_acquired`` runs, then resign (also when cancelled)."""
+        lead = self.l
+        held = lead._who.value(grant.token, grant.attempt)
+        log = lead._log.bind(token=grant.token)
+        since = wall_time()
+
+        async def renew(deadline: float) -> bool:
+            renewal = await lead._call(
+                lambda: lead.protocol.renew(lead.keys, held, lead._lease_ms, lead._retention_ms),
+                "renew leadership", deadline=deadline,
+            )
+            return events.renewed(renewal, log)
+
+        def lost(_lease: Lease, reason: str) -> None:
+            log.warning(LOST, reason=reason)
+            term._awake.set()
+            task = asyncio.ensure_future(lead._hook(log, "on_lost", term))
+            lead._tasks.add(task)
+            task.add_done_callback(lead._tasks.discard)
+
+        lease = Lease.granted(renew, lead.lock_timeout, sent_at, on_lost=lost)
+        term = AsyncTerm(
+            lead.name, grant.token, lead.owner, since,
+            _clock=lead.clock, _lease=lease, _stopping=lead._stop,
+        )
+        lead._term = term
+        if lead.stopping:
+            term._awake.set()
+        lead._heartbeat.hold(lease)
+        await self.record(grant.token, since, log)
+        log.info(ELECTED, reentered=grant.reentered)
+        try:
+            await lead.on_acquired(term)
+        except StopRequested:
+            pass
+        except Exception as exc:
+            log.error(HOOK_ERROR, hook="on_acquired", error=repr(exc))
+        finally:
+            lead._heartbeat.drop(lease)
+            lead._term = None
+            with contextlib.suppress(Exception):
+                await asyncio.shield(self.resign(held, lease, term, log))
+
+    async def record(self, token: int, since: float, log: events.EventLog) -> None:
+        """Write who leads since when, for :meth:`Leader.current` (display only)."""
+        lead = self.l
+        key = lead.keys.extra("term")
+        try:
+            pipe = lead.client.pipeline(transaction=True)
+            pipe.hset(key, mapping={"holder": lead.owner, "token": token, "since": since})
+            pipe.pexpire(key, lead._retention_ms)
+            await pipe.execute()
+        except redis.RedisError as exc:
+            log.warning("leader.record_failed", error=repr(exc))
+
+    async def resign(
+        self, held: LockValue, lease: Lease, term: Term, log: events.EventLog
+    ) -> None:
+        """Release the lease (waking followers); report a loss not reported yet."""
+        lead = self.l
+        settled = await lead._call(
+            lambda: lead.protocol.release(lead.keys, held, lead._retention_ms),
+            "resign leadership",
+        )
+        if settled is Settle.RELEASED:
+            log.info(RESIGNED, stopping=lead.stopping)
+        if not lease.lost and (settled.refused or term.lost):
+            lease.lost = True
+            log.warning(LOST, reason="lease ended before the term did")
