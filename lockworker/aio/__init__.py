@@ -1,1 +1,17 @@
-"""placeholder"""
+"""lockworker on asyncio: the same products over ``redis.asyncio`` clients.
+
+``Worker``, ``Leader``, ``Lock``, ``Semaphore`` and ``compute_once`` take the same
+arguments and give the same outcomes, errors, events and guarantees as their sync
+twins in :mod:`lockworker`, and they share the keys, values, Lua steps, contender loop
+and decisions with them, so sync and async processes can contend for one job, one
+leadership or one lock. Hooks may be ``async def``; heartbeats are tasks; cancelling
+a task that holds something releases it (never leaves it to run out).
+
+The asyncio side speaks the script protocol with ``durability="local"`` on a single
+server (or a Sentinel-managed master); see docs/daemons.md and docs/primitives.md.
+"""
+
+from lockworker.aio.leader import AsyncTerm, Leader
+from lockworker.aio.worker import Worker
+
+__all__ = ["AsyncTerm", "Leader", "Worker"]
