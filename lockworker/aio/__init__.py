@@ -7,8 +7,8 @@ and decisions with them, so sync and async processes can contend for one job, on
 leadership or one lock. Hooks may be ``async def``; heartbeats are tasks; cancelling
 a task that holds something releases it (never leaves it to run out).
 
-The asyncio side speaks the script protocol with ``durability="local"`` on a single
-server (or a Sentinel-managed master); see docs/daemons.md and docs/primitives.md.
+The asyncio side speaks the script protocol with ``durability="local"``, tested on a
+single server (not a ``RedisCluster`` yet); see docs/daemons.md and docs/primitives.md.
 """
 
 from lockworker.aio.leader import AsyncTerm, Leader
