@@ -1,23 +1,30 @@
-"""What the primitives share: argument checks, the wake hub's lifetime, event names.
+"""What the primitives share: argument checks, the holder, event names, steps and loops.
 
 Every primitive is one holder: a :class:`~lockworker.primitives.lock.Lock` object holds
 the lock at most once at a time, and each acquisition gets a fresh owner id, so a
 retried request whose reply was lost recognises its own grant but never an earlier,
 abandoned one.
+
+Each primitive is written once for both kinds of client. Its atomic steps are
+:class:`ScriptStep` objects (the script, keys, arguments and what the reply means), and
+its waiting loops are generators that yield the calls doing I/O (:data:`Steps`): the
+classes here send and call them on a ``redis.Redis`` client (:func:`drive`), those of
+:mod:`lockworker.aio` await them on a ``redis.asyncio`` one. Only the I/O differs.
 """
 
 from __future__ import annotations
 
+import inspect
 import uuid
-from collections.abc import Callable
-from typing import Any, ClassVar
-
-import redis
+from collections.abc import Callable, Generator, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar, Generic, TypeVar
 
 from lockworker.clock import Clock, SystemClock
 from lockworker.config import count, default_owner, lease, optional_seconds, positive, seconds
 from lockworker.errors import AlreadyHeld, InvalidConfig
 from lockworker.model.keys import JobKeys, Space, check_name
+from lockworker.protocol.luacall import LuaScript
 from lockworker.runtime import events
 from lockworker.runtime.events import EventLog
 from lockworker.runtime.lease import Heartbeat, Lease
@@ -29,6 +36,8 @@ LOST = "lock.lost"
 EXTENDED = "lock.extended"
 TIMED_OUT = "lock.timed_out"
 
+R = TypeVar("R")
+
 __all__ = [
     "ACQUIRED",
     "EXTENDED",
@@ -37,10 +46,13 @@ __all__ = [
     "TIMED_OUT",
     "AlreadyHeld",
     "Primitive",
+    "ScriptStep",
+    "Steps",
     "check_client",
     "check_timeout",
     "count",
     "default_owner",
+    "drive",
     "lease",
     "new_owner",
     "positive",
@@ -48,11 +60,18 @@ __all__ = [
 ]
 
 
-def check_client(client: object, argument: str = "client") -> redis.Redis:
-    """Refuse anything that is not a redis-py client before any Redis call."""
+def check_client(client: object, argument: str = "client", *, asyncio: bool = False) -> Any:
+    """Refuse anything that is not a redis-py client before any Redis call; with
+    ``asyncio``, anything but a ``redis.asyncio`` one (whose calls are awaited: a sync
+    client's answers could not be)."""
     if not hasattr(client, "register_script") or not hasattr(client, "pubsub"):
         raise InvalidConfig(f"{argument} must be a redis.Redis client, got {client!r}")
-    return client  # type: ignore[return-value]
+    if asyncio and not inspect.iscoroutinefunction(getattr(type(client), "execute_command", None)):
+        raise InvalidConfig(
+            f"{argument} must be a redis.asyncio client (redis.asyncio.Redis or "
+            f"RedisCluster), got {client!r}"
+        )
+    return client
 
 
 def check_timeout(timeout: object, argument: str = "timeout") -> float | None:
@@ -71,6 +90,42 @@ def new_owner(base: str) -> str:
     return f"{base}:{uuid.uuid4().hex[:12]}"
 
 
+@dataclass(frozen=True, slots=True)
+class ScriptStep(Generic[R]):
+    """One atomic step of a primitive, built without I/O: ``decode(reply)`` is what
+    Redis did. :meth:`run` sends it on a ``redis.Redis`` client, :meth:`arun` on a
+    ``redis.asyncio`` one: one script, one set of arguments, one reading, both sides."""
+
+    script: LuaScript
+    keys: Sequence[str]
+    args: Sequence[Any]
+    decode: Callable[[Any], R]
+
+    def run(self, client: Any) -> R:
+        return self.decode(self.script(client, self.keys, self.args))
+
+    async def arun(self, client: Any) -> R:
+        return self.decode(await self.script.acall(client, self.keys, self.args))
+
+
+Steps = Generator[Callable[[], Any], Any, R]
+"""A loop written once for both sides: it yields each call that does I/O (a method of
+the primitive, bound to its arguments) and is sent that call's result. On the sync side
+the call returns the result (:func:`drive`); on the asyncio side it returns an awaitable
+(``lockworker.aio.primitive.adrive``)."""
+
+
+def drive(steps: Steps[R]) -> R:
+    """Run ``steps`` to its end, making each call it yields in this thread."""
+    reply: Any = None
+    while True:
+        try:
+            call = steps.send(reply)
+        except StopIteration as end:
+            return end.value  # type: ignore[no-any-return]
+        reply = call()
+
+
 class Primitive:
     """The settings and local state every primitive shares, checked the same way.
 
@@ -83,7 +138,8 @@ class Primitive:
     """The logger (one of :data:`lockworker.runtime.events.LOGGERS`)."""
     label: ClassVar[str]
     """The field naming the object in its events (``lock``, ``semaphore``)."""
-    client: redis.Redis
+    asyncio_client: ClassVar[bool] = False
+    """Whether the client is a ``redis.asyncio`` one (:mod:`lockworker.aio`)."""
     redis_retry: RetryPolicy
     _log: EventLog
     _call: Caller
@@ -103,9 +159,9 @@ class Primitive:
         self, client: object, name: str, *, namespace: str, ttl: object, auto_renew: object,
         timeout: object, clock: Clock | None, logger: Any, redis_retry: RetryPolicy | None,
     ) -> None:
-        """Check and set what every primitive on one client has, in one place: the
-        client, then :meth:`_settings`."""
-        self.client = check_client(client)
+        """Check what every primitive on one client has, in one place: the client (the
+        subclass keeps it, typed for its side), then :meth:`_settings`."""
+        check_client(client, asyncio=self.asyncio_client)
         self._settings(
             name, namespace=namespace, ttl=ttl, auto_renew=auto_renew, timeout=timeout,
             clock=clock, logger=logger, redis_retry=redis_retry,
@@ -139,12 +195,13 @@ class Primitive:
     # -- the one holder: local validity, and a heartbeat with auto_renew --------------
 
     def _hold(
-        self, until: float, next_renewal: float, renew: Callable[[float], bool] | None,
+        self, until: float, next_renewal: float, renew: Callable[[float], Any] | None,
         **lost_fields: Any,
     ) -> None:
         """Hold what was granted: trusted until ``until`` on the local clock; with
-        ``renew`` (``auto_renew``), a heartbeat renews it every ``ttl / 3`` from
-        ``next_renewal`` and a failed renewal loses it (logged as ``lock.lost``)."""
+        ``renew`` (``auto_renew``), renewed every ``ttl / 3`` from ``next_renewal`` in the
+        background, and a failed renewal loses it (logged as ``lock.lost``). ``renew``
+        returns whether it is still held (on the asyncio side, as a coroutine)."""
         self._valid_until = until
         if renew is None:
             return
@@ -152,18 +209,24 @@ class Primitive:
         def lost(_lease: Lease, reason: str) -> None:
             self._log.warning(LOST, reason=reason, **lost_fields)
 
-        interval = self.ttl / 3
         self._lease = Lease(
             renew=renew, lease=self.ttl, valid_until=until, next_renewal=next_renewal,
             on_lost=lost,
         )
+        self._renew_in_background(self._lease, self.ttl / 3)
+
+    def _renew_in_background(self, lease: Lease, interval: float) -> None:
+        """Renew ``lease`` every ``interval`` in a heartbeat thread."""
         self._heartbeat = Heartbeat(self.clock, interval)
-        self._heartbeat.hold(self._lease)
+        self._heartbeat.hold(lease)
 
     def _unhold(self) -> None:
         """Stop renewing (a release, a loss, a close)."""
-        lease, heartbeat = self._lease, self._heartbeat
-        self._lease = self._heartbeat = None
+        lease, self._lease = self._lease, None
+        self._stop_background_renewal(lease)
+
+    def _stop_background_renewal(self, lease: Lease | None) -> None:
+        heartbeat, self._heartbeat = self._heartbeat, None
         if heartbeat is not None:
             if lease is not None:
                 heartbeat.drop(lease)

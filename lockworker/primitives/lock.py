@@ -21,28 +21,30 @@ Whether this process still holds the lock is judged by its own monotonic clock, 
 before the request that granted or extended it (:mod:`lockworker.runtime.lease`). A lock that
 expired is *lost*: ``release``/``extend`` then raise :class:`~lockworker.LockLost`
 rather than report success, so the caller learns its critical section was not exclusive.
+
+:class:`LockCore` is all of that but the I/O: the settings, the state, the acquire loop
+(a generator yielding its calls to Redis) and every decision. :class:`Lock` makes those
+calls on a ``redis.Redis`` client; :class:`lockworker.aio.lock.Lock` awaits them on a
+``redis.asyncio`` one, so the two take the same steps on the same keys and exclude and
+hand over to each other.
 """
 
 from __future__ import annotations
 
 import contextlib
-from typing import Any, ClassVar, TypeVar
+from collections.abc import Callable
+from functools import cached_property, partial
+from typing import Any, ClassVar, Generic, TypeVar
 
 import redis
 
 from lockworker.clock import Clock
-from lockworker.errors import (
-    AcquireTimeout,
-    ForeignValueError,
-    LockLost,
-    LockworkerError,
-    NotHeld,
-)
-from lockworker.model.codec import Holder, LockValue, decode_grant, new_run
+from lockworker.errors import AcquireTimeout, LockLost, LockworkerError, NotHeld
+from lockworker.model.codec import Holder, LockValue, new_run
 from lockworker.model.keys import Space
-from lockworker.model.state import Grant, Snapshot
+from lockworker.model.state import Grant, Settle, Snapshot
 from lockworker.primitives import common
-from lockworker.primitives.lockqueue import LockSteps, wait_slice
+from lockworker.primitives.lockqueue import LockSteps, pause_for, pushed_grant, wait_slice
 from lockworker.protocol import ScriptProtocol
 from lockworker.runtime import events, retry
 from lockworker.runtime.lease import valid_until
@@ -52,35 +54,16 @@ MAX_ACQUISITIONS = 10**15
 """Attempt limit passed to the job protocol's acquire: never reached."""
 RETENTION = 365 * 86400.0
 """Seconds the token counter outlives the last use, so fencing tokens never repeat."""
-MIN_WAIT = 0.001
 PLACE_MARGIN = 1.0
 """Seconds a waiter's place outlives two slices: room for a slow round trip or a pause."""
 
-T = TypeVar("T")
+C = TypeVar("C")
 
 
-class Lock(common.Primitive):
-    """A distributed mutual-exclusion lock on one Redis server, with a fencing token.
-
-    :param client: a ``redis.Redis`` client (``decode_responses`` either way).
-    :param name: the lock's name; every ``Lock`` with the same name and namespace
-        excludes the others.
-    :param ttl: seconds the lock lives unless released or extended: how long a crashed
-        holder blocks the others.
-    :param auto_renew: renew the lock every ``ttl / 3`` in a background thread while it
-        is held; renewal stops at release, or when it fails (the lock is then lost).
-    :param timeout: default for :meth:`acquire` and ``with``: seconds to wait, None for
-        ever.
-
-    The lock passes in order of arrival: waiters queue, and a release grants the lock
-    to the first live one directly (:mod:`lockworker.primitives.lockqueue`), which
-    learns it holds it without asking again. Each waiting thread blocks on a
-    connection of its own from the client's pool.
-
-    One ``Lock`` object is one holder; it is not re-entrant (acquiring it again while
-    holding it raises :class:`~lockworker.primitives.common.AlreadyHeld`). Use one
-    object per thread or process that competes.
-    """
+class LockCore(common.Primitive, Generic[C]):
+    """What a lock is and decides, for a client of either kind (``C``). Subclasses
+    supply the I/O (:meth:`_look`, :meth:`_await_grant`, :meth:`_renewer`): the sync
+    ones return their result, the asyncio ones a coroutine."""
 
     space = Space.LOCK
     log_name = events.LOCK
@@ -88,10 +71,11 @@ class Lock(common.Primitive):
     publishes_release: ClassVar[bool] = False
     """Publish on the wake channel when a release frees the lock (nobody queued): only
     for waiters that do not queue, such as compute_once's waiters for its value."""
+    client: C
 
     def __init__(
         self,
-        client: redis.Redis,
+        client: C,
         name: str,
         *,
         ttl: float = 10.0,
@@ -106,8 +90,8 @@ class Lock(common.Primitive):
             client, name, namespace=namespace, ttl=ttl, auto_renew=auto_renew,
             timeout=timeout, clock=clock, logger=logger, redis_retry=redis_retry,
         )
+        self.client = client
         self._steps = LockSteps(client, self.keys, publish=self.publishes_release)
-        self.protocol = ScriptProtocol(client)
         self._retention_ms = round(RETENTION * 1000)
         self._held: LockValue | None = None
         self._token: int | None = None
@@ -143,140 +127,90 @@ class Lock(common.Primitive):
         """
         return self._held is not None and self._lost()
 
-    def locked(self) -> bool:
-        """True if anyone holds the lock now (one Redis call)."""
-        return bool(self._call(lambda: self.client.exists(self.keys.lock), "read the lock"))
-
-    def owned(self) -> bool:
-        """True if this object holds the lock now, as Redis sees it (one Redis call)."""
+    def _holds_value(self, raw: Any) -> bool:
+        """Whether ``raw``, the lock key's value, is this object's hold."""
         held = self._held
         if held is None:
             return False
-        raw = self._call(lambda: self.client.get(self.keys.lock), "read the lock")
         if isinstance(raw, bytes):
             raw = raw.decode("utf-8", "replace")
         return bool(raw == held.encode())
 
     # -- acquire ---------------------------------------------------------------------
 
-    def acquire(self, blocking: bool = True, timeout: float | None = None) -> bool:
-        """Take the lock; True if taken, False if not within ``timeout``.
-
-        :param blocking: False: one try, no waiting (and no place in the queue).
-        :param timeout: seconds to wait (None: the ``timeout`` given to the constructor,
-            which is None, for ever, by default).
-        """
+    def _begin(
+        self, blocking: object, timeout: object
+    ) -> tuple[Holder, float, float | None]:
+        """Check an acquisition's arguments; its holder, start and deadline."""
         common.check_bool(blocking, "blocking")
         wait = common.check_timeout(timeout)
         if wait is None:
             wait = self.timeout
         if self._held is not None:
             raise common.AlreadyHeld(f"lock {self.name!r} is already held by this Lock object")
-        who = Holder(self._base, new_run())
-        start = sent = self.clock.monotonic()
-        deadline = None if wait is None else start + wait
-        granted = False
-        try:
-            # The first look queues a blocking caller at once: under contention a
-            # waiter needs one round trip before it blocks for its grant.
-            seen = self._look(who, deadline, queue=blocking)
-            bound = sent
-            while True:
-                if isinstance(seen, Grant):
-                    # A grant found by a look (not pushed) may date from any time after
-                    # the previous look: count the lease from that one.
-                    self._granted(
-                        who.value(seen.token, seen.attempt), bound if seen.reentered else sent
-                    )
-                    granted = True
-                    return True
-                bound = sent
-                now = self.clock.monotonic()
-                if not blocking:
-                    return False
-                if deadline is not None and now >= deadline:
-                    self._log.debug(common.TIMED_OUT, waited=now - start)
-                    return False
-                pushed = self._await_grant(who, self._pause(seen, now, deadline), deadline)
-                if pushed is not None:
-                    # Granted after our last look (the push went to this run only).
-                    self._granted(who.value(*pushed), bound)
-                    granted = True
-                    return True
-                sent = self.clock.monotonic()
-                seen = self._look(who, deadline, queue=True)
-        finally:
-            if blocking and not granted:
-                self._leave(who)
+        start = self.clock.monotonic()
+        return Holder(self._base, new_run()), start, None if wait is None else start + wait
 
-    def _pause(self, seen: Snapshot | float, now: float, deadline: float | None) -> float:
-        """How long to block for a grant before looking again.
+    def _acquire_steps(
+        self, who: Holder, blocking: bool, start: float, deadline: float | None
+    ) -> common.Steps[bool]:
+        """The acquire loop: True once granted, False if not (one try, or the deadline).
 
-        Until the holder's TTL runs out on this process's clock (a dead holder grants
-        nothing), or the head of the queue's place ends; at most one slice, so this
-        waiter's own place stays alive.
+        The first look queues a blocking caller at once: under contention a waiter
+        needs one round trip before it blocks for its grant. Whoever drives the loop
+        leaves the queue if it ends without the lock.
         """
-        pause = seen if isinstance(seen, float) else (seen.pttl_ms or 0) / 1000.0
-        pause = min(pause + MIN_WAIT, self._slice)
-        if deadline is not None:
-            pause = min(pause, deadline - now)
-        return max(MIN_WAIT, pause)
+        sent = start
+        seen = yield partial(self._look, who, deadline, queue=blocking)
+        bound = sent
+        while True:
+            if isinstance(seen, Grant):
+                # A grant found by a look (not pushed) may date from any time after the
+                # previous look: count the lease from that one.
+                self._granted(who.value(seen.token, seen.attempt),
+                              bound if seen.reentered else sent)
+                return True
+            bound = sent
+            now = self.clock.monotonic()
+            if not blocking:
+                return False
+            if deadline is not None and now >= deadline:
+                self._log.debug(common.TIMED_OUT, waited=now - start)
+                return False
+            pause = pause_for(seen, now, deadline, self._slice)
+            pushed = yield partial(self._await_grant, who, pause, deadline)
+            if pushed is not None:
+                # Granted after our last look (the push went to this run only).
+                self._granted(who.value(*pushed), bound)
+                return True
+            sent = self.clock.monotonic()
+            seen = yield partial(self._look, who, deadline, queue=True)
 
-    def _await_grant(
-        self, who: Holder, pause: float, deadline: float | None
-    ) -> tuple[int, int] | None:
-        """Block on this run's grant list: (token, attempt) if the lock was granted."""
-        key = self._steps.grant_key(who)
-        reply = self._call(
-            lambda: self.client.blpop([key], timeout=pause), "wait for the lock",
-            deadline=deadline,
-        )
-        if reply is None:
-            return None
-        grant = decode_grant(reply[1])
-        if grant is None:
-            raise ForeignValueError(key, str(reply[1]))
-        return grant
-
-    def _leave(self, who: Holder) -> None:
-        # Give our place in the queue up (even on KeyboardInterrupt), so nobody waits
-        # behind it, and pass on a grant that came too late; if Redis is unreachable
-        # the place expires anyway.
-        with contextlib.suppress(LockworkerError, redis.RedisError):
-            self._call(lambda: self._steps.leave(who, self._retention_ms), "leave the queue")
-
-    def _look(
-        self, who: Holder, deadline: float | None, *, queue: bool
-    ) -> Grant | Snapshot | float:
+    def _look(self, who: Holder, deadline: float | None, *, queue: bool) -> Any:
         """One acquire step: a grant, the holder, or seconds until the queue's head ends."""
-        result = self._call(
-            lambda: self._steps.acquire(
-                who, self._ttl_ms, self._retention_ms, self._place_ms, queue=queue
-            ),
-            "acquire the lock",
-            deadline=deadline,
+        raise NotImplementedError
+
+    def _await_grant(self, who: Holder, pause: float, deadline: float | None) -> Any:
+        """Block on this run's grant list: (token, attempt) if the lock was granted
+        (:func:`~lockworker.primitives.lockqueue.pushed_grant`), else None."""
+        raise NotImplementedError
+
+    def _look_step(
+        self, who: Holder, *, queue: bool
+    ) -> common.ScriptStep[Grant | Snapshot | float]:
+        return self._steps.acquire_step(
+            who, self._ttl_ms, self._retention_ms, self._place_ms, queue=queue
         )
-        if isinstance(result, Snapshot) and result.resolved:
-            # A lock never resolves: DONE or GAVE_UP here was written by something else.
-            raise ForeignValueError(self.keys.state, result.status.value)
-        return result
 
     def _granted(self, held: LockValue, sent: float) -> None:
         self._held, self._token = held, held.token
-        renew = None
-        if self.auto_renew:
-            def renew(deadline: float) -> bool:
-                return bool(
-                    self._call(
-                        lambda: self.protocol.renew(
-                            self.keys, held, self._ttl_ms, self._retention_ms
-                        ),
-                        "renew the lock",
-                        deadline=deadline,
-                    )
-                )
+        renew = self._renewer(held) if self.auto_renew else None
         self._hold(valid_until(sent, self.ttl), sent + self.ttl / 3, renew, token=held.token)
         self._log.debug(common.ACQUIRED, token=held.token, owner=held.owner)
+
+    def _renewer(self, held: LockValue) -> Callable[[float], Any]:
+        """``renew(deadline)`` of ``held`` for the heartbeat: True if still held."""
+        raise NotImplementedError
 
     # -- release and extend ----------------------------------------------------------
 
@@ -287,18 +221,8 @@ class Lock(common.Primitive):
         self._unhold()
         return held
 
-    def release(self) -> None:
-        """Release the lock, granting it at once to the first process in the queue.
-
-        Raises :class:`~lockworker.NotHeld` if this object does not hold it, and
-        :class:`~lockworker.LockLost` if it had expired (or was taken over) before the
-        release: another process may have held it meanwhile. Either way this object
-        no longer holds it afterwards.
-        """
-        held = self._take_held()
-        result = self._call(
-            lambda: self._steps.release(held, self._retention_ms), "release the lock"
-        )
+    def _released(self, held: LockValue, result: Settle) -> None:
+        """Report a release step's answer; LockLost if the lock had expired."""
         if result.refused:
             self._log.warning(common.LOST, token=held.token, reason="expired before release")
             raise LockLost(
@@ -309,25 +233,16 @@ class Lock(common.Primitive):
             )
         self._log.debug(common.RELEASED, token=held.token)
 
-    def extend(self, ttl: float | None = None) -> None:
-        """Reset the lock's remaining time to ``ttl`` seconds (default: the lock's ttl).
-
-        Atomic compare-and-set: only the holder's exact value is extended. Raises
-        :class:`~lockworker.NotHeld` if not held by this object and
-        :class:`~lockworker.LockLost` if it had already expired (then it is no longer
-        held). With ``auto_renew`` the heartbeat keeps renewing to the lock's ``ttl``.
-        """
+    def _extension(self, ttl: float | None) -> tuple[LockValue, float, int]:
+        """What an extend asks for: the hold, seconds and milliseconds."""
         held = self._held
         if held is None:
             raise NotHeld(f"lock {self.name!r} is not held by this Lock object")
         seconds = self.ttl if ttl is None else common.lease(ttl, "ttl")
-        sent = self.clock.monotonic()
-        ok = self._call(
-            lambda: self.protocol.renew(
-                self.keys, held, max(1, round(seconds * 1000)), self._retention_ms
-            ),
-            "extend the lock",
-        )
+        return held, seconds, max(1, round(seconds * 1000))
+
+    def _extended(self, held: LockValue, ok: bool, sent: float, seconds: float) -> None:
+        """Apply an extend's answer: trusted anew from ``sent``, or lost (LockLost)."""
         if not ok:
             self._take_held()
             self._log.warning(common.LOST, token=held.token, reason="expired before extend")
@@ -339,22 +254,147 @@ class Lock(common.Primitive):
         self._valid_until = valid_until(sent, seconds)
         self._log.debug(common.EXTENDED, token=held.token, ttl=seconds)
 
-    # -- plumbing --------------------------------------------------------------------
+    def _timed_out(self) -> AcquireTimeout:
+        return AcquireTimeout(f"could not acquire lock {self.name!r} within {self.timeout} s")
 
     def close(self) -> None:
         """Stop renewing. Does not release the lock; call :meth:`release` first."""
         self._unhold()
 
+    def __repr__(self) -> str:
+        return f"<Lock {self.name!r} namespace={self.keys.namespace!r} token={self.token}>"
+
+
+class Lock(LockCore[redis.Redis]):
+    """A distributed mutual-exclusion lock on one Redis server, with a fencing token.
+
+    :param client: a ``redis.Redis`` client (``decode_responses`` either way).
+    :param name: the lock's name; every ``Lock`` with the same name and namespace
+        excludes the others.
+    :param ttl: seconds the lock lives unless released or extended: how long a crashed
+        holder blocks the others.
+    :param auto_renew: renew the lock every ``ttl / 3`` in a background thread while it
+        is held; renewal stops at release, or when it fails (the lock is then lost).
+    :param timeout: default for :meth:`acquire` and ``with``: seconds to wait, None for
+        ever.
+
+    The lock passes in order of arrival: waiters queue, and a release grants the lock
+    to the first live one directly (:mod:`lockworker.primitives.lockqueue`), which
+    learns it holds it without asking again. Each waiting thread blocks on a
+    connection of its own from the client's pool.
+
+    One ``Lock`` object is one holder; it is not re-entrant (acquiring it again while
+    holding it raises :class:`~lockworker.primitives.common.AlreadyHeld`). Use one
+    object per thread or process that competes.
+    """
+
+    @cached_property
+    def protocol(self) -> ScriptProtocol:
+        return ScriptProtocol(self.client)
+
+    def locked(self) -> bool:
+        """True if anyone holds the lock now (one Redis call)."""
+        return bool(self._call(lambda: self.client.exists(self.keys.lock), "read the lock"))
+
+    def owned(self) -> bool:
+        """True if this object holds the lock now, as Redis sees it (one Redis call)."""
+        if self._held is None:
+            return False
+        raw = self._call(lambda: self.client.get(self.keys.lock), "read the lock")
+        return self._holds_value(raw)
+
+    # -- acquire ---------------------------------------------------------------------
+
+    def acquire(self, blocking: bool = True, timeout: float | None = None) -> bool:
+        """Take the lock; True if taken, False if not within ``timeout``.
+
+        :param blocking: False: one try, no waiting (and no place in the queue).
+        :param timeout: seconds to wait (None: the ``timeout`` given to the constructor,
+            which is None, for ever, by default).
+        """
+        who, start, deadline = self._begin(blocking, timeout)
+        granted = False
+        try:
+            granted = common.drive(self._acquire_steps(who, blocking, start, deadline))
+            return granted
+        finally:
+            if blocking and not granted:
+                self._leave(who)
+
+    def _look(
+        self, who: Holder, deadline: float | None, *, queue: bool
+    ) -> Grant | Snapshot | float:
+        step = self._look_step(who, queue=queue)
+        return self._call(lambda: self._steps.run(step), "acquire the lock", deadline=deadline)
+
+    def _await_grant(
+        self, who: Holder, pause: float, deadline: float | None
+    ) -> tuple[int, int] | None:
+        key = self._steps.grant_key(who)
+        reply = self._call(
+            lambda: self.client.blpop([key], timeout=pause), "wait for the lock",
+            deadline=deadline,
+        )
+        return pushed_grant(key, reply)
+
+    def _leave(self, who: Holder) -> None:
+        # Give our place in the queue up (even on KeyboardInterrupt), so nobody waits
+        # behind it, and pass on a grant that came too late; if Redis is unreachable
+        # the place expires anyway.
+        step = self._steps.leave_step(who, self._retention_ms)
+        with contextlib.suppress(LockworkerError, redis.RedisError):
+            self._call(lambda: self._steps.run(step), "leave the queue")
+
+    def _renewer(self, held: LockValue) -> Callable[[float], bool]:
+        def renew(deadline: float) -> bool:
+            return bool(
+                self._call(
+                    lambda: self.protocol.renew(
+                        self.keys, held, self._ttl_ms, self._retention_ms
+                    ),
+                    "renew the lock",
+                    deadline=deadline,
+                )
+            )
+
+        return renew
+
+    # -- release and extend ----------------------------------------------------------
+
+    def release(self) -> None:
+        """Release the lock, granting it at once to the first process in the queue.
+
+        Raises :class:`~lockworker.NotHeld` if this object does not hold it, and
+        :class:`~lockworker.LockLost` if it had expired (or was taken over) before the
+        release: another process may have held it meanwhile. Either way this object
+        no longer holds it afterwards.
+        """
+        held = self._take_held()
+        step = self._steps.release_step(held, self._retention_ms)
+        self._released(held, self._call(lambda: self._steps.run(step), "release the lock"))
+
+    def extend(self, ttl: float | None = None) -> None:
+        """Reset the lock's remaining time to ``ttl`` seconds (default: the lock's ttl).
+
+        Atomic compare-and-set: only the holder's exact value is extended. Raises
+        :class:`~lockworker.NotHeld` if not held by this object and
+        :class:`~lockworker.LockLost` if it had already expired (then it is no longer
+        held). With ``auto_renew`` the heartbeat keeps renewing to the lock's ``ttl``.
+        """
+        held, seconds, ms = self._extension(ttl)
+        sent = self.clock.monotonic()
+        ok = self._call(
+            lambda: self.protocol.renew(self.keys, held, ms, self._retention_ms),
+            "extend the lock",
+        )
+        self._extended(held, bool(ok), sent, seconds)
+
+    # -- plumbing --------------------------------------------------------------------
+
     def __enter__(self) -> Lock:
         if not self.acquire(blocking=True, timeout=self.timeout):
-            raise AcquireTimeout(
-                f"could not acquire lock {self.name!r} within {self.timeout} s"
-            )
+            raise self._timed_out()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.release()
-
-    def __repr__(self) -> str:
-        return f"<Lock {self.name!r} namespace={self.keys.namespace!r} token={self.token}>"
-

@@ -29,14 +29,16 @@ Times of places come from the server's ``TIME``: one clock for every process.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from functools import partial
+from typing import Any, TypeVar
 
 import redis
 
-from lockworker.model.codec import LUA_PROLOGUE, Holder, LockValue
+from lockworker.errors import ForeignValueError
+from lockworker.model.codec import LUA_PROLOGUE, Holder, LockValue, StateValue, decode_grant
 from lockworker.model.keys import JobKeys
 from lockworker.model.state import Ending, Grant, Settle, Snapshot
+from lockworker.primitives.common import ScriptStep
 from lockworker.protocol import lua as scripts
 from lockworker.protocol.decode import (
     decode_acquire,
@@ -50,9 +52,12 @@ from lockworker.protocol.luacall import LuaScript
 SLICE = 1.0
 """Longest a waiter blocks before it looks again (and so keeps its place alive)."""
 MIN_SLICE = 0.001
+MIN_WAIT = 0.001
 
 KEEP_MS = 60_000
 """The queue's keys expire this long after the last waiter looked (abandoned queues)."""
+
+R = TypeVar("R")
 
 # Shared by the three scripts. KEYS[1] lock  KEYS[2] state  KEYS[3] queue  KEYS[4] waiters
 _QUEUE = LUA_PROLOGUE + """
@@ -200,11 +205,17 @@ return 0
 
 
 class LockSteps:
-    """The ``Lock``'s three steps for one lock's keys; shares the scripts process-wide."""
+    """The ``Lock``'s three steps for one lock's keys; shares the scripts process-wide.
+
+    Each step is built without I/O (``*_step``: the script, keys, arguments and the
+    reading of the reply) and sent by :meth:`run` on a ``redis.Redis`` client or by
+    :meth:`arun` on a ``redis.asyncio`` one, so a sync and an async ``Lock`` take the
+    same steps. :meth:`acquire`, :meth:`release` and :meth:`leave` are the sync sends.
+    """
 
     __slots__ = ("_channel", "_keys", "client", "grant_prefix", "keys")
 
-    def __init__(self, client: redis.Redis, keys: JobKeys, *, publish: bool = False) -> None:
+    def __init__(self, client: Any, keys: JobKeys, *, publish: bool = False) -> None:
         self.client = client
         self.keys = keys
         self._channel = keys.wake if publish else ""
@@ -215,42 +226,96 @@ class LockSteps:
         """The list on which ``who`` waits for the lock to be granted."""
         return self.grant_prefix + who.run
 
-    def acquire(
+    def acquire_step(
         self, who: Holder, ttl_ms: int, retention_ms: int, place_ms: int, *, queue: bool
-    ) -> Grant | Snapshot | float:
+    ) -> ScriptStep[Grant | Snapshot | float]:
         """One look: a :class:`Grant`, the holder, or seconds until the head's place ends."""
         args = (who.owner, ttl_ms, retention_ms, who.run, place_ms, "1" if queue else "0",
                 KEEP_MS)
-        reply = self._run(ACQUIRE, args)
-        if text(reply[0]) == "queued":
-            return max(0, int(reply[1])) / 1000.0
-        return decode_acquire(self.keys, reply)
+        return ScriptStep(ACQUIRE, self._keys, args, partial(_look, self.keys))
 
-    def release(self, held: LockValue, retention_ms: int) -> Settle:
+    def release_step(self, held: LockValue, retention_ms: int) -> ScriptStep[Settle]:
         """Release (granting the lock to the first live waiter, if any)."""
         new_state, _ = settle_plan(held, Ending.RELEASE)
         args = (held.encode(), new_state.encode(), retention_ms, self.grant_prefix,
                 self._channel)
-        return settle_result(int(self._run(RELEASE, args)), new_state)
+        return ScriptStep(RELEASE, self._keys, args, partial(_settled, new_state))
 
-    def leave(self, who: Holder, retention_ms: int) -> bool:
+    def leave_step(self, who: Holder, retention_ms: int) -> ScriptStep[bool]:
         """Leave the queue; True if the lock had been granted to ``who`` (passed on)."""
         args = (who.run, who.owner, retention_ms, self.grant_prefix, self._channel)
-        return bool(self._run(LEAVE, args))
+        return ScriptStep(LEAVE, self._keys, args, bool)
 
-    def _run(self, script: LuaScript, args: Sequence[Any]) -> Any:
+    def run(self, step: ScriptStep[R]) -> R:
         try:
-            return script(self.client, self._keys, args)
+            return step.run(self.client)
         except redis.ResponseError as exc:
             raise foreign_on_wrongtype(self.keys, exc) from exc
 
+    async def arun(self, step: ScriptStep[R]) -> R:
+        try:
+            return await step.arun(self.client)
+        except redis.ResponseError as exc:
+            raise foreign_on_wrongtype(self.keys, exc) from exc
 
-def wait_slice(client: redis.Redis, ttl: float) -> float:
+    def acquire(
+        self, who: Holder, ttl_ms: int, retention_ms: int, place_ms: int, *, queue: bool
+    ) -> Grant | Snapshot | float:
+        return self.run(self.acquire_step(who, ttl_ms, retention_ms, place_ms, queue=queue))
+
+    def release(self, held: LockValue, retention_ms: int) -> Settle:
+        return self.run(self.release_step(held, retention_ms))
+
+    def leave(self, who: Holder, retention_ms: int) -> bool:
+        return self.run(self.leave_step(who, retention_ms))
+
+
+def _look(keys: JobKeys, reply: Any) -> Grant | Snapshot | float:
+    if text(reply[0]) == "queued":
+        return max(0, int(reply[1])) / 1000.0
+    seen = decode_acquire(keys, reply)
+    if isinstance(seen, Snapshot) and seen.resolved:
+        # A lock never resolves: DONE or GAVE_UP here was written by something else.
+        raise ForeignValueError(keys.state, seen.status.value)
+    return seen
+
+
+def _settled(new_state: StateValue, reply: Any) -> Settle:
+    return settle_result(int(reply), new_state)
+
+
+def wait_slice(client: Any, ttl: float) -> float:
     """A waiter's longest block: a third of the lease, at most :data:`SLICE`, and less
-    than the client's socket timeout (a BLPOP longer than it would fail)."""
+    than the client's socket timeout (a BLPOP longer than it would fail, on either
+    side: redis.asyncio applies the socket timeout to a blocking read too)."""
     pause = min(SLICE, ttl / 3)
     kwargs = getattr(getattr(client, "connection_pool", None), "connection_kwargs", {})
     socket_timeout = kwargs.get("socket_timeout")
     if isinstance(socket_timeout, (int, float)) and socket_timeout > 0:
         pause = min(pause, socket_timeout / 2)
     return max(MIN_SLICE, pause)
+
+
+def pause_for(seen: Snapshot | float, now: float, deadline: float | None, slice_: float) -> float:
+    """How long a waiter blocks for a grant before looking again, given what its look
+    saw (the holder, or seconds until the queue's head's place ends).
+
+    Until the holder's TTL runs out on this process's clock (a dead holder grants
+    nothing), or the head of the queue's place ends; at most one slice, so the
+    waiter's own place stays alive.
+    """
+    pause = seen if isinstance(seen, float) else (seen.pttl_ms or 0) / 1000.0
+    pause = min(pause + MIN_WAIT, slice_)
+    if deadline is not None:
+        pause = min(pause, deadline - now)
+    return max(MIN_WAIT, pause)
+
+
+def pushed_grant(key: str, reply: Any) -> tuple[int, int] | None:
+    """What a BLPOP on the grant list ``key`` answered: (token, attempt), or None."""
+    if reply is None:
+        return None
+    grant = decode_grant(reply[1])
+    if grant is None:
+        raise ForeignValueError(key, str(reply[1]))
+    return grant

@@ -21,23 +21,29 @@ heartbeat stopped (the process died) expires after ``ttl`` and is purged by the 
 script to run, which wakes the queue. A release of a permit never held is refused
 (:class:`~lockworker.NotHeld` when this object holds none, :class:`~lockworker.LockLost`
 when its permit had already expired).
+
+:class:`SemaphoreCore` is the semaphore without its I/O (settings, state, the steps,
+the acquire loop as a generator, every decision); :class:`Semaphore` runs it on a
+``redis.Redis`` client and :class:`lockworker.aio.semaphore.Semaphore` on a
+``redis.asyncio`` one, so sync and asyncio holders share one limit.
 """
 
 from __future__ import annotations
 
 import contextlib
 import uuid
-from collections.abc import Sequence
-from typing import Any, TypeVar
+from collections.abc import Callable
+from functools import cached_property, partial
+from typing import Any, Generic, TypeVar
 
 import redis
-from redis.commands.core import Script
 
 from lockworker.clock import Clock
 from lockworker.errors import AcquireTimeout, InvalidConfig, LockLost, LockworkerError, NotHeld
 from lockworker.model.keys import Space
 from lockworker.primitives import common, lua
 from lockworker.protocol import text
+from lockworker.protocol.luacall import LuaScript
 from lockworker.runtime import events, retry
 from lockworker.runtime.lease import valid_until
 from lockworker.runtime.wake import Waits
@@ -48,10 +54,167 @@ RELEASED = "semaphore.released"
 LOST = "semaphore.lost"
 MIN_WAIT = 0.001
 
-T = TypeVar("T")
+SEM_ACQUIRE = LuaScript(lua.SEM_ACQUIRE)
+SEM_RENEW = LuaScript(lua.SEM_RENEW)
+SEM_LEAVE = LuaScript(lua.SEM_LEAVE)
+
+C = TypeVar("C")
 
 
-class Semaphore(common.Primitive):
+class SemaphoreCore(common.Primitive, Generic[C]):
+    """What a semaphore is and decides, for a client of either kind (``C``). Subclasses
+    supply the I/O (:meth:`_ask`, :meth:`_wait`, :meth:`_renewer`): the sync ones
+    return their result, the asyncio ones a coroutine."""
+
+    space = Space.SEMAPHORE
+    log_name = events.SEMAPHORE
+    label = "semaphore"
+    client: C
+
+    def __init__(
+        self,
+        client: C,
+        name: str,
+        limit: int,
+        *,
+        ttl: float = 10.0,
+        auto_renew: bool = True,
+        timeout: float | None = None,
+        namespace: str = NAMESPACE,
+        clock: Clock | None = None,
+        logger: Any = None,
+        redis_retry: retry.RetryPolicy | None = None,
+    ) -> None:
+        self._configure(
+            client, name, namespace=namespace, ttl=ttl, auto_renew=auto_renew,
+            timeout=timeout, clock=clock, logger=logger, redis_retry=redis_retry,
+        )
+        self.client = client
+        self.limit = int(common.positive(limit, "limit", integer=True))
+        self._zsets = [self.keys.extra(k) for k in ("holders", "queue", "waiting")]
+        self._all_keys = [*self._zsets, self.keys.extra("tickets"), self.keys.extra("limit")]
+        self._held: str | None = None
+
+    @property
+    def held(self) -> bool:
+        """True between a successful :meth:`acquire` and :meth:`release` (local view)."""
+        return self._held is not None
+
+    @property
+    def lost(self) -> bool:
+        """True if this object holds a permit it can no longer trust (local clock)."""
+        return self._held is not None and self._lost()
+
+    # -- acquire ---------------------------------------------------------------------
+
+    def _begin(self, blocking: object, timeout: object) -> tuple[str, float | None]:
+        """Check an acquisition's arguments; its member id and deadline."""
+        common.check_bool(blocking, "blocking")
+        wait = common.check_timeout(timeout)
+        if wait is None:
+            wait = self.timeout
+        if self._held is not None:
+            raise common.AlreadyHeld(f"semaphore {self.name!r} is already held by this object")
+        start = self.clock.monotonic()
+        member = f"{self._base}:{uuid.uuid4().hex[:12]}"
+        return member, None if wait is None or not blocking else start + wait
+
+    def _acquire_steps(
+        self, member: str, deadline: float | None, event: Any = None
+    ) -> common.Steps[bool]:
+        """The acquire loop: True once a permit is held, False if not (one try, without
+        ``event``; else by the deadline). ``event`` is set by a wake message."""
+        while True:
+            if event is not None:
+                event.clear()
+            sent = self.clock.monotonic()
+            left = yield partial(self._ask, member, event is not None, deadline)
+            if left is None:
+                self._granted(member, sent)
+                return True
+            now = self.clock.monotonic()
+            if event is None or (deadline is not None and now >= deadline):
+                return False
+            # Wake on a release, when the first holder's permit would expire, or in
+            # time to refresh this waiter's own place in the queue.
+            pause = min(self.ttl / 3, left + MIN_WAIT if left >= 0 else self.ttl / 3)
+            if deadline is not None:
+                pause = min(pause, deadline - now)
+            yield partial(self._wait, event, max(MIN_WAIT, pause))
+
+    def _ask(self, member: str, queue: bool, deadline: float | None) -> Any:
+        """One acquire step (:meth:`_acquire_step`)."""
+        raise NotImplementedError
+
+    def _wait(self, event: Any, pause: float) -> Any:
+        """Until ``event`` is set or ``pause`` seconds passed."""
+        raise NotImplementedError
+
+    def _acquire_step(self, member: str, *, queue: bool) -> common.ScriptStep[float | None]:
+        """None if granted, else seconds until the first permit expires (-1: unknown)."""
+        args = (member, self.limit, self._ttl_ms, self._ttl_ms, self.keys.wake,
+                "1" if queue else "0")
+        return common.ScriptStep(SEM_ACQUIRE, self._all_keys, args, self._left)
+
+    def _left(self, reply: Any) -> float | None:
+        kind = text(reply[0])
+        if kind == "granted":
+            return None
+        if kind == "limit":
+            raise InvalidConfig(
+                f"limit={self.limit} but semaphore {self.name!r} exists with "
+                f"limit={text(reply[1])}; every process must pass the same limit"
+            )
+        if kind == "busy":
+            return -1.0
+        return int(reply[2]) / 1000.0
+
+    def _renew_step(self, member: str) -> common.ScriptStep[bool]:
+        return common.ScriptStep(
+            SEM_RENEW, self._zsets, (member, self._ttl_ms), lambda reply: int(reply) == 1
+        )
+
+    def _leave_step(self, member: str) -> common.ScriptStep[int]:
+        """Give the permit back, or leave the queue: 1 if a permit was given back."""
+        return common.ScriptStep(SEM_LEAVE, self._zsets, (member, self.keys.wake), int)
+
+    def _granted(self, member: str, sent: float) -> None:
+        self._held = member
+        renew = self._renewer(member) if self.auto_renew else None
+        self._hold(valid_until(sent, self.ttl), sent + self.ttl / 3, renew, holder=member)
+        self._log.debug(ACQUIRED, holder=member)
+
+    def _renewer(self, member: str) -> Callable[[float], Any]:
+        """``renew(deadline)`` of ``member``'s permit for the heartbeat."""
+        raise NotImplementedError
+
+    # -- release ---------------------------------------------------------------------
+
+    def _take_held(self) -> str:
+        member, self._held = self._held, None
+        if member is None:
+            raise NotHeld(f"semaphore {self.name!r}: release without a held permit")
+        self._unhold()
+        return member
+
+    def _released(self, member: str, removed: int) -> None:
+        """Report a release's answer; LockLost if the permit had expired."""
+        if removed != 1:
+            self._log.warning(LOST, holder=member, reason="expired before release")
+            raise LockLost(
+                f"semaphore {self.name!r}: the permit expired before it was released",
+                key=self._zsets[0],
+            )
+        self._log.debug(RELEASED, holder=member)
+
+    def _timed_out(self) -> AcquireTimeout:
+        return AcquireTimeout(f"no permit of semaphore {self.name!r} within {self.timeout} s")
+
+    def __repr__(self) -> str:
+        return f"<Semaphore {self.name!r} limit={self.limit} held={self.held}>"
+
+
+class Semaphore(SemaphoreCore[redis.Redis]):
     """At most ``limit`` holders at once across processes; waiters served in arrival order.
 
     :param client: a ``redis.Redis`` client.
@@ -68,52 +231,13 @@ class Semaphore(common.Primitive):
     One ``Semaphore`` object holds at most one permit; use one object per holder.
     """
 
-    space = Space.SEMAPHORE
-    log_name = events.SEMAPHORE
-    label = "semaphore"
-
-    def __init__(
-        self,
-        client: redis.Redis,
-        name: str,
-        limit: int,
-        *,
-        ttl: float = 10.0,
-        auto_renew: bool = True,
-        timeout: float | None = None,
-        namespace: str = NAMESPACE,
-        clock: Clock | None = None,
-        logger: Any = None,
-        redis_retry: retry.RetryPolicy | None = None,
-    ) -> None:
-        self._configure(
-            client, name, namespace=namespace, ttl=ttl, auto_renew=auto_renew,
-            timeout=timeout, clock=clock, logger=logger, redis_retry=redis_retry,
-        )
-        self.limit = int(common.positive(limit, "limit", integer=True))
-        self._acquire: Script = client.register_script(lua.SEM_ACQUIRE)
-        self._renew: Script = client.register_script(lua.SEM_RENEW)
-        self._leave: Script = client.register_script(lua.SEM_LEAVE)
-        self._zsets = [self.keys.extra(k) for k in ("holders", "queue", "waiting")]
-        self._all_keys = [*self._zsets, self.keys.extra("tickets"), self.keys.extra("limit")]
-        self._held: str | None = None
-        self._hub = Waits(client)
-
-    @property
-    def held(self) -> bool:
-        """True between a successful :meth:`acquire` and :meth:`release` (local view)."""
-        return self._held is not None
-
-    @property
-    def lost(self) -> bool:
-        """True if this object holds a permit it can no longer trust (local clock)."""
-        return self._held is not None and self._lost()
+    @cached_property
+    def _hub(self) -> Waits:
+        return Waits(self.client)
 
     def holders(self) -> int:
         """How many permits are taken now (including any not yet purged after expiry)."""
         return int(self._call(lambda: self.client.zcard(self._zsets[0]), "read holders"))
-
-    # -- acquire ---------------------------------------------------------------------
 
     def acquire(self, blocking: bool = True, timeout: float | None = None) -> bool:
         """Take a permit; True if taken, False if not within ``timeout``.
@@ -121,90 +245,37 @@ class Semaphore(common.Primitive):
         ``blocking=False`` takes a free permit only if nobody is queued (it never jumps
         the queue). ``timeout`` None means the constructor's ``timeout``.
         """
-        common.check_bool(blocking, "blocking")
-        wait = common.check_timeout(timeout)
-        if wait is None:
-            wait = self.timeout
-        if self._held is not None:
-            raise common.AlreadyHeld(f"semaphore {self.name!r} is already held by this object")
-        member = f"{self._base}:{uuid.uuid4().hex[:12]}"
-        start = self.clock.monotonic()
+        member, deadline = self._begin(blocking, timeout)
         if not blocking:
-            return self._step(member, queue=False, deadline=None) is None
-        deadline = None if wait is None else start + wait
+            return common.drive(self._acquire_steps(member, None))
         granted = False
         try:
             with self._hub.listen(self.keys.wake) as event:
-                while True:
-                    event.clear()
-                    left = self._step(member, queue=True, deadline=deadline)
-                    if left is None:
-                        granted = True
-                        return True
-                    now = self.clock.monotonic()
-                    if deadline is not None and now >= deadline:
-                        return False
-                    # Wake on a release, when the first holder's permit would expire, or
-                    # in time to refresh this waiter's own place in the queue.
-                    pause = min(self.ttl / 3, left + MIN_WAIT if left >= 0 else self.ttl / 3)
-                    if deadline is not None:
-                        pause = min(pause, deadline - now)
-                    self.clock.wait(event, max(MIN_WAIT, pause))
+                granted = common.drive(self._acquire_steps(member, deadline, event))
+                return granted
         finally:
             if not granted:
                 # Leave the queue (even on KeyboardInterrupt), so nobody waits behind us.
                 # If Redis is unreachable the entry expires after ttl anyway; do not let
                 # that hide the error already on its way out.
+                step = self._leave_step(member)
                 with contextlib.suppress(LockworkerError, redis.RedisError):
-                    self._call(
-                        lambda: self._run(self._leave, (member, self.keys.wake)), "leave"
-                    )
+                    self._call(lambda: step.run(self.client), "leave")
 
-    def _run(self, script: Script, args: Sequence[str | int]) -> Any:
-        keys = self._all_keys if script is self._acquire else self._zsets
-        return script(keys=keys, args=list(args), client=self.client)
+    def _ask(self, member: str, queue: bool, deadline: float | None) -> float | None:
+        step = self._acquire_step(member, queue=queue)
+        return self._call(lambda: step.run(self.client), "acquire a permit", deadline=deadline)
 
-    def _step(self, member: str, *, queue: bool, deadline: float | None) -> float | None:
-        """One acquire step: None if granted, else seconds until the first permit expires."""
-        sent = self.clock.monotonic()
-        reply = self._call(
-            lambda: self._run(
-                self._acquire,
-                (member, self.limit, self._ttl_ms, self._ttl_ms, self.keys.wake,
-                 "1" if queue else "0"),
-            ),
-            "acquire a permit",
-            deadline=deadline,
-        )
-        kind = text(reply[0])
-        if kind == "granted":
-            self._granted(member, sent)
-            return None
-        if kind == "limit":
-            raise InvalidConfig(
-                f"limit={self.limit} but semaphore {self.name!r} exists with "
-                f"limit={text(reply[1])}; every process must pass the same limit"
-            )
-        if kind == "busy":
-            return -1.0
-        return int(reply[2]) / 1000.0
+    def _wait(self, event: Any, pause: float) -> bool:
+        return self.clock.wait(event, pause)
 
-    def _granted(self, member: str, sent: float) -> None:
-        self._held = member
-        renew = None
-        if self.auto_renew:
-            def renew(deadline: float) -> bool:
-                return bool(
-                    self._call(
-                        lambda: int(self._run(self._renew, (member, self._ttl_ms))) == 1,
-                        "renew a permit",
-                        deadline=deadline,
-                    )
-                )
-        self._hold(valid_until(sent, self.ttl), sent + self.ttl / 3, renew, holder=member)
-        self._log.debug(ACQUIRED, holder=member)
+    def _renewer(self, member: str) -> Callable[[float], bool]:
+        step = self._renew_step(member)
 
-    # -- release ---------------------------------------------------------------------
+        def renew(deadline: float) -> bool:
+            return self._call(lambda: step.run(self.client), "renew a permit", deadline=deadline)
+
+        return renew
 
     def release(self) -> None:
         """Give the permit back and wake the queue.
@@ -213,18 +284,9 @@ class Semaphore(common.Primitive):
         without an acquire never creates one) and :class:`~lockworker.LockLost` if the
         permit had expired before the release (another holder may have used it).
         """
-        member, self._held = self._held, None
-        if member is None:
-            raise NotHeld(f"semaphore {self.name!r}: release without a held permit")
-        self._unhold()
-        removed = self._call(lambda: self._run(self._leave, (member, self.keys.wake)), "release")
-        if int(removed) != 1:
-            self._log.warning(LOST, holder=member, reason="expired before release")
-            raise LockLost(
-                f"semaphore {self.name!r}: the permit expired before it was released",
-                key=self._zsets[0],
-            )
-        self._log.debug(RELEASED, holder=member)
+        member = self._take_held()
+        step = self._leave_step(member)
+        self._released(member, self._call(lambda: step.run(self.client), "release"))
 
     def close(self) -> None:
         """Wake this object's waits (does not release; the shared hub stays)."""
@@ -232,15 +294,8 @@ class Semaphore(common.Primitive):
 
     def __enter__(self) -> Semaphore:
         if not self.acquire(timeout=self.timeout):
-            raise AcquireTimeout(
-                f"no permit of semaphore {self.name!r} within {self.timeout} s"
-            )
+            raise self._timed_out()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.release()
-
-    def __repr__(self) -> str:
-        return f"<Semaphore {self.name!r} limit={self.limit} held={self.held}>"
-
-
