@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol, TypeVar
 
@@ -43,7 +44,9 @@ class AsyncRunner(RunnerBase, Protocol):
     _heartbeat: AsyncHeartbeat
     _hub: AsyncWaits
 
-    async def on_acquired(self, job: Job) -> None: ...
+    def on_acquired(self, job: Job) -> Awaitable[None] | None:
+        """A coroutine function, or a plain function (a subclass may override it so)."""
+        ...
 
     async def _hook(self, log: events.EventLog, name: str, *args: Any) -> None: ...
 
@@ -185,7 +188,9 @@ class AsyncJobRun(RunBase):
         self.acquired(grant, sent_at, lease, job, log)
         w._heartbeat.hold(lease)
         try:
-            await w.on_acquired(job)
+            work = w.on_acquired(job)  # a plain override returns None: nothing to await
+            if inspect.isawaitable(work):
+                await work
         except StopRequested:
             w._heartbeat.drop(lease)
             return await self.settle_stop(held, log, "stopping")
