@@ -37,7 +37,7 @@ from lockworker.daemons.leadership import (
     leader_info,
     leader_keys,
 )
-from lockworker.daemons.term import WAKE_MARGIN, Term
+from lockworker.daemons.term import Term
 from lockworker.errors import StopRequested
 from lockworker.model import policy
 from lockworker.model.codec import LockValue
@@ -59,15 +59,10 @@ class AsyncTerm(Term):
         clock = self._clock or SystemClock()
         end = clock.monotonic() + max(0.0, seconds)
         while True:
-            if self.lost or self.stopping:
-                return True
-            now = clock.monotonic()
-            if now >= end:
-                return False
-            until = end
-            if self._lease is not None:
-                until = min(until, self._lease.valid_until + WAKE_MARGIN)
-            await wait(self._awake, max(0.0, until - now))
+            step = self._step(end, clock.monotonic())
+            if isinstance(step, bool):
+                return step
+            await wait(self._awake, step)
 
 
 class Leader(LeaderSettings):

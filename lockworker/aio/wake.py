@@ -23,8 +23,14 @@ from typing import Any
 
 import redis
 
-from lockworker.protocol.decode import text
-from lockworker.runtime.wake import BROKEN_PAUSE, CONFIRM_TIMEOUT, IDLE_CLOSE, LINGER, READ_TIMEOUT
+from lockworker.runtime.wake import (
+    BROKEN_PAUSE,
+    CONFIRM_TIMEOUT,
+    IDLE_CLOSE,
+    LINGER,
+    READ_TIMEOUT,
+    route,
+)
 
 _log = logging.getLogger("lockworker.aio.wake")
 
@@ -117,19 +123,7 @@ class AsyncWakeHub:
             self._dispatch(message)
 
     def _dispatch(self, message: dict[str, Any]) -> None:
-        kind = message.get("type")
-        channel = text(message.get("channel"))
-        if kind == "subscribe":
-            confirmed = self._confirmed.get(channel)
-            if confirmed is not None:
-                confirmed.set()
-            if channel in self._rejoin:
-                self._rejoin.discard(channel)
-                for event in self._waiters.get(channel, ()):
-                    event.set()
-        elif kind == "message":
-            for event in self._waiters.get(channel, ()):
-                event.set()
+        route(message, self._confirmed, self._rejoin, self._waiters)
 
     def _broken(self, exc: Exception) -> None:
         """Messages may be lost: every waiter re-reads; a connection error is retried by

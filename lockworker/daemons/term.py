@@ -49,15 +49,23 @@ class Term(LeaseView):
         clock = self._clock or SystemClock()
         end = clock.monotonic() + max(0.0, seconds)
         while True:
-            if self.lost or self.stopping:
-                return True
-            now = clock.monotonic()
-            if now >= end:
-                return False
-            until = end
-            if self._lease is not None:
-                until = min(until, self._lease.valid_until + WAKE_MARGIN)
-            clock.wait(self._wake, max(0.0, until - now))
+            step = self._step(end, clock.monotonic())
+            if isinstance(step, bool):
+                return step
+            clock.wait(self._wake, step)
+
+    def _step(self, end: float, now: float) -> float | bool:
+        """One step of a wait until ``end``: True if the term is over (lost or
+        stopping), False once ``end`` passed, else the seconds to sleep (until ``end``
+        or the lease's validity, whichever comes first). Shared by the asyncio wait."""
+        if self.lost or self.stopping:
+            return True
+        if now >= end:
+            return False
+        until = end
+        if self._lease is not None:
+            until = min(until, self._lease.valid_until + WAKE_MARGIN)
+        return max(0.0, until - now)
 
     def check(self) -> None:
         """Raise :class:`~lockworker.LockLost` if lost, :class:`~lockworker.StopRequested`

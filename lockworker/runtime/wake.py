@@ -35,8 +35,8 @@ import os
 import select
 import threading
 import weakref
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any, Protocol
 
 import redis
 
@@ -227,19 +227,7 @@ class WakeHub:
     def _dispatch(self, messages: list[dict[str, Any]]) -> None:
         with self._lock:
             for message in messages:
-                kind = message.get("type")
-                channel = text(message.get("channel"))
-                if kind == "subscribe":
-                    done = self._confirmed.get(channel)
-                    if done is not None:
-                        done.set()
-                    if channel in self._rejoin:
-                        self._rejoin.discard(channel)
-                        for event in self._waiters.get(channel, ()):
-                            event.set()
-                elif kind == "message":
-                    for event in self._waiters.get(channel, ()):
-                        event.set()
+                route(message, self._confirmed, self._rejoin, self._waiters)
 
     def _broken(self, pubsub: Any, exc: Exception) -> None:
         """The connection broke, or redis-py failed in a way that leaves it unsure:
@@ -282,6 +270,32 @@ class WakeHub:
         self.wake_all()
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout=READ_TIMEOUT * 4)
+
+
+class Settable(Protocol):
+    def set(self) -> None: ...
+
+
+def route(
+    message: dict[str, Any], confirmed: Mapping[str, Settable], rejoin: set[str],
+    waiters: Mapping[str, Iterable[Settable]],
+) -> None:
+    """Act on one pub/sub message: a confirmed subscription (its waiters re-read if it
+    was joined again after a break), or a wake message (its waiters wake). Shared by
+    the reader thread and the asyncio reader task (:mod:`lockworker.aio.wake`)."""
+    kind = message.get("type")
+    channel = text(message.get("channel"))
+    if kind == "subscribe":
+        done = confirmed.get(channel)
+        if done is not None:
+            done.set()
+        if channel in rejoin:
+            rejoin.discard(channel)
+            for event in waiters.get(channel, ()):
+                event.set()
+    elif kind == "message":
+        for event in waiters.get(channel, ()):
+            event.set()
 
 
 class _Registry:
