@@ -36,7 +36,10 @@ _log = logging.getLogger("lockworker.aio.wake")
 
 
 class AsyncWakeHub:
-    """One pub/sub connection and reader task, shared by the waiters of one loop."""
+    """One pub/sub connection and reader task, shared by the waiters of one loop.
+
+    It keeps no reference to its loop: the registry forgets the hubs of a loop once
+    the loop is gone (``asyncio.run`` makes a new loop each time)."""
 
     def __init__(self, client: Any) -> None:
         self._client = client
@@ -46,7 +49,6 @@ class AsyncWakeHub:
         self._linger: dict[str, float] = {}
         self._rejoin: set[str] = set()
         self._task: asyncio.Task[None] | None = None
-        self._loop = asyncio.get_running_loop()
 
     def subscribed(self, channel: str) -> bool:
         confirmed = self._confirmed.get(channel)
@@ -77,7 +79,8 @@ class AsyncWakeHub:
                     self._confirmed.pop(channel, None)
                     event.set()
             if self._task is None or self._task.done():
-                self._task = self._loop.create_task(self._read(), name="lockworker-wake")
+                self._task = asyncio.create_task(self._read(), name="lockworker-wake")
+                self._task.add_done_callback(self._reader_ended)
             if not event.is_set():
                 try:
                     await asyncio.wait_for(confirmed.wait(), confirm_timeout)
@@ -89,7 +92,13 @@ class AsyncWakeHub:
             waiters.discard(event)
             if not waiters:
                 self._waiters.pop(channel, None)
-                self._linger[channel] = self._loop.time() + LINGER
+                self._linger[channel] = asyncio.get_running_loop().time() + LINGER
+
+    def _reader_ended(self, task: asyncio.Task[None]) -> None:
+        # Also when the loop cancels it at its end: a finished task (and through it,
+        # the loop) is not kept.
+        if self._task is task:
+            self._task = None
 
     def wake_all(self) -> None:
         for waiters in self._waiters.values():
@@ -134,14 +143,14 @@ class AsyncWakeHub:
             old, self._pubsub = self._pubsub, self._client.pubsub()
             self._confirmed.clear()
             if old is not None:
-                self._loop.create_task(_close(old))
+                asyncio.get_running_loop().create_task(_close(old))
         for confirmed in self._confirmed.values():
             confirmed.clear()
         self._rejoin.update(self._waiters)
         self.wake_all()
 
     async def _unsubscribe_lingering(self) -> None:
-        now = self._loop.time()
+        now = asyncio.get_running_loop().time()
         for channel, until in list(self._linger.items()):
             if until <= now and channel not in self._waiters:
                 del self._linger[channel]
