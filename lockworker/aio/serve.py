@@ -6,7 +6,8 @@ task costs nothing else) and takes one again, ahead of new deliveries, to look a
 one job id runs at most once at a time; a delivery is reported resolved only when its
 job was (DONE, DONE_ELSEWHERE, GAVE_UP); a job ``process`` refuses is logged as
 ``serve.job_error`` and skipped; any other error stops the serving and is raised once
-the running jobs ended.
+the running jobs ended. Cancelling ``serve`` cancels its running jobs (as cancelling a
+``process`` call would: a running hook's lease is released at once), then ends.
 
 A source is an async iterable of ``(job_id, payload)`` pairs (or deliveries), or any
 source :class:`lockworker.Worker` serves (an iterable, a
@@ -162,6 +163,12 @@ class _Server:
                 task.add_done_callback(self.tasks.discard)
                 if w.stopping:
                     break
+        except asyncio.CancelledError:
+            # Wherever serving was cancelled (reading the source, waiting for a slot),
+            # so are its jobs: a running hook's lease is released at once.
+            for task in self.tasks:
+                task.cancel()
+            raise
         finally:
             await deliveries.aclose()
             if self.tasks:
