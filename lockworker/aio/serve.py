@@ -40,6 +40,7 @@ class AsyncServable(Protocol):
     run_id: str
     _logger: Any
     _stop: threading.Event
+    _source_stops: set[threading.Event]
 
     @property
     def stopping(self) -> bool: ...
@@ -98,30 +99,47 @@ async def serve(worker: AsyncServable, source: object, *, concurrency: int = 4) 
         as_source(source), IterableSource
     )
     server = _Server(worker, concurrency, blocking)
-    await server.run(_deliveries(source, worker._stop, blocking))
+    await server.run(_deliveries(source, worker, blocking))
 
 
 async def _deliveries(
-    source: object, stop: threading.Event, blocking: bool
+    source: object, worker: AsyncServable, blocking: bool
 ) -> AsyncGenerator[Delivery, None]:
-    """The deliveries of ``source``; a ``blocking`` source is read in a worker thread."""
+    """The deliveries of ``source``; a ``blocking`` source is read in a worker thread.
+
+    A sync source gets a stop flag of its own, set by the worker's stop and when the
+    serving ends: a cancelled ``serve`` waits for the read in flight to see it, then
+    closes the source, so no reader thread goes on reading.
+    """
     if hasattr(source, "__aiter__"):
         async for item in source:
-            if stop.is_set():
+            if worker.stopping:
                 return
             yield item if isinstance(item, Delivery) else Delivery(*item)
         return
+    stop = threading.Event()
+    worker._source_stops.add(stop)
+    if worker.stopping:
+        stop.set()
     sync = as_source(source).deliveries(stop)
+    reading: asyncio.Future[Delivery | None] | None = None
     try:
         while True:
             if blocking:
-                delivery = await asyncio.to_thread(next, sync, None)
+                reading = asyncio.ensure_future(asyncio.to_thread(next, sync, None))
+                delivery = await asyncio.shield(reading)
             else:
                 delivery = next(sync, None)
             if delivery is None:
                 return
             yield delivery
     finally:
+        stop.set()
+        worker._source_stops.discard(stop)
+        if reading is not None and not reading.done():
+            await asyncio.wait([reading])  # the source ends its read now it is stopped
+            if not reading.cancelled():
+                reading.exception()  # read, so never reported as unretrieved
         close = getattr(sync, "close", None)
         if close is not None:
             await asyncio.to_thread(close)

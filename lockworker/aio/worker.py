@@ -109,6 +109,9 @@ class Worker(WorkerSettings):
         self.protocol = AsyncScriptProtocol(client)
         self._call = retry.AsyncCaller(self.clock, self.redis_retry, self._log)
         self._stop = threading.Event()
+        self._source_stops: set[threading.Event] = set()
+        """Set with ``_stop``: the flags of the sync sources being served (each also set
+        when its ``serve`` ends, so a cancelled one leaves no reader thread behind)."""
         self._heartbeat = AsyncHeartbeat(self.clock, self.lock_timeout / 3)
         self._hub = AsyncWaits(client)
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -154,6 +157,8 @@ class Worker(WorkerSettings):
         """Ask every ``process`` call to end (STOPPED) at its next safe point. Safe from
         any thread and from a signal handler; permanent for this worker object."""
         self._stop.set()
+        for flag in list(self._source_stops):
+            flag.set()
         loop = self._loop
         if loop is not None and not loop.is_closed():
             with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
