@@ -32,6 +32,9 @@ from lockworker.runtime.wake import (
     route,
 )
 
+CONNECTING_PAUSE = 0.001
+"""Seconds the reader waits while the pub/sub's first connection is being made."""
+
 _log = logging.getLogger("lockworker.aio.wake")
 
 
@@ -118,6 +121,13 @@ class AsyncWakeHub:
                 for channel in [c for c in self._waiters if c not in self._confirmed]:
                     self._confirmed[channel] = asyncio.Event()
                     await pubsub.subscribe(channel)
+                if getattr(pubsub, "connection", True) is None:
+                    # Another task's first subscribe is still connecting (or failed, and
+                    # the next turn subscribes anew): nothing to read yet, and
+                    # get_message would raise.
+                    idle = 0.0 if self._confirmed else idle + CONNECTING_PAUSE
+                    await asyncio.sleep(CONNECTING_PAUSE)
+                    continue
                 message = await pubsub.get_message(timeout=READ_TIMEOUT)
             except asyncio.CancelledError:
                 raise
@@ -141,6 +151,8 @@ class AsyncWakeHub:
         if replace:
             _log.warning("wake.reader_reset", extra={"error": repr(exc)})
             old, self._pubsub = self._pubsub, self._client.pubsub()
+            for confirmed in self._confirmed.values():
+                confirmed.set()  # a listen awaiting it enters, woken to re-read (below)
             self._confirmed.clear()
             if old is not None:
                 asyncio.get_running_loop().create_task(_close(old))
