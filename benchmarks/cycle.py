@@ -2,10 +2,12 @@
 
 lockworker's job cycle is ``Worker.process(new_job_id)`` with an empty ``on_acquired``:
 acquire the first attempt, run the hook, mark the job DONE. Its primitives' cycle, and
-the peers', is acquire + release of one lock (or permit). Every contender runs for the
-same time in each round, the rounds interleave the contenders (in a rotating order)
-against the same servers, and each figure is the median over the rounds. The Redlock
-contenders use three masters (the run's server and two more); the others use one.
+the peers', is acquire + release of one lock (or permit); the asyncio contenders'
+(:mod:`benchmarks.aio_cycle`) is the same cycle awaited on a ``redis.asyncio`` client.
+Every contender runs for the same time in each round, the rounds interleave the
+contenders (in a rotating order) against the same servers, and each figure is the
+median over the rounds. The Redlock contenders use three masters (the run's server and
+two more); the others use one.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from dataclasses import dataclass, field
 import redis
 
 import lockworker
+from benchmarks import aio_cycle
 from benchmarks.common import (
     CountingConnection,
     command_calls,
@@ -36,6 +39,8 @@ LEASE = 10.0
 
 Cycle = Callable[[], None]
 Factory = Callable[[list[redis.Redis]], tuple[Cycle, Callable[[], None]]]
+Spin = Callable[[float], tuple[int, float]]
+"""Run cycles for about the given seconds: how many ran, in how many seconds."""
 
 
 @dataclass
@@ -177,8 +182,14 @@ def pottery_cycle(clients: list[redis.Redis]) -> tuple[Cycle, Callable[[], None]
     return cycle, lambda: None
 
 
-CONTENDERS: tuple[tuple[str, str, Factory, str | None], ...] = (
+CONTENDERS: tuple[tuple[str, str, Factory | aio_cycle.AsyncFactory, str | None], ...] = (
     ("lockworker Lock", "acquire + release (one object, reused)", lock_cycle, None),
+    (
+        "lockworker aio.Lock",
+        "await acquire + release on redis.asyncio (one object, reused)",
+        aio_cycle.AIO_LOCK,
+        None,
+    ),
     (
         "lockworker Semaphore",
         "acquire + release of a permit, limit=2 (auto_renew, the default)",
@@ -198,6 +209,12 @@ CONTENDERS: tuple[tuple[str, str, Factory, str | None], ...] = (
         None,
     ),
     ("redis-py Lock", "acquire + release, thread_local=False", redis_py_cycle, None),
+    (
+        "redis-py asyncio Lock",
+        "await acquire + release, redis.asyncio.lock.Lock, thread_local=False",
+        aio_cycle.REDIS_PY_ASYNC,
+        None,
+    ),
     ("python-redis-lock", "acquire + release", python_redis_lock_cycle, "redis_lock"),
     ("pottery Redlock (1 master)", "acquire + release", pottery_cycle, "pottery"),
     ("lockworker Redlock (3 masters)", "acquire + release", redlock_cycle, None),
@@ -219,25 +236,55 @@ class Sample:
     server_cpu: float
 
 
-def _measure(cycle: Cycle, clients: list[redis.Redis], seconds: float) -> Sample:
-    """Run ``cycle`` for about ``seconds`` and count what it cost (on every server)."""
+def _spin(cycle: Cycle) -> Spin:
+    def spin(seconds: float) -> tuple[int, float]:
+        count = 0
+        start = time.perf_counter()
+        deadline = start + seconds
+        now = start
+        while now < deadline:
+            cycle()
+            count += 1
+            now = time.perf_counter()
+        return count, now - start
+
+    return spin
+
+
+def _measure(spin: Spin, clients: list[redis.Redis], seconds: float) -> Sample:
+    """Run cycles for about ``seconds`` and count what they cost (on every server)."""
     commands_before = sum(command_calls(client) for client in clients)
     server_before = sum(server_cpu(client) for client in clients)
     writes_before = CountingConnection.writes
-    count = 0
     cpu_before = time.process_time()
-    start = time.perf_counter()
-    deadline = start + seconds
-    now = start
-    while now < deadline:
-        cycle()
-        count += 1
-        now = time.perf_counter()
+    count, elapsed = spin(seconds)
     client_cpu = time.process_time() - cpu_before
     writes = CountingConnection.writes - writes_before
     server = sum(server_cpu(client) for client in clients) - server_before
     commands = sum(command_calls(client) for client in clients) - commands_before
-    return Sample(count, now - start, writes, commands, client_cpu, server)
+    return Sample(count, elapsed, writes, commands, client_cpu, server)
+
+
+def _sample(
+    make: Factory | aio_cycle.AsyncFactory, servers: list[RedisServer],
+    clients: list[redis.Redis], seconds: float, warmup: int,
+) -> Sample:
+    """One contender's turn; an asyncio one runs on a loop and client of its own, and
+    ``clients`` (sync) only read the server's counters."""
+    if isinstance(make, aio_cycle.AsyncFactory):
+        session = make.session(servers[0])
+        try:
+            session.warm(warmup)
+            return _measure(session.spin, clients, seconds)
+        finally:
+            session.close()
+    cycle, close = make(clients)
+    try:
+        for _ in range(warmup):  # connect, load scripts, warm caches
+            cycle()
+        return _measure(_spin(cycle), clients, seconds)
+    finally:
+        close()
 
 
 def run(
@@ -257,13 +304,9 @@ def run(
             name, _, make, _ = contenders[index]
             used = servers if name in MULTI_MASTER else servers[:1]
             clients = [counting_client(server) for server in used]
-            cycle, close = make(clients)
             try:
-                for _ in range(warmup):  # connect, load scripts, warm caches
-                    cycle()
-                sample = _measure(cycle, clients, seconds)
+                sample = _sample(make, used, clients, seconds, warmup)
             finally:
-                close()
                 for client in clients:
                     client.close()
             result = results[index]

@@ -122,6 +122,20 @@ def _handover_targets(run: Run) -> list[str]:
     return lines
 
 
+def _asyncio_line(run: Run) -> list[str]:
+    """aio.Lock against redis-py's asyncio Lock and against the sync Lock (no target)."""
+    names = {result.name for result in run.cycles}
+    if not {"lockworker aio.Lock", "redis-py asyncio Lock"} <= names:
+        return []
+    ours, peer = run.cycle("lockworker aio.Lock"), run.cycle("redis-py asyncio Lock")
+    sync = run.cycle("lockworker Lock")
+    return [
+        f"uncontended aio.Lock acquire+release: {_n(ours.rate)} ops/s = "
+        f"{ours.rate / peer.rate:.2f}x redis-py asyncio Lock ({_n(peer.rate)}/s), "
+        f"{ours.rate / sync.rate:.2f}x lockworker Lock"
+    ]
+
+
 def summary(run: Run) -> list[str]:
     """The headline figures and targets, one line each (printed by the command, too)."""
     txn = run.cycle("lockworker txn")
@@ -133,6 +147,7 @@ def summary(run: Run) -> list[str]:
         ),
         f"Worker job cycle (txn protocol): {_n(txn.rate)} jobs/s = {txn.rate / base:.2f}x "
         "redis-py Lock",
+        *_asyncio_line(run),
         *_handover_targets(run),
     ]
     for result in run.contended:
@@ -318,6 +333,14 @@ def render(run: Run) -> str:
         "- python-redis-lock pays a third round trip (its acquire GETs the key before "
         "SET NX); pottery's Redlock makes 2 round trips but starts a thread pool for "
         "every acquire and release."
+    )
+    add(
+        "- **The asyncio rows** (`lockworker aio.Lock`, `redis-py asyncio Lock`) run the "
+        "same cycle awaited in one task on a `redis.asyncio` client, the whole timed loop "
+        "inside one event loop; the ratio column still divides by the sync redis-py Lock. "
+        "aio.Lock takes the sync Lock's steps (the same two scripts), so its round trips "
+        "and server work match the sync row; the difference is the event loop's cost per "
+        "await."
     )
     add("")
     out.extend(

@@ -48,6 +48,8 @@ def test_quick_benchmark_run_writes_a_report(tmp_path: Path) -> None:
         "| lockworker script |",
         "| lockworker txn |",
         "| redis-py Lock |",
+        "| lockworker aio.Lock |",
+        "| redis-py asyncio Lock |",
         "| lockworker Redlock (3 masters) |",
         "| lockworker Lock (reused) |",
         "| lockworker Semaphore(limit=2) |",
@@ -56,7 +58,11 @@ def test_quick_benchmark_run_writes_a_report(tmp_path: Path) -> None:
     # Mutual exclusion is a correctness check, not a speed figure: it must hold.
     assert "MUTUAL EXCLUSION BROKEN" not in done.stdout
     assert "| 3-master cluster |" in report and "\nError:" not in report
-    for line in ("uncontended Lock acquire+release:", "Worker job cycle (script protocol):"):
+    for line in (
+        "uncontended Lock acquire+release:",
+        "uncontended aio.Lock acquire+release:",
+        "Worker job cycle (script protocol):",
+    ):
         assert line in done.stdout
     for chart in ("benchmarks-handovers.png", "benchmarks-takeover.png"):
         if f"]({chart})" in report:
