@@ -8,8 +8,12 @@ from __future__ import annotations
 from typing import NoReturn
 
 import redis
+import redis.asyncio
 
 import lockworker
+from lockworker.aio.lock import Lock as AsyncLock
+from lockworker.aio.once import compute_once as acompute_once
+from lockworker.aio.semaphore import Semaphore as AsyncSemaphore
 from lockworker.testing import FakeClock
 
 
@@ -76,6 +80,27 @@ def use_primitives(client: redis.Redis) -> None:
     value: object = lockworker.compute_once(client, "k", lambda: {"a": 1}, ttl=60.0)
     del value
     lockworker.submit(client, "stream", "job-1", {"a": 1})
+
+
+async def use_asyncio_primitives(client: redis.asyncio.Redis) -> None:
+    async with AsyncLock(client, "report", ttl=10.0, auto_renew=True) as lock:
+        fencing: int | None = lock.token
+        await lock.extend(20.0)
+        del fencing
+    lock = AsyncLock(client, "report", timeout=1.0)
+    if await lock.acquire(blocking=False):
+        owned: bool = await lock.owned()
+        await lock.release()
+        del owned
+    async with AsyncSemaphore(client, "pool", 3) as permit:
+        taken: int = await permit.holders()
+        del taken
+
+    async def build() -> dict[str, int]:
+        return {"a": 1}
+
+    value: object = await acompute_once(client, "k", build, ttl=60.0, lock_timeout=5.0)
+    del value
 
 
 def errors() -> None:
