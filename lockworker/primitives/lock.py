@@ -303,8 +303,6 @@ class Lock(LockCore[redis.Redis]):
         raw = self._call(lambda: self.client.get(self.keys.lock), "read the lock")
         return self._holds_value(raw)
 
-    # -- acquire ---------------------------------------------------------------------
-
     def acquire(self, blocking: bool = True, timeout: float | None = None) -> bool:
         """Take the lock; True if taken, False if not within ``timeout``.
 
@@ -359,8 +357,6 @@ class Lock(LockCore[redis.Redis]):
 
         return renew
 
-    # -- release and extend ----------------------------------------------------------
-
     def release(self) -> None:
         """Release the lock, granting it at once to the first process in the queue.
 
@@ -388,8 +384,6 @@ class Lock(LockCore[redis.Redis]):
             "extend the lock",
         )
         self._extended(held, bool(ok), sent, seconds)
-
-    # -- plumbing --------------------------------------------------------------------
 
     def __enter__(self) -> Lock:
         if not self.acquire(blocking=True, timeout=self.timeout):
