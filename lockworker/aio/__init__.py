@@ -7,11 +7,16 @@ and decisions with them, so sync and async processes can contend for one job, on
 leadership or one lock. Hooks may be ``async def``; heartbeats are tasks; cancelling
 a task that holds something releases it (never leaves it to run out).
 
-The asyncio side speaks the script protocol with ``durability="local"``, tested on a
-single server (not a ``RedisCluster`` yet); see docs/daemons.md and docs/primitives.md.
+``Worker`` and ``Leader`` speak the script protocol with ``durability="local"``, tested
+on a single server (not on a ``RedisCluster`` yet); ``Lock``, ``Semaphore`` and
+``compute_once`` also on ``redis.asyncio.RedisCluster``. See docs/daemons.md and
+docs/primitives.md.
 """
 
 from lockworker.aio.leader import AsyncTerm, Leader
+from lockworker.aio.lock import Lock
+from lockworker.aio.once import compute_once
+from lockworker.aio.semaphore import Semaphore
 from lockworker.aio.worker import Worker
 
-__all__ = ["AsyncTerm", "Leader", "Worker"]
+__all__ = ["AsyncTerm", "Leader", "Lock", "Semaphore", "Worker", "compute_once"]
