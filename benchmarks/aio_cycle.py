@@ -1,16 +1,19 @@
 """Uncontended cycles on ``redis.asyncio``: lockworker's ``aio.Lock`` beside redis-py's
-asyncio ``Lock``, measured in the same rounds and table as the sync cycles.
+asyncio ``Lock``, and ``aio.Worker``'s job cycle, measured in the same rounds and table
+as the sync cycles.
 
-A cycle is ``await lock.acquire(); await lock.release()`` of one lock object, back to
-back in one task. The whole timed loop runs inside the event loop (one
-``run_until_complete`` per round, not per cycle), so the figure is the cost of an
-asyncio cycle, not of entering the loop. Round trips are counted as for the sync
-contenders: :class:`CountingAsyncConnection` adds its socket writes to the same counter.
+A lock's cycle is ``await lock.acquire(); await lock.release()`` of one lock object, the
+worker's ``await worker.process(new_job_id)``, back to back in one task. The whole timed
+loop runs inside the event loop (one ``run_until_complete`` per round, not per cycle),
+so the figure is the cost of an asyncio cycle, not of entering the loop. Round trips
+are counted as for the sync contenders: :class:`CountingAsyncConnection` adds its socket
+writes to the same counter.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -20,6 +23,8 @@ from typing import Any
 import redis.asyncio
 from redis.asyncio.connection import Connection
 
+import lockworker
+import lockworker.aio
 import lockworker.aio.lock
 from benchmarks.common import CountingConnection
 from lockworker.testing.server import RedisServer
@@ -126,5 +131,29 @@ def _redis_py_async(
     return cycle, close
 
 
+async def _empty(_job: lockworker.Job) -> None:
+    """The empty ``async def on_acquired``: the cycle measures lockworker, not the work."""
+
+
+def _aio_worker(
+    client: redis.asyncio.Redis,
+) -> tuple[AsyncCycle, Callable[[], Awaitable[None]]]:
+    """The sync job cycle awaited: ``aio.Worker.process(new_job_id)`` in one task, each
+    job acquired, its empty hook awaited under a heartbeat task, and marked DONE."""
+    worker = lockworker.aio.Worker(
+        client, namespace=f"bench-aio-worker-{uuid.uuid4().hex[:8]}", lock_timeout=LEASE,
+        retention=60.0, handle_signals=False, on_acquired=_empty,
+    )
+    counter = itertools.count()
+
+    async def cycle() -> None:
+        outcome = await worker.process(f"job-{next(counter)}")
+        if outcome is not lockworker.Outcome.DONE:
+            raise RuntimeError(f"uncontended job ended {outcome!r}, expected DONE")
+
+    return cycle, worker.close
+
+
 AIO_LOCK = AsyncFactory(_aio_lock)
+AIO_WORKER = AsyncFactory(_aio_worker)
 REDIS_PY_ASYNC = AsyncFactory(_redis_py_async)

@@ -203,6 +203,12 @@ CONTENDERS: tuple[tuple[str, str, Factory | aio_cycle.AsyncFactory, str | None],
         None,
     ),
     (
+        "lockworker aio.Worker",
+        "await aio.Worker.process: the script job cycle on redis.asyncio, async hook",
+        aio_cycle.AIO_WORKER,
+        None,
+    ),
+    (
         "lockworker txn",
         "Worker.process: the same job cycle over WATCH/MULTI/EXEC",
         lambda c: lockworker_cycle(c, "txn"),

@@ -136,6 +136,20 @@ def _asyncio_line(run: Run) -> list[str]:
     ]
 
 
+def _aio_worker_line(run: Run) -> list[str]:
+    """aio.Worker's job cycle against redis-py's asyncio Lock and the sync Worker's."""
+    names = {result.name for result in run.cycles}
+    if not {"lockworker aio.Worker", "redis-py asyncio Lock"} <= names:
+        return []
+    ours, peer = run.cycle("lockworker aio.Worker"), run.cycle("redis-py asyncio Lock")
+    sync = run.cycle("lockworker script")
+    return [
+        f"aio.Worker job cycle (script protocol): {_n(ours.rate)} jobs/s = "
+        f"{ours.rate / peer.rate:.2f}x redis-py asyncio Lock ({_n(peer.rate)}/s), "
+        f"{ours.rate / sync.rate:.2f}x the sync Worker job cycle"
+    ]
+
+
 def summary(run: Run) -> list[str]:
     """The headline figures and targets, one line each (printed by the command, too)."""
     txn = run.cycle("lockworker txn")
@@ -148,6 +162,7 @@ def summary(run: Run) -> list[str]:
         f"Worker job cycle (txn protocol): {_n(txn.rate)} jobs/s = {txn.rate / base:.2f}x "
         "redis-py Lock",
         *_asyncio_line(run),
+        *_aio_worker_line(run),
         *_handover_targets(run),
     ]
     for result in run.contended:
@@ -341,6 +356,13 @@ def render(run: Run) -> str:
         "aio.Lock takes the sync Lock's steps (the same two scripts), so its round trips "
         "and server work match the sync row; the difference is the event loop's cost per "
         "await."
+    )
+    add(
+        "- **The asyncio job cycle** (`lockworker aio.Worker`) is the `lockworker script` "
+        "cycle awaited: `await worker.process(new_job_id)` in one task with an empty "
+        "`async def on_acquired`, the same two scripts (acquire, complete) and so the same "
+        "round trips and server commands; what it adds is a heartbeat task per job and the "
+        "awaits."
     )
     add("")
     out.extend(

@@ -50,6 +50,7 @@ def test_quick_benchmark_run_writes_a_report(tmp_path: Path) -> None:
         "| redis-py Lock |",
         "| lockworker aio.Lock |",
         "| redis-py asyncio Lock |",
+        "| lockworker aio.Worker |",
         "| lockworker Redlock (3 masters) |",
         "| lockworker Lock (reused) |",
         "| lockworker Semaphore(limit=2) |",
@@ -61,6 +62,7 @@ def test_quick_benchmark_run_writes_a_report(tmp_path: Path) -> None:
     for line in (
         "uncontended Lock acquire+release:",
         "uncontended aio.Lock acquire+release:",
+        "aio.Worker job cycle (script protocol):",
         "Worker job cycle (script protocol):",
     ):
         assert line in done.stdout
