@@ -269,7 +269,7 @@ class _Campaign:
         await self.record(grant.token, since, log)
         log.info(ELECTED, reentered=grant.reentered)
         try:
-            await lead.on_acquired(term)
+            await _maybe(lead.on_acquired(term))
         except StopRequested:
             pass
         except Exception as exc:

@@ -108,8 +108,14 @@ async def acall(
     retrying = tenacity.AsyncRetrying(
         sleep=asyncio.sleep, **_tenacity(clock, policy, what, deadline, log)
     )
+
+    async def attempt() -> T:
+        # tenacity awaits only a coroutine function, not a function returning a
+        # coroutine (our lambdas): without this the retry would return it unawaited.
+        return await fn()
+
     try:
-        return await retrying(fn)
+        return await retrying(attempt)
     except tenacity.RetryError as exc:
         raise _unavailable(exc, what) from exc.last_attempt.exception()
 

@@ -196,3 +196,24 @@ def test_bad_arguments_are_refused_alike_on_both_sides(kwargs: dict[str, Any]) -
 def test_a_sync_client_is_refused_by_the_asyncio_leader() -> None:
     with pytest.raises(InvalidConfig, match=r"redis\.asyncio"):
         aio.Leader(redis.Redis(), name="n", on_acquired=lambda term: None)
+
+
+def test_a_plain_on_acquired_override_leads_without_being_awaited(
+    redis_server: RedisServer, namespace: str
+) -> None:
+    terms: list[int] = []
+
+    class Plain(aio.Leader):
+        def on_acquired(self, term: aio.AsyncTerm) -> None:  # type: ignore[override]
+            terms.append(term.token)
+            self.stop()
+
+    async def scenario() -> None:
+        client = aredis.Redis(host="127.0.0.1", port=redis_server.port)
+        await asyncio.wait_for(
+            Plain(client, name=namespace, handle_signals=False).run(), 10
+        )
+        await client.aclose()
+
+    asyncio.run(scenario())
+    assert len(terms) == 1
