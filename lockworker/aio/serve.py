@@ -11,22 +11,25 @@ the running jobs ended. Cancelling ``serve`` cancels its running jobs (as cancel
 
 A source is an async iterable of ``(job_id, payload)`` pairs (or deliveries), or any
 source :class:`lockworker.Worker` serves (an iterable, a
-:class:`~lockworker.StreamSource`): a sync source is read, and its deliveries
+:class:`~lockworker.StreamSource`). A collection in memory (a list, a tuple) is read
+on the loop; any other sync source (a generator, a stream) is read, and its deliveries
 acknowledged, in a worker thread, so a blocking read never stalls the event loop.
+``stop()`` ends the serving also while an async source waits for its next item.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import threading
-from collections.abc import AsyncGenerator, Awaitable
+from collections.abc import AsyncGenerator, Awaitable, Collection
 from typing import Any, Protocol
 
 from lockworker.aio.jobrun import AsyncGate
 from lockworker.config import count
 from lockworker.daemons.serve import JOB_ERROR, RESOLVED, STARTED, STOPPED
-from lockworker.daemons.sources import Delivery, IterableSource, as_source
+from lockworker.daemons.sources import Delivery, as_source
 from lockworker.errors import ForeignValueError, InvalidConfig
 from lockworker.model.state import Outcome
 from lockworker.runtime import events
@@ -41,11 +44,14 @@ class AsyncServable(Protocol):
     _logger: Any
     _stop: threading.Event
     _source_stops: set[threading.Event]
+    _stop_events: set[asyncio.Event]
 
     @property
     def stopping(self) -> bool: ...
 
     def _started(self) -> None: ...
+
+    def _stop_event(self) -> asyncio.Event: ...
 
     def _process(
         self, job_id: str, payload: Any, gate: AsyncGate | None = None
@@ -95,9 +101,9 @@ async def serve(worker: AsyncServable, source: object, *, concurrency: int = 4) 
     """Process every job of ``source`` with ``worker``; see the module docstring."""
     concurrency = count(concurrency, "concurrency")
     worker._started()
-    blocking = not hasattr(source, "__aiter__") and not isinstance(
-        as_source(source), IterableSource
-    )
+    # A collection in memory is read on the loop; anything else that is not async (a
+    # generator, a stream) may block, and is read in a worker thread.
+    blocking = not hasattr(source, "__aiter__") and not isinstance(source, Collection)
     server = _Server(worker, concurrency, blocking)
     await server.run(_deliveries(source, worker, blocking))
 
@@ -112,9 +118,7 @@ async def _deliveries(
     closes the source, so no reader thread goes on reading.
     """
     if hasattr(source, "__aiter__"):
-        async for item in source:
-            if worker.stopping:
-                return
+        async for item in _until_stopped(source, worker):
             yield item if isinstance(item, Delivery) else Delivery(*item)
         return
     stop = threading.Event()
@@ -143,6 +147,36 @@ async def _deliveries(
         close = getattr(sync, "close", None)
         if close is not None:
             await asyncio.to_thread(close)
+
+
+async def _until_stopped(source: Any, worker: AsyncServable) -> AsyncGenerator[Any, None]:
+    """The items of an async iterable until it ends or the worker is stopped, even while
+    it waits for its next item (an idle queue): the wait is cancelled then."""
+    items = source.__aiter__()
+    stopped = worker._stop_event()
+    try:
+        while not stopped.is_set():
+            following = asyncio.ensure_future(items.__anext__())
+            stopping = asyncio.ensure_future(stopped.wait())
+            await asyncio.wait({following, stopping}, return_when=asyncio.FIRST_COMPLETED)
+            stopping.cancel()
+            if not following.done():
+                following.cancel()
+                await asyncio.wait({following})
+                return
+            try:
+                item = following.result()
+            except StopAsyncIteration:
+                return
+            if stopped.is_set():
+                return
+            yield item
+    finally:
+        worker._stop_events.discard(stopped)
+        close = getattr(items, "aclose", None)
+        if close is not None:
+            with contextlib.suppress(Exception):
+                await close()
 
 
 class _Server:

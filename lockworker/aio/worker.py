@@ -115,6 +115,9 @@ class Worker(WorkerSettings):
         self._heartbeat = AsyncHeartbeat(self.clock, self.lock_timeout / 3)
         self._hub = AsyncWaits(client)
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop_events: set[asyncio.Event] = set()
+        """Set by :meth:`stop` in the loop: what a wait that is not on Redis (``serve``
+        awaiting its source's next item) races against."""
         self._tasks: set[asyncio.Task[None]] = set()
         self._signals: contextlib.ExitStack | None = None
 
@@ -162,7 +165,22 @@ class Worker(WorkerSettings):
         loop = self._loop
         if loop is not None and not loop.is_closed():
             with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
-                loop.call_soon_threadsafe(self._hub.wake_all)
+                loop.call_soon_threadsafe(self._wake_all)
+
+    def _wake_all(self) -> None:
+        """In the loop, after :meth:`stop`: wake every wait of this worker."""
+        self._hub.wake_all()
+        for event in self._stop_events:
+            event.set()
+
+    def _stop_event(self) -> asyncio.Event:
+        """An event set once this worker is stopped (already set if it is); the caller
+        discards it from ``_stop_events`` when done."""
+        event = asyncio.Event()
+        self._stop_events.add(event)
+        if self.stopping:
+            event.set()
+        return event
 
     @property
     def stopping(self) -> bool:

@@ -970,3 +970,57 @@ def test_serve_reads_a_stream_source_and_saves_its_position_past_resolved_jobs(
         await asyncio.wait_for(serving, 5)
 
     play(redis_server, namespace, scenario)
+
+
+def test_stop_ends_serve_while_its_async_source_waits_for_the_next_item(
+    redis_server: RedisServer, namespace: str
+) -> None:
+    """An idle async source (a queue nobody feeds) does not keep serve alive past stop."""
+
+    async def scenario(env: Env) -> None:
+        idle = asyncio.Event()
+        closed: list[bool] = []
+
+        async def source() -> AsyncIterator[tuple[str, None]]:
+            try:
+                yield "job", None
+                await idle.wait()  # never set: the source has nothing more for now
+            finally:
+                closed.append(True)
+
+        server = Contender(env, "async")
+        serving = task(server.serve(source(), concurrency=2))
+        await until(lambda: server.of("acquired"))
+        server.stop()
+        await asyncio.wait_for(serving, 5)  # returns: stopped, not cancelled
+        assert closed == [True]
+        assert (await server.inspect("job")).status is JobStatus.DONE
+
+    play(redis_server, namespace, scenario)
+
+
+def test_a_blocking_sync_generator_is_read_off_the_event_loop(
+    redis_server: RedisServer, namespace: str
+) -> None:
+    """The generator blocks until a task of the loop lets it go on: read on the loop,
+    it would block that task for ever (its wait times out); read in a thread, it is
+    released at once."""
+    released = threading.Event()
+    waited: list[bool] = []
+
+    def jobs() -> Iterator[tuple[str, int]]:
+        waited.append(released.wait(5.0))
+        yield from ((f"job-{i}", i) for i in range(3))
+
+    async def scenario(env: Env) -> None:
+        async def release() -> None:
+            released.set()
+
+        server = Contender(env, "async")
+        releasing = task(release())
+        await asyncio.wait_for(server.serve(jobs(), concurrency=2), 10)
+        await releasing
+        assert len(server.of("acquired")) == 3
+
+    play(redis_server, namespace, scenario)
+    assert waited == [True]
