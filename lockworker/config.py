@@ -13,13 +13,14 @@ and :data:`MAX_COUNT`, past which timers and Redis expiry times overflow.
 
 from __future__ import annotations
 
+import inspect
 import math
 import numbers
 import operator
 import os
 import secrets
 import socket
-from typing import cast
+from typing import Any, cast
 
 from lockworker.errors import InvalidConfig
 
@@ -162,3 +163,35 @@ def positive(value: object, name: str, *, integer: bool = False) -> float:
 def port(value: object, name: str) -> int:
     """A TCP port to listen on: an int from 1 to 65535."""
     return cast(int, number(value, name, minimum=1, maximum=65535, integer=True))
+
+
+def client(
+    value: object, argument: str = "client", *, asyncio: bool = False, pubsub: bool = False,
+    twin: str = "",
+) -> Any:
+    """A redis-py client of the right kind, refused before any Redis call otherwise.
+
+    A sync product (``asyncio=False``) refuses a ``redis.asyncio`` client, whose calls
+    return coroutines it would never await; an asyncio product refuses a sync client,
+    whose blocking calls would stall the event loop. ``pubsub``: the client must also
+    offer pub/sub (the wake-ups). ``twin`` names the product on the other side, for
+    the message (``Worker`` -> ``lockworker.aio.Worker``).
+    """
+    kind = "redis.asyncio" if asyncio else "redis.Redis"
+    if not hasattr(value, "register_script") or (pubsub and not hasattr(value, "pubsub")):
+        raise InvalidConfig(f"{argument} must be a {kind} client, got {_shown(value)}")
+    named = f"a {type(value).__module__}.{type(value).__qualname__}"
+    awaited = inspect.iscoroutinefunction(getattr(type(value), "execute_command", None))
+    if asyncio and not awaited:
+        hint = f"; for a redis.Redis client use lockworker.{twin}" if twin else ""
+        raise InvalidConfig(
+            f"{argument} must be a redis.asyncio client (redis.asyncio.Redis or "
+            f"RedisCluster), got {named}{hint}"
+        )
+    if not asyncio and awaited:
+        hint = f"lockworker.aio.{twin}, or " if twin else ""
+        raise InvalidConfig(
+            f"{argument} must be a redis.Redis client, got {named} (an asyncio client): "
+            f"use {hint}a redis.Redis client"
+        )
+    return value

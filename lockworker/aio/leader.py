@@ -86,7 +86,7 @@ class Leader(LeaderSettings):
         on_locked: AsyncHook | None = None,
         on_lost: AsyncHook | None = None,
     ) -> None:
-        self.client = check_async_client(client)
+        self.client = check_async_client(client, twin="Leader")
         self._configure(
             Leader, name=name, lock_timeout=lock_timeout, owner=owner, role=role,
             backup_delay=backup_delay, clock=clock, logger=logger, redis_retry=redis_retry,

@@ -21,6 +21,7 @@ import threading
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
+from lockworker import config
 from lockworker.aio.jobrun import AsyncGate, AsyncJobRun
 from lockworker.aio.lease import AsyncHeartbeat
 from lockworker.aio.protocol import AsyncScriptProtocol
@@ -41,15 +42,9 @@ T = TypeVar("T")
 AsyncHook = Callable[..., Awaitable[None] | None]
 
 
-def check_async_client(client: object) -> Any:
+def check_async_client(client: object, twin: str = "Worker") -> Any:
     """Refuse anything but a ``redis.asyncio`` client, before any call."""
-    execute = getattr(client, "execute_command", None)
-    if not (callable(execute) and inspect.iscoroutinefunction(execute)):
-        raise InvalidConfig(
-            f"client must be a redis.asyncio client (lockworker.aio), got {client!r}; "
-            "for a redis.Redis client use lockworker.Worker"
-        )
-    return client
+    return config.client(client, asyncio=True, twin=twin)
 
 
 def check_local_script(protocol: object, durability: object) -> None:

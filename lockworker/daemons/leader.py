@@ -35,11 +35,12 @@ from typing import Any, TypeVar
 
 import redis
 
+from lockworker import config
 from lockworker.clock import Clock, wall_time
 from lockworker.daemons import contend
 from lockworker.daemons.contend import Next
 from lockworker.daemons.term import Term
-from lockworker.errors import InvalidConfig, StopRequested
+from lockworker.errors import StopRequested
 from lockworker.model import policy
 from lockworker.model.codec import LockValue
 from lockworker.model.state import Grant, Role, Settle, Snapshot
@@ -109,8 +110,7 @@ class Leader(LeaderSettings):
         on_locked: Callable[[Term], None] | None = None,
         on_lost: Callable[[Term], None] | None = None,
     ) -> None:
-        if not hasattr(client, "register_script"):
-            raise InvalidConfig(f"client must be a redis.Redis client, got {client!r}")
+        config.client(client, twin="Leader")
         self._configure(
             Leader, name=name, lock_timeout=lock_timeout, owner=owner, role=role,
             backup_delay=backup_delay, clock=clock, logger=logger, redis_retry=redis_retry,

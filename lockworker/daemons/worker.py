@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 
 import redis
 
+from lockworker import config
 from lockworker.clock import Clock, SystemClock
 from lockworker.config import default_owner, lease, positive, seconds
 from lockworker.daemons.hooks import Hooks
@@ -194,10 +195,7 @@ class Worker(WorkerSettings):
         on_lost: Callable[[Job], None] | None = None,
         on_gave_up: Callable[[Job], None] | None = None,
     ) -> None:
-        if not isinstance(client, (redis.Redis, redis.RedisCluster)) and not hasattr(
-            client, "register_script"
-        ):
-            raise InvalidConfig(f"client must be a redis.Redis client, got {client!r}")
+        config.client(client, twin="Worker")
         self._configure(
             Worker, namespace=namespace, lock_timeout=lock_timeout,
             max_attempts=max_attempts, owner=owner, retention=retention,

@@ -14,13 +14,13 @@ classes here send and call them on a ``redis.Redis`` client (:func:`drive`), tho
 
 from __future__ import annotations
 
-import inspect
 import uuid
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Generic, TypeVar
 
 from lockworker.clock import Clock, SystemClock
+from lockworker.config import client as config_client
 from lockworker.config import count, default_owner, lease, optional_seconds, positive, seconds
 from lockworker.errors import AlreadyHeld, InvalidConfig
 from lockworker.model.keys import JobKeys, Space, check_name
@@ -60,18 +60,11 @@ __all__ = [
 ]
 
 
-def check_client(client: object, argument: str = "client", *, asyncio: bool = False) -> Any:
-    """Refuse anything that is not a redis-py client before any Redis call; with
-    ``asyncio``, anything but a ``redis.asyncio`` one (whose calls are awaited: a sync
-    client's answers could not be)."""
-    if not hasattr(client, "register_script") or not hasattr(client, "pubsub"):
-        raise InvalidConfig(f"{argument} must be a redis.Redis client, got {client!r}")
-    if asyncio and not inspect.iscoroutinefunction(getattr(type(client), "execute_command", None)):
-        raise InvalidConfig(
-            f"{argument} must be a redis.asyncio client (redis.asyncio.Redis or "
-            f"RedisCluster), got {client!r}"
-        )
-    return client
+def check_client(
+    client: object, argument: str = "client", *, asyncio: bool = False, twin: str = ""
+) -> Any:
+    """A redis-py client of the side's kind, with pub/sub (:func:`lockworker.config.client`)."""
+    return config_client(client, argument, asyncio=asyncio, pubsub=True, twin=twin)
 
 
 def check_timeout(timeout: object, argument: str = "timeout") -> float | None:
@@ -161,7 +154,7 @@ class Primitive:
     ) -> None:
         """Check what every primitive on one client has, in one place: the client (the
         subclass keeps it, typed for its side), then :meth:`_settings`."""
-        check_client(client, asyncio=self.asyncio_client)
+        check_client(client, asyncio=self.asyncio_client, twin=self.label.capitalize())
         self._settings(
             name, namespace=namespace, ttl=ttl, auto_renew=auto_renew, timeout=timeout,
             clock=clock, logger=logger, redis_retry=redis_retry,

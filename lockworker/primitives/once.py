@@ -120,7 +120,7 @@ class OnceCore:
         lock_timeout: float, timeout: float | None, codec: Codec, namespace: str,
         clock: Clock | None, logger: Any, redis_retry: retry.RetryPolicy | None,
     ) -> None:
-        common.check_client(client, asyncio=self.asyncio_client)
+        common.check_client(client, asyncio=self.asyncio_client, twin="compute_once")
         self.client = client
         self.name = check_name(key, "key")
         if not callable(fn):

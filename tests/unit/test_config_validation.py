@@ -131,3 +131,47 @@ def test_valid_numbers_of_any_real_type_are_taken_as_floats() -> None:
     assert worker.lock_timeout == 5.0 and isinstance(worker.lock_timeout, float)
     assert worker.timing.retry_delay == 0.0
     assert lockworker.RetryPolicy(budget=3).budget == 3.0
+
+
+def _products() -> list[tuple[str, Any, Any]]:
+    """(name, sync maker, async maker) of every product, each taking a client."""
+    from lockworker import Leader, Lock, Semaphore, Worker, aio, compute_once
+
+    def hook(_: object) -> None:
+        return None
+
+    return [
+        ("Worker", lambda c: Worker(c, namespace="n", on_acquired=hook),
+         lambda c: aio.Worker(c, namespace="n", on_acquired=hook)),
+        ("Leader", lambda c: Leader(c, name="n", on_acquired=hook),
+         lambda c: aio.Leader(c, name="n", on_acquired=hook)),
+        ("Lock", lambda c: Lock(c, "x"), lambda c: aio.Lock(c, "x")),
+        ("Semaphore", lambda c: Semaphore(c, "x", 2), lambda c: aio.Semaphore(c, "x", 2)),
+        ("compute_once", lambda c: compute_once(c, "k", lambda: 1, ttl=1.0), None),
+    ]
+
+
+@pytest.mark.parametrize("name", [p[0] for p in _products()])
+def test_each_side_refuses_the_other_sides_client_and_names_its_twin(name: str) -> None:
+    """A redis.asyncio client given to a sync product would return coroutines nobody
+    awaits; a sync client given to an asyncio product would block its loop."""
+    import asyncio
+
+    import redis.asyncio
+
+    _, make_sync, make_async = next(p for p in _products() if p[0] == name)
+
+    async def scenario() -> None:
+        aclient = redis.asyncio.Redis()
+        try:
+            twin = rf"redis\.asyncio.*lockworker\.aio\.{name}"
+            with pytest.raises(lockworker.InvalidConfig, match=twin):
+                make_sync(aclient)
+        finally:
+            await aclient.aclose()
+        if make_async is not None:
+            twin = rf"redis\.asyncio client.*lockworker\.{name}"
+            with pytest.raises(lockworker.InvalidConfig, match=twin):
+                make_async(redis.Redis())
+
+    asyncio.run(scenario())
