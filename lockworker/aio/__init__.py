@@ -7,10 +7,8 @@ and decisions with them, so sync and async processes can contend for one job, on
 leadership or one lock. Hooks may be ``async def``; heartbeats are tasks; cancelling
 a task that holds something releases it (never leaves it to run out).
 
-``Worker`` and ``Leader`` speak the script protocol with ``durability="local"``, tested
-on a single server (not on a ``RedisCluster`` yet); ``Lock``, ``Semaphore`` and
-``compute_once`` also on ``redis.asyncio.RedisCluster``. See docs/daemons.md and
-docs/primitives.md.
+The asyncio side speaks the script protocol with ``durability="local"``, on a single
+server or a ``redis.asyncio.RedisCluster``. See docs/daemons.md and docs/primitives.md.
 """
 
 from lockworker.aio.leader import AsyncTerm, Leader

@@ -42,6 +42,7 @@ from lockworker.errors import StopRequested
 from lockworker.model import policy
 from lockworker.model.codec import LockValue
 from lockworker.model.state import Grant, Role, Settle, Snapshot
+from lockworker.protocol.luacall import ready
 from lockworker.runtime import events, retry
 from lockworker.runtime.lease import Lease
 from lockworker.runtime.signals import stop_on_signals
@@ -122,6 +123,7 @@ class Leader(LeaderSettings):
     async def current(client: Any, name: str) -> LeaderInfo | None:
         """Who leads ``name`` now and since when, or None if nobody does."""
         keys = leader_keys(name)
+        await ready(client)
         pipe = client.pipeline(transaction=True)
         pipe.get(keys.lock)
         pipe.pttl(keys.lock)
@@ -131,6 +133,7 @@ class Leader(LeaderSettings):
     async def run(self) -> None:
         """Campaign, lead, resign and campaign again until :meth:`stop`."""
         self._loop = asyncio.get_running_loop()
+        await ready(self.client)
         try:
             with stop_on_signals(lambda _signum: self.stop(), enabled=self.handle_signals):
                 async with self._hub.listen(self.keys.wake) as wake:

@@ -34,6 +34,7 @@ from lockworker.errors import InvalidConfig, JobNotFound
 from lockworker.model.codec import payload_view
 from lockworker.model.keys import JobKeys
 from lockworker.model.state import Durability, Outcome, ProtocolKind, Reset, Role, Snapshot
+from lockworker.protocol.luacall import ready
 from lockworker.runtime import events, retry
 from lockworker.runtime.signals import stop_on_signals
 
@@ -224,6 +225,7 @@ class Worker(WorkerSettings):
         payload = payload_view(payload)
         log = self._log.bind(job_id=job_id)
         self._started()
+        await ready(self.client)
         return await AsyncJobRun(self, keys, payload, log, gate).run()
 
     def _started(self) -> None:

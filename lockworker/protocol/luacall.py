@@ -17,6 +17,22 @@ from typing import Any
 import redis
 from redis.exceptions import NoScriptError
 
+_ASYNC_CLUSTER = "redis.asyncio.cluster"
+"""The module of redis-py's asyncio ``RedisCluster`` (compared, not imported: the sync
+side should not pay for importing redis.asyncio)."""
+
+
+async def ready(client: Any) -> None:
+    """Make sure an asyncio ``RedisCluster`` is initialized before it is used.
+
+    redis-py 8.1's asyncio cluster client breaks when many tasks make their first
+    commands at once on a new client ("'NoneType' object has no attribute
+    'writelines'"); awaiting ``initialize()`` first, which returns at once once done,
+    avoids it. Every asyncio call into a cluster of lockworker passes here.
+    """
+    if type(client).__module__ == _ASYNC_CLUSTER:
+        await client.initialize()
+
 
 class LuaScript:
     """A Lua source and its SHA1; call it with a client, its keys and its arguments."""
@@ -43,12 +59,20 @@ class LuaScript:
             )
 
     async def acall(self, client: Any, keys: Sequence[str], args: Sequence[Any]) -> Any:
-        """The same call on a ``redis.asyncio`` client (single server or cluster)."""
+        """The same call on a ``redis.asyncio`` client (single server or cluster).
+
+        On NOSCRIPT it sends the source once with EVAL, routed like the EVALSHA, which
+        also caches the script on that server. Not SCRIPT LOAD: on an asyncio cluster
+        client that goes to every node, and many tasks doing it at once on fresh
+        connections break redis-py's asyncio cluster connections (measured with
+        redis-py 8.1: "'NoneType' object has no attribute 'writelines'").
+        """
+        if type(client).__module__ == _ASYNC_CLUSTER:
+            await ready(client)
         try:
             return await client.execute_command("EVALSHA", self.sha, len(keys), *keys, *args)
         except NoScriptError:
-            await client.script_load(self.source)
-            return await client.execute_command("EVALSHA", self.sha, len(keys), *keys, *args)
+            return await client.execute_command("EVAL", self.source, len(keys), *keys, *args)
 
     def __repr__(self) -> str:
         return f"<LuaScript {self.sha[:8]}>"
