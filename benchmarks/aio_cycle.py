@@ -1,9 +1,10 @@
 """Uncontended cycles on ``redis.asyncio``: lockworker's ``aio.Lock`` beside redis-py's
-asyncio ``Lock``, and ``aio.Worker``'s job cycle, measured in the same rounds and table
-as the sync cycles.
+asyncio ``Lock``, ``aio.Semaphore`` and ``aio.Worker``'s job cycle, measured in the same
+rounds and table as their sync twins (``aio.compute_once``'s: :mod:`benchmarks.once_cycle`).
 
-A lock's cycle is ``await lock.acquire(); await lock.release()`` of one lock object, the
-worker's ``await worker.process(new_job_id)``, back to back in one task. The whole timed
+A lock's cycle is ``await lock.acquire(); await lock.release()`` of one lock object
+(a semaphore's: of one permit), the worker's ``await worker.process(new_job_id)``, back
+to back in one task. The whole timed
 loop runs inside the event loop (one ``run_until_complete`` per round, not per cycle),
 so the figure is the cost of an asyncio cycle, not of entering the loop. Round trips
 are counted as for the sync contenders: :class:`CountingAsyncConnection` adds its socket
@@ -31,6 +32,9 @@ from lockworker.testing.server import RedisServer
 
 LEASE = 10.0
 """Seconds: the lease every contender asks for (as in the sync cycles)."""
+
+LIMIT = 2
+"""The semaphore's limit (as the sync Semaphore's row)."""
 
 AsyncCycle = Callable[[], Awaitable[None]]
 
@@ -93,14 +97,27 @@ class Session:
         return self.loop.run_until_complete(spin())
 
     def close(self) -> None:
+        """Close the contender and the client, then end the tasks still running on the
+        loop (a wake hub's reader lingers after its last waiter), as ``asyncio.run``."""
+
         async def close() -> None:
             await self._close()
             await self.client.aclose()
+            await finish_tasks()
 
         try:
             self.loop.run_until_complete(close())
         finally:
             self.loop.close()
+
+
+async def finish_tasks() -> None:
+    """Cancel the running loop's other tasks and wait for them to end."""
+    current = asyncio.current_task()
+    tasks = [task for task in asyncio.all_tasks() if task is not current]
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
 
 
 def _aio_lock(client: redis.asyncio.Redis) -> tuple[AsyncCycle, Callable[[], Awaitable[None]]]:
@@ -131,6 +148,23 @@ def _redis_py_async(
     return cycle, close
 
 
+def _aio_semaphore(
+    client: redis.asyncio.Redis,
+) -> tuple[AsyncCycle, Callable[[], Awaitable[None]]]:
+    semaphore = lockworker.aio.Semaphore(
+        client, f"bench-aio-sem-{uuid.uuid4().hex[:8]}", LIMIT, ttl=LEASE
+    )
+
+    async def cycle() -> None:
+        await semaphore.acquire()
+        await semaphore.release()
+
+    async def close() -> None:
+        semaphore.close()
+
+    return cycle, close
+
+
 async def _empty(_job: lockworker.Job) -> None:
     """The empty ``async def on_acquired``: the cycle measures lockworker, not the work."""
 
@@ -155,5 +189,6 @@ def _aio_worker(
 
 
 AIO_LOCK = AsyncFactory(_aio_lock)
+AIO_SEMAPHORE = AsyncFactory(_aio_semaphore)
 AIO_WORKER = AsyncFactory(_aio_worker)
 REDIS_PY_ASYNC = AsyncFactory(_redis_py_async)

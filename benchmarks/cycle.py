@@ -2,8 +2,9 @@
 
 lockworker's job cycle is ``Worker.process(new_job_id)`` with an empty ``on_acquired``:
 acquire the first attempt, run the hook, mark the job DONE. Its primitives' cycle, and
-the peers', is acquire + release of one lock (or permit); the asyncio contenders'
-(:mod:`benchmarks.aio_cycle`) is the same cycle awaited on a ``redis.asyncio`` client.
+the peers', is acquire + release of one lock (or permit), compute_once's one call
+(:mod:`benchmarks.once_cycle`); each asyncio contender (:mod:`benchmarks.aio_cycle`)
+runs its sync twin's cycle awaited on a ``redis.asyncio`` client, in the row below it.
 Every contender runs for the same time in each round, the rounds interleave the
 contenders (in a rotating order) against the same servers, and each figure is the
 median over the rounds. The Redlock contenders use three masters (the run's server and
@@ -20,7 +21,7 @@ from dataclasses import dataclass, field
 import redis
 
 import lockworker
-from benchmarks import aio_cycle
+from benchmarks import aio_cycle, once_cycle
 from benchmarks.common import (
     CountingConnection,
     command_calls,
@@ -115,7 +116,9 @@ def lock_cycle(clients: list[redis.Redis]) -> tuple[Cycle, Callable[[], None]]:
 
 
 def semaphore_cycle(clients: list[redis.Redis]) -> tuple[Cycle, Callable[[], None]]:
-    semaphore = lockworker.Semaphore(clients[0], f"bench-{uuid.uuid4().hex[:8]}", 2, ttl=LEASE)
+    semaphore = lockworker.Semaphore(
+        clients[0], f"bench-{uuid.uuid4().hex[:8]}", aio_cycle.LIMIT, ttl=LEASE
+    )
 
     def cycle() -> None:
         semaphore.acquire()
@@ -194,6 +197,36 @@ CONTENDERS: tuple[tuple[str, str, Factory | aio_cycle.AsyncFactory, str | None],
         "lockworker Semaphore",
         "acquire + release of a permit, limit=2 (auto_renew, the default)",
         semaphore_cycle,
+        None,
+    ),
+    (
+        "lockworker aio.Semaphore",
+        "await acquire + release of a permit on redis.asyncio, limit=2 (auto_renew)",
+        aio_cycle.AIO_SEMAPHORE,
+        None,
+    ),
+    (
+        "lockworker compute_once (hit)",
+        "compute_once of a cached key: one GET, the value decoded (JSON)",
+        once_cycle.sync(hit=True),
+        None,
+    ),
+    (
+        "lockworker aio.compute_once (hit)",
+        "await aio.compute_once of a cached key on redis.asyncio",
+        once_cycle.AIO_HIT,
+        None,
+    ),
+    (
+        "lockworker compute_once (miss)",
+        "compute_once of a new key: look, subscribe, lock, look, compute, store, release",
+        once_cycle.sync(hit=False),
+        None,
+    ),
+    (
+        "lockworker aio.compute_once (miss)",
+        "await aio.compute_once of a new key on redis.asyncio: the same steps",
+        once_cycle.AIO_MISS,
         None,
     ),
     (
