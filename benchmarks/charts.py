@@ -40,7 +40,7 @@ def handovers(results: list[Contended], folder: Path) -> str | None:
     ax.set_yticks(list(positions), names, fontsize=8)
     ax.invert_yaxis()
     ax.set_xlabel("per second")
-    ax.set_title(f"{rows[0].kind.processes} processes on one lock, {rows[0].seconds:g} s")
+    ax.set_title(f"4 holders on one lock (processes or asyncio tasks), {rows[0].seconds:g} s")
     ax.legend(loc="lower right", fontsize=8)
     fig.tight_layout()
     fig.savefig(folder / HANDOVERS, dpi=100)

@@ -12,6 +12,10 @@ A semaphore lets ``limit`` holders in at once, so there the section is
 ``INCR inside; INCR sections; DECR inside`` and the check is that ``inside`` never
 exceeded ``limit``.
 
+An asyncio contender runs its section in tasks (:mod:`benchmarks.aio_contended`):
+4 tasks in one process, or 4 processes (some of them sync, for a mixed kind); a task's
+sections count as a holder's of their own.
+
 The processes are started once (``spawn``) and reused by every contender.
 """
 
@@ -31,6 +35,7 @@ from typing import Any
 import redis
 
 import lockworker
+from benchmarks import aio_contended
 from benchmarks.common import installed, quiet_logging, server_cpu
 
 LEASE = 5.0
@@ -53,6 +58,21 @@ class Kind:
     needs: str | None = None
     masters: int = 1
     semaphore: bool = False
+    asyncio: int = 0
+    """How many of the processes run asyncio tasks (the first ones)."""
+    tasks: int = 1
+    """Tasks per asyncio process, each a holder of its own."""
+    sync_as: str | None = None
+    """The contender the sync processes of a mixed kind run."""
+
+    @property
+    def holders(self) -> str:
+        """The processes column: how many, and which run asyncio tasks."""
+        if self.tasks > 1:
+            return f"{self.processes} x {self.tasks} tasks"
+        if 0 < self.asyncio < self.processes:
+            return f"{self.processes} ({self.asyncio} asyncio)"
+        return str(self.processes)
 
 
 LOCK_KINDS = (
@@ -61,8 +81,23 @@ LOCK_KINDS = (
         "FIFO queue: the release grants the first waiter, which BLPOPs its own list",
     ),
     Kind("lockworker Lock (new object per use)", "the same, a new Lock (and close) per use"),
+    Kind(
+        "lockworker aio.Lock (4 tasks, 1 process)",
+        "the same queue, awaited; each task BLPOPs on a connection of its own",
+        processes=1, asyncio=1, tasks=4,
+    ),
+    Kind("lockworker aio.Lock (4 processes)", "the same queue, awaited", asyncio=4),
+    Kind(
+        "lockworker Lock + aio.Lock (2 + 2 processes)",
+        "one queue for sync and asyncio holders", asyncio=2,
+        sync_as="lockworker Lock (reused)",
+    ),
     Kind("python-redis-lock", "BLPOP on a signal list", needs="redis_lock"),
     Kind("redis-py Lock", "polls, sleep 0.1 s (default)"),
+    Kind(
+        f"{aio_contended.REDIS_PY} (4 tasks, 1 process)", "polls, asyncio.sleep 0.1 s",
+        processes=1, asyncio=1, tasks=4,
+    ),
 )
 SEMAPHORE = Kind(
     "lockworker Semaphore(limit=2)", "FIFO tickets, pub/sub wake-up", processes=6,
@@ -166,10 +201,12 @@ def _loop(
 
 
 def child_main(ports: list[int], pipe: Connection) -> None:
-    """A long-lived process: runs ``(name, key, seconds)`` commands until ``None``.
+    """A long-lived process: runs ``(name, key, seconds, tasks)`` commands until
+    ``None`` (``tasks`` > 0: that many asyncio tasks).
 
     For each it builds its lock, answers ``ready``, and starts at the instant (of the
-    monotonic clock) the parent sends back.
+    monotonic clock) the parent sends back; it replies with one list of the values read
+    per holder (itself, or each of its tasks).
     """
     quiet_logging(to_devnull=True)
     clients = [
@@ -179,10 +216,18 @@ def child_main(ports: list[int], pipe: Connection) -> None:
         message = pipe.recv()
         if message is None:
             break
-        name, key, seconds = message
+        name, key, seconds, tasks = message
         masters = clients if "3 masters" in name else clients[:1]
         try:
-            pipe.send(("ok", *_loop(name, masters, key, seconds, pipe)))
+            if tasks:
+                reply = aio_contended.loop(
+                    name, pipe, port=ports[0], key=key, seconds=seconds, tasks=tasks,
+                    timeout=REPLY_TIMEOUT,
+                )
+            else:
+                seen, peak, errors = _loop(name, masters, key, seconds, pipe)
+                reply = ([seen], peak, errors)
+            pipe.send(("ok", *reply))
         except Exception as exc:  # reported to the parent, which fails the run
             pipe.send(("error", f"{type(exc).__name__}: {exc}"))
     for client in clients:
@@ -225,7 +270,8 @@ class Contended:
     kind: Kind
     seconds: float
     seen: list[list[int]] = field(default_factory=list)
-    """Per process: the counter value each of its sections read."""
+    """Per holder (a process, or a task of an asyncio process): the counter value each
+    of its sections read."""
     final: int = 0
     peak_inside: int = 0
     release_errors: int = 0
@@ -288,8 +334,11 @@ def run_one(pool: Pool, client: redis.Redis, kind: Kind, seconds: float) -> Cont
     """All of ``kind.processes`` processes on one fresh lock for ``seconds``."""
     key = f"contended-{uuid.uuid4().hex[:10]}"
     pipes = pool.pipes[: kind.processes]
-    for pipe in pipes:
-        pipe.send((kind.name, key, seconds))
+    for index, pipe in enumerate(pipes):
+        if index < kind.asyncio:
+            pipe.send((kind.name, key, seconds, kind.tasks))
+        else:
+            pipe.send((kind.sync_as or kind.name, key, seconds, 0))
     for pipe in pipes:
         if not pipe.poll(REPLY_TIMEOUT) or pipe.recv()[0] != "ready":
             raise RuntimeError(f"{kind.name}: a contending process did not get ready")
@@ -308,7 +357,7 @@ def run_one(pool: Pool, client: redis.Redis, kind: Kind, seconds: float) -> Cont
             failures.append(reply[1])
             continue
         _, seen, peak, errors = reply
-        result.seen.append(seen)
+        result.seen.extend(seen)
         result.peak_inside = max(result.peak_inside, peak)
         result.release_errors += errors
     result.server_cpu = server_cpu(client) - cpu_before

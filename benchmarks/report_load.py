@@ -50,7 +50,7 @@ def contended(results: list[Contended], seconds: float, chart: str | None) -> li
                 f"{f', {r.duplicates} lost updates' if r.duplicates else ''})"
             )
         add(
-            f"| {r.kind.name} | {r.kind.processes} | {r.kind.waits_by} | {_n(r.rate)} "
+            f"| {r.kind.name} | {r.kind.holders} | {r.kind.waits_by} | {_n(r.rate)} "
             f"| {handovers} | {_n(low)}-{_n(high)} | {r.max_deviation:.0f} % | {check} "
             f"| {r.release_errors} | {r.commands_per_section:.1f} "
             f"| {r.server_us_per_section:.0f} |"
@@ -69,6 +69,19 @@ def contended(results: list[Contended], seconds: float, chart: str | None) -> li
         "the work per section: lockworker's `Lock` hands over on every release and wakes "
         "only the next holder, which needs no request of its own to take the lock, but a "
         "process coming back still pays a round trip to queue and one to block."
+    )
+    add("")
+    add(
+        "**The asyncio rows** run the same section awaited, each holder a task with a "
+        "lock object of its own on a `redis.asyncio` client, and read against "
+        "`lockworker Lock (reused)`: `aio.Lock (4 tasks, 1 process)` puts the four "
+        "holders in one event loop of one process (a handover between two tasks counts "
+        "as one between processes; shares are per task), `aio.Lock (4 processes)` is the "
+        "sync row's setting with asyncio processes, and `Lock + aio.Lock (2 + 2 "
+        "processes)` has two sync and two asyncio processes in one queue, the handover "
+        "from either kind to the other. `redis-py asyncio Lock (4 tasks, 1 process)` is "
+        "the peer's asyncio lock in the same setting: its waiters poll, as its sync "
+        "twin's do."
     )
     add("")
     if chart:
