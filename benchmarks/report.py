@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from benchmarks import report_load
+from benchmarks import report_aio, report_load
 from benchmarks.common import Machine, median, spread
 from benchmarks.contended import Contended
 from benchmarks.cycle import BASELINE, CycleResult
 from benchmarks.failover import Handover, Takeover
+from benchmarks.leaders import LeaderHandover
 from benchmarks.market import MarketRun
 from benchmarks.masters import MastersRun
 from benchmarks.scale import ScaleRun
@@ -57,6 +58,7 @@ class Run:
     scale: ScaleRun | None = None
     market: list[MarketRun] = field(default_factory=list)
     masters: MastersRun | None = None
+    leaders: list[LeaderHandover] = field(default_factory=list)
     charts: dict[str, str] = field(default_factory=dict)
     """Chart kind ("handovers", "takeover") -> file name beside the page."""
 
@@ -122,34 +124,6 @@ def _handover_targets(run: Run) -> list[str]:
     return lines
 
 
-def _asyncio_line(run: Run) -> list[str]:
-    """aio.Lock against redis-py's asyncio Lock and against the sync Lock (no target)."""
-    names = {result.name for result in run.cycles}
-    if not {"lockworker aio.Lock", "redis-py asyncio Lock"} <= names:
-        return []
-    ours, peer = run.cycle("lockworker aio.Lock"), run.cycle("redis-py asyncio Lock")
-    sync = run.cycle("lockworker Lock")
-    return [
-        f"uncontended aio.Lock acquire+release: {_n(ours.rate)} ops/s = "
-        f"{ours.rate / peer.rate:.2f}x redis-py asyncio Lock ({_n(peer.rate)}/s), "
-        f"{ours.rate / sync.rate:.2f}x lockworker Lock"
-    ]
-
-
-def _aio_worker_line(run: Run) -> list[str]:
-    """aio.Worker's job cycle against redis-py's asyncio Lock and the sync Worker's."""
-    names = {result.name for result in run.cycles}
-    if not {"lockworker aio.Worker", "redis-py asyncio Lock"} <= names:
-        return []
-    ours, peer = run.cycle("lockworker aio.Worker"), run.cycle("redis-py asyncio Lock")
-    sync = run.cycle("lockworker script")
-    return [
-        f"aio.Worker job cycle (script protocol): {_n(ours.rate)} jobs/s = "
-        f"{ours.rate / peer.rate:.2f}x redis-py asyncio Lock ({_n(peer.rate)}/s), "
-        f"{ours.rate / sync.rate:.2f}x the sync Worker job cycle"
-    ]
-
-
 def summary(run: Run) -> list[str]:
     """The headline figures and targets, one line each (printed by the command, too)."""
     txn = run.cycle("lockworker txn")
@@ -161,9 +135,9 @@ def summary(run: Run) -> list[str]:
         ),
         f"Worker job cycle (txn protocol): {_n(txn.rate)} jobs/s = {txn.rate / base:.2f}x "
         "redis-py Lock",
-        *_asyncio_line(run),
-        *_aio_worker_line(run),
+        *report_aio.cycle_lines(run.cycles),
         *_handover_targets(run),
+        *report_aio.contended_line(run.contended),
     ]
     for result in run.contended:
         if not result.exclusive:
@@ -185,6 +159,7 @@ def summary(run: Run) -> list[str]:
                 f"target ~{HANDOVER_TARGET_MS:g} ms (<= {HANDOVER_TARGET_MS * NEAR:g}): "
                 f"{_verdict(ok)}" + ("" if ok else f" ({why})")
             )
+    lines.extend(report_aio.leader_line(run.leaders))
     for takeover in run.takeovers:
         if takeover.kind == "lockworker":
             beyond = median(takeover.beyond)
@@ -349,21 +324,7 @@ def render(run: Run) -> str:
         "SET NX); pottery's Redlock makes 2 round trips but starts a thread pool for "
         "every acquire and release."
     )
-    add(
-        "- **The asyncio rows** (`lockworker aio.Lock`, `redis-py asyncio Lock`) run the "
-        "same cycle awaited in one task on a `redis.asyncio` client, the whole timed loop "
-        "inside one event loop; the ratio column still divides by the sync redis-py Lock. "
-        "aio.Lock takes the sync Lock's steps (the same two scripts), so its round trips "
-        "and server work match the sync row; the difference is the event loop's cost per "
-        "await."
-    )
-    add(
-        "- **The asyncio job cycle** (`lockworker aio.Worker`) is the `lockworker script` "
-        "cycle awaited: `await worker.process(new_job_id)` in one task with an empty "
-        "`async def on_acquired`, the same two scripts (acquire, complete) and so the same "
-        "round trips and server commands; what it adds is a heartbeat task per job and the "
-        "awaits."
-    )
+    out.extend(report_aio.cycle_notes())
     add("")
     out.extend(
         report_load.contended(run.contended, s.contended_seconds, run.charts.get("handovers"))
@@ -402,6 +363,7 @@ def render(run: Run) -> str:
         f"Target: ~{HANDOVER_TARGET_MS:g} ms."
     )
     add("")
+    out.extend(report_aio.leaders(run.leaders, s.handover_trials))
     add("## 4. Takeover after SIGKILL")
     add("")
     add(

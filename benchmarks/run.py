@@ -2,7 +2,7 @@
 
 Starts its own servers on free loopback ports (one, plus two more masters for
 Redlock), runs every benchmark against them (uncontended cycles, contended locks,
-handover after a failure, takeover after SIGKILL, a stream served by a primary and two
+handover after a failure and between leaders, takeover after SIGKILL, a stream served by a primary and two
 backups, jobs in flight at scale, the "Redis in Action" marketplace), prints a summary
 with the targets and writes the figures and charts to ``docs/`` (a full run) or beside
 ``--output``.
@@ -21,6 +21,7 @@ from benchmarks import (
     contended,
     cycle,
     failover,
+    leaders,
     market,
     masters,
     report,
@@ -102,10 +103,12 @@ def measure(
     )
     pair = failover.Pair(server.port, namespace)
     try:
-        say(f"3/8 handover: {settings.handover_trials} trials x {len(handovers)} contenders")
+        say(f"3/8 handover: {settings.handover_trials} trials x {len(handovers)} contenders, "
+            f"then x {len(leaders.PAIRS)} leader pairings")
         for _ in range(settings.handover_trials):
             for handover in handovers:
                 failover.handover_trial(pair, handover)
+        by_leaders = leaders.run(server.port, settings.handover_trials)
         say(f"4/8 takeover after SIGKILL: {settings.takeover_trials} trials (lockworker), "
             f"{settings.peer_takeover_trials} per peer, {settings.takeover_lease:g} s lease")
         for trial in range(max(settings.takeover_trials, settings.peer_takeover_trials)):
@@ -140,7 +143,7 @@ def measure(
     return report.Run(
         machine(server), settings, cycles, overhead, handovers, takeovers, missing,
         contended=contention, streams=streams, scale=scaled, market=markets,
-        masters=by_masters,
+        masters=by_masters, leaders=by_leaders,
     )
 
 

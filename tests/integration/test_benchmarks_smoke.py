@@ -35,6 +35,7 @@ def test_quick_benchmark_run_writes_a_report(tmp_path: Path) -> None:
         "## 1. Uncontended: locks and job cycle",
         "## 2. Contended: processes on one lock",
         "## 3. Handover after a failed attempt",
+        "### Leadership: from a leader's stop to the next one's election",
         "## 4. Takeover after SIGKILL",
         "## 5. A stream of jobs: a primary and two backups",
         "## 6. Scale: jobs in flight",
@@ -45,6 +46,11 @@ def test_quick_benchmark_run_writes_a_report(tmp_path: Path) -> None:
     for row in (
         "| lockworker Lock |",
         "| lockworker Semaphore |",
+        "| lockworker aio.Semaphore |",
+        "| lockworker compute_once (hit) |",
+        "| lockworker aio.compute_once (hit) |",
+        "| lockworker compute_once (miss) |",
+        "| lockworker aio.compute_once (miss) |",
         "| lockworker script |",
         "| lockworker txn |",
         "| redis-py Lock |",
@@ -53,7 +59,15 @@ def test_quick_benchmark_run_writes_a_report(tmp_path: Path) -> None:
         "| lockworker aio.Worker |",
         "| lockworker Redlock (3 masters) |",
         "| lockworker Lock (reused) |",
+        "| lockworker aio.Lock (4 tasks, 1 process) |",
+        "| lockworker aio.Lock (4 processes) |",
+        "| lockworker Lock + aio.Lock (2 + 2 processes) |",
+        "| redis-py asyncio Lock (4 tasks, 1 process) |",
         "| lockworker Semaphore(limit=2) |",
+        "| Leader -> Leader |",
+        "| aio.Leader -> aio.Leader |",
+        "| Leader -> aio.Leader |",
+        "| aio.Leader -> Leader |",
     ):
         assert row in report
     # Mutual exclusion is a correctness check, not a speed figure: it must hold.
@@ -64,6 +78,10 @@ def test_quick_benchmark_run_writes_a_report(tmp_path: Path) -> None:
         "uncontended aio.Lock acquire+release:",
         "aio.Worker job cycle (script protocol):",
         "Worker job cycle (script protocol):",
+        "uncontended aio.Semaphore acquire+release:",
+        "compute_once, cached key:",
+        "contended handovers/s, asyncio:",
+        "leadership handover, stop to election (median ms):",
     ):
         assert line in done.stdout
     for chart in ("benchmarks-handovers.png", "benchmarks-takeover.png"):
