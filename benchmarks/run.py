@@ -2,10 +2,10 @@
 
 Starts its own servers on free loopback ports (one, plus two more masters for
 Redlock), runs every benchmark against them (uncontended cycles, contended locks,
-handover after a failure and between leaders, takeover after SIGKILL, a stream served by a primary and two
-backups, jobs in flight at scale, the "Redis in Action" marketplace), prints a summary
-with the targets and writes the figures and charts to ``docs/`` (a full run) or beside
-``--output``.
+handover after a failure and between leaders, takeover after SIGKILL, a stream served
+by a primary and two backups, jobs in flight at scale, the "Redis in Action"
+marketplace), prints a summary with the targets and writes the figures and charts to
+``docs/`` (a full run) or beside ``--output``.
 """
 
 from __future__ import annotations
