@@ -91,12 +91,31 @@ class AsyncJobRun(RunBase):
 
     async def acquire(self) -> Grant | Snapshot:
         w = self.w
-        return await self.call(
-            lambda: w.protocol.acquire(
+        try:
+            return await self.call(
+                lambda: w.protocol.acquire(
+                    self.keys, w._who, w._lease_ms, w.max_attempts, w._retention_ms
+                ),
+                "acquire job",
+            )
+        except asyncio.CancelledError:
+            await asyncio.shield(self.abandon())
+            raise
+
+    async def abandon(self) -> None:
+        """After a cancelled acquire, whose grant may have landed unread: ask again (the
+        same run re-enters its own lease) and hand a grant back at once, the attempt
+        refunded, so no lease is left to run out. Best effort: Redis down, the lease
+        runs out as a dead holder's would."""
+        w = self.w
+        with contextlib.suppress(LockworkerError, redis.RedisError):
+            answer = await w.protocol.acquire(
                 self.keys, w._who, w._lease_ms, w.max_attempts, w._retention_ms
-            ),
-            "acquire job",
-        )
+            )
+            if isinstance(answer, Grant):
+                held = w._who.value(answer.token, answer.attempt)
+                await w.protocol.release(self.keys, held, w._retention_ms)
+                self.log.info(events.RELEASED, reason="cancelled", attempt=answer.attempt)
 
     async def hold(self, grant: Grant, sent_at: float) -> Outcome | None:
         return await self.attempt(grant, sent_at)
@@ -207,9 +226,11 @@ class AsyncJobRun(RunBase):
                 await asyncio.shield(w.protocol.release(self.keys, held, w._retention_ms))
             raise
         w._heartbeat.drop(lease)
-        settled = await self.call(
+        # Shielded, as every settle step: a cancellation now must not leave the lease
+        # to run out; the step completes and the cancellation goes on after it.
+        settled = await asyncio.shield(self.call(
             lambda: w.protocol.complete(self.keys, held, w._retention_ms), "mark job done"
-        )
+        ))
         if settled is Settle.DONE:
             log.info(events.DONE)
             return Outcome.DONE
@@ -225,11 +246,12 @@ class AsyncJobRun(RunBase):
     ) -> Outcome | None:
         w = self.w
         log.warning(events.FAILED, error=repr(exc), last=job.is_last_attempt)
-        await w._hook(log, "on_failed", job, exc)
-        settled = await self.call(
-            lambda: w.protocol.fail(self.keys, held, w.max_attempts, w._retention_ms),
-            "release failed attempt",
-        )
+        try:
+            await w._hook(log, "on_failed", job, exc)
+        except asyncio.CancelledError:
+            await asyncio.shield(self.fail_step(held))
+            raise
+        settled = await asyncio.shield(self.fail_step(held))
         verdict = self.failure_settled(settled, log)
         if verdict is Outcome.GAVE_UP:
             await w._hook(log, "on_gave_up", job)
@@ -238,11 +260,18 @@ class AsyncJobRun(RunBase):
             return None
         return verdict  # type: ignore[return-value]
 
+    async def fail_step(self, held: LockValue) -> Settle:
+        w = self.w
+        return await self.call(
+            lambda: w.protocol.fail(self.keys, held, w.max_attempts, w._retention_ms),
+            "release failed attempt",
+        )
+
     async def settle_stop(self, held: LockValue, log: events.EventLog, reason: str) -> Outcome:
         w = self.w
-        settled = await self.call(
+        settled = await asyncio.shield(self.call(
             lambda: w.protocol.release(self.keys, held, w._retention_ms), "release on stop"
-        )
+        ))
         log.info(events.RELEASED, reason=reason, settled=settled.value)
         log.info(events.STOPPED)
         return Outcome.STOPPED

@@ -1024,3 +1024,84 @@ def test_a_blocking_sync_generator_is_read_off_the_event_loop(
 
     play(redis_server, namespace, scenario)
     assert waited == [True]
+
+
+class LateReplies(redis.asyncio.Redis):
+    """A client whose next reply to a chosen script is held back until cancelled: the
+    server applied the step, the caller never learns it (a reply lost in flight)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.hold: tuple[str, str] | None = None  # a script's (sha, source)
+        self.held = asyncio.Event()
+
+    async def execute_command(self, *args: Any, **options: Any) -> Any:
+        reply = await super().execute_command(*args, **options)
+        if self.hold is not None and args[0] in ("EVALSHA", "EVAL") and args[1] in self.hold:
+            self.hold = None
+            self.held.set()
+            await asyncio.Event().wait()  # until cancelled
+        return reply
+
+
+@pytest.mark.parametrize("step", ["acquire", "complete"])
+def test_a_cancellation_while_a_step_reply_is_in_flight_leaves_no_lease_behind(
+    redis_server: RedisServer, namespace: str, step: str
+) -> None:
+    """acquire: the grant landed unread; the run asks again (re-entering its own lease)
+    and hands it back, attempt refunded. complete: the step is shielded and lands (DONE)."""
+    from lockworker.protocol import script
+
+    async def scenario() -> Any:
+        client = LateReplies(host="127.0.0.1", port=redis_server.port)
+        lua = script._ACQUIRE if step == "acquire" else script._SETTLE
+        client.hold = (lua.sha, lua.source)
+        worker = AsyncWorker(client, namespace=namespace, on_acquired=nothing,
+                             handle_signals=False, lock_timeout=30.0)
+        running = asyncio.ensure_future(worker.process("job"))
+        await asyncio.wait_for(client.held.wait(), 5)
+        running.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await running
+        seen = await worker.inspect("job")
+        await worker.close()
+        await client.aclose()
+        return seen
+
+    seen = asyncio.run(scenario())
+    assert seen.holder is None  # no lease left to run out (30 s)
+    if step == "acquire":
+        assert (seen.status, seen.attempt) == (JobStatus.PENDING, 0)  # refunded
+    else:
+        assert (seen.status, seen.attempt) == (JobStatus.DONE, 1)
+
+
+def test_a_cancellation_in_on_failed_still_settles_the_failed_attempt(
+    redis_server: RedisServer, namespace: str
+) -> None:
+    async def scenario() -> Any:
+        client = redis.asyncio.Redis(host="127.0.0.1", port=redis_server.port)
+        in_hook = asyncio.Event()
+
+        async def fail(job: Job) -> None:
+            raise RuntimeError("boom")
+
+        async def on_failed(job: Job, exc: BaseException) -> None:
+            in_hook.set()
+            await asyncio.Event().wait()  # until cancelled
+
+        worker = AsyncWorker(client, namespace=namespace, on_acquired=fail,
+                             on_failed=on_failed, handle_signals=False, lock_timeout=30.0)
+        running = asyncio.ensure_future(worker.process("job"))
+        await asyncio.wait_for(in_hook.wait(), 5)
+        running.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await running
+        seen = await worker.inspect("job")
+        await worker.close()
+        await client.aclose()
+        return seen
+
+    seen = asyncio.run(scenario())
+    assert seen.holder is None
+    assert (seen.status, seen.attempt) == (JobStatus.PENDING, 1)  # the failure counts
