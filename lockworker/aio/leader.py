@@ -38,7 +38,7 @@ from lockworker.daemons.leadership import (
     leader_keys,
 )
 from lockworker.daemons.term import Term
-from lockworker.errors import StopRequested
+from lockworker.errors import LockworkerError, StopRequested
 from lockworker.model import policy
 from lockworker.model.codec import LockValue
 from lockworker.model.state import Grant, Role, Settle, Snapshot
@@ -202,12 +202,28 @@ class _Campaign:
 
     async def acquire(self) -> Grant | Snapshot:
         lead = self.l
-        return await lead._call(
-            lambda: lead.protocol.acquire(
+        try:
+            return await lead._call(
+                lambda: lead.protocol.acquire(
+                    lead.keys, lead._who, lead._lease_ms, MAX_TERMS, lead._retention_ms
+                ),
+                "acquire leadership",
+            )
+        except asyncio.CancelledError:
+            await asyncio.shield(self.abandon())
+            raise
+
+    async def abandon(self) -> None:
+        """After a cancelled acquire whose grant may have landed unread: ask again (the
+        same run re-enters its own term) and resign it at once (best effort)."""
+        lead = self.l
+        with contextlib.suppress(LockworkerError, redis.RedisError):
+            answer = await lead.protocol.acquire(
                 lead.keys, lead._who, lead._lease_ms, MAX_TERMS, lead._retention_ms
-            ),
-            "acquire leadership",
-        )
+            )
+            if isinstance(answer, Grant):
+                held = lead._who.value(answer.token, answer.attempt)
+                await lead.protocol.release(lead.keys, held, lead._retention_ms)
 
     async def hold(self, grant: Grant, sent_at: float) -> None:
         await self.lead(grant, sent_at)

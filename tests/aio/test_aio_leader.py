@@ -217,3 +217,42 @@ def test_a_plain_on_acquired_override_leads_without_being_awaited(
 
     asyncio.run(scenario())
     assert len(terms) == 1
+
+
+def test_a_cancellation_while_the_election_reply_is_in_flight_leaves_no_term_behind(
+    redis_server: RedisServer, namespace: str
+) -> None:
+    from lockworker.protocol import script
+
+    class LateReply(aredis.Redis):
+        """Holds back the first acquire reply until cancelled (the server elected us;
+        we never learn it)."""
+
+        held = asyncio.Event()
+        waiting = True
+
+        async def execute_command(self, *args: Any, **options: Any) -> Any:
+            reply = await super().execute_command(*args, **options)
+            lua = script._ACQUIRE
+            if self.waiting and args[0] in ("EVALSHA", "EVAL") and args[1] in (
+                lua.sha, lua.source,
+            ):
+                self.waiting = False
+                self.held.set()
+                await asyncio.Event().wait()
+            return reply
+
+    async def scenario() -> Any:
+        client = LateReply(host="127.0.0.1", port=redis_server.port)
+        leader = aio.Leader(client, name=namespace, on_acquired=lambda term: None,
+                            handle_signals=False, lock_timeout=30.0)
+        running = asyncio.ensure_future(leader.run())
+        await asyncio.wait_for(client.held.wait(), 5)
+        running.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await running
+        info = await aio.Leader.current(client, namespace)
+        await client.aclose()
+        return info
+
+    assert asyncio.run(scenario()) is None  # resigned, not left leading for 30 s
