@@ -206,7 +206,8 @@ def test_aio_builds_on_the_shared_protocol_model_and_loop() -> None:
     """Positively: the asyncio side's steps, loop and decisions come from below."""
     used = set().union(*(GRAPH[module_name(p)] for p in AIO))
     for shared in (
-        "lockworker.protocol.script", "lockworker.daemons.contend", "lockworker.model.policy",
-        "lockworker.daemons.runbase", "lockworker.runtime.lease", "lockworker.runtime.retry",
+        "lockworker.protocol.script", "lockworker.daemons.contend", "lockworker.daemons.runbase",
+        "lockworker.daemons.leadership", "lockworker.runtime.lease", "lockworker.runtime.retry",
+        "lockworker.model.codec", "lockworker.primitives.common",
     ):
         assert shared in used, f"lockworker.aio does not use {shared}"

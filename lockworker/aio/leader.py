@@ -27,11 +27,10 @@ from lockworker.clock import Clock, SystemClock, wall_time
 from lockworker.daemons.contend import Next
 from lockworker.daemons.leadership import (
     ELECTED,
-    FOLLOWING,
     HOOK_ERROR,
     LOST,
     MAX_TERMS,
-    RESIGNED,
+    CampaignBase,
     LeaderInfo,
     LeaderSettings,
     leader_info,
@@ -39,9 +38,8 @@ from lockworker.daemons.leadership import (
 )
 from lockworker.daemons.term import Term
 from lockworker.errors import LockworkerError, StopRequested
-from lockworker.model import policy
 from lockworker.model.codec import LockValue
-from lockworker.model.state import Grant, Role, Settle, Snapshot
+from lockworker.model.state import Grant, Role, Snapshot
 from lockworker.protocol.luacall import ready
 from lockworker.runtime import events, retry
 from lockworker.runtime.lease import Lease
@@ -172,29 +170,14 @@ class Leader(LeaderSettings):
         await self._hooks.guarded_async(log, name, term)
 
 
-class _Campaign:
-    """The I/O of one :meth:`Leader.run` (the loop is :mod:`lockworker.daemons.contend`'s)."""
+class _Campaign(CampaignBase):
+    """The I/O of one :meth:`Leader.run` (the loop is :mod:`lockworker.daemons.contend`'s,
+    the decisions :class:`~lockworker.daemons.leadership.CampaignBase`'s)."""
 
     def __init__(self, leader: Leader, wake: asyncio.Event) -> None:
+        super().__init__(leader)
         self.l = leader
         self.wake = wake
-        self.previous: Snapshot | None = None
-        self.not_before = 0.0
-
-    @property
-    def stopping(self) -> bool:
-        return self.l.stopping
-
-    @property
-    def role(self) -> Role:
-        return self.l.role
-
-    @property
-    def timing(self) -> policy.Timing:
-        return self.l.timing
-
-    def now(self) -> float:
-        return self.l.clock.monotonic()
 
     async def look(self) -> Snapshot:
         lead = self.l
@@ -227,7 +210,7 @@ class _Campaign:
 
     async def hold(self, grant: Grant, sent_at: float) -> None:
         await self.lead(grant, sent_at)
-        self.not_before = policy.compete_after_failure(self.now(), self.timing)
+        self.stepped_back()
 
     async def seen(self, snapshot: Snapshot) -> Next:
         lead = self.l
@@ -236,13 +219,8 @@ class _Campaign:
                 lambda: lead.protocol.reset(lead.keys, lead._retention_ms), "reset leader"
             )
             return Next.AGAIN
-        if snapshot.holder is not None and policy.is_news(self.previous, snapshot):
-            self.previous = snapshot
-            lead._log.info(
-                FOLLOWING, holder=snapshot.holder, token=snapshot.token,
-                lease_ms=snapshot.pttl_ms,
-            )
-            term = Term(lead.name, snapshot.token, snapshot.holder)
+        term = self.news(snapshot)
+        if term is not None:
             await lead._hook(lead._log, "on_locked", term)
         return Next.WAIT
 
@@ -320,8 +298,4 @@ class _Campaign:
             lambda: lead.protocol.release(lead.keys, held, lead._retention_ms),
             "resign leadership",
         )
-        if settled is Settle.RELEASED:
-            log.info(RESIGNED, stopping=lead.stopping)
-        if not lease.lost and (settled.refused or term.lost):
-            lease.lost = True
-            log.warning(LOST, reason="lease ended before the term did")
+        self.resigned(settled, lease, term, log)

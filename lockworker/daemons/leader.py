@@ -41,9 +41,8 @@ from lockworker.daemons import contend
 from lockworker.daemons.contend import Next
 from lockworker.daemons.term import Term
 from lockworker.errors import StopRequested
-from lockworker.model import policy
 from lockworker.model.codec import LockValue
-from lockworker.model.state import Grant, Role, Settle, Snapshot
+from lockworker.model.state import Grant, Role, Snapshot
 from lockworker.protocol import ScriptProtocol
 from lockworker.runtime import events, retry
 from lockworker.runtime.lease import Heartbeat, Lease
@@ -61,6 +60,7 @@ from lockworker.daemons.leadership import (  # noqa: E402
     NAMESPACE,
     RESIGNED,
     RETENTION,
+    CampaignBase,
     LeaderInfo,
     LeaderSettings,
     leader_info,
@@ -188,34 +188,18 @@ class Leader(LeaderSettings):
         self._hooks.guarded(log, name, term)
 
 
-class _Campaign:
-    """The loop of one :meth:`Leader.run` call."""
+class _Campaign(CampaignBase):
+    """The I/O of one :meth:`Leader.run` call, in its thread."""
 
     def __init__(self, leader: Leader, wake: threading.Event) -> None:
+        super().__init__(leader)
         self.l = leader
         self.wake = wake
-        self.previous: Snapshot | None = None
-        self.not_before = 0.0
 
     # -- the contest (lockworker.daemons.contend) ------------------------------------
 
     def run(self) -> None:
         contend.run(self)
-
-    @property
-    def stopping(self) -> bool:
-        return self.l.stopping
-
-    @property
-    def role(self) -> Role:
-        return self.l.role
-
-    @property
-    def timing(self) -> policy.Timing:
-        return self.l.timing
-
-    def now(self) -> float:
-        return self.l.clock.monotonic()
 
     def look(self) -> Snapshot:
         lead = self.l
@@ -233,7 +217,7 @@ class _Campaign:
     def hold(self, grant: Grant, sent_at: float) -> None:
         """Lead, resign, then step back so a follower takes over."""
         self.lead(grant, sent_at)
-        self.not_before = policy.compete_after_failure(self.now(), self.timing)
+        self.stepped_back()
 
     def seen(self, snapshot: Snapshot) -> Next:
         if snapshot.resolved:  # reset by hand to DONE/GAVE_UP: make it electable again
@@ -258,12 +242,9 @@ class _Campaign:
 
     def follow(self, seen: Snapshot) -> None:
         """Report a new leader (once per term seen)."""
-        if seen.holder is None or not policy.is_news(self.previous, seen):
-            return
-        self.previous = seen
-        lead = self.l
-        lead._log.info(FOLLOWING, holder=seen.holder, token=seen.token, lease_ms=seen.pttl_ms)
-        lead._hook(lead._log, "on_locked", Term(lead.name, seen.token, seen.holder))
+        term = self.news(seen)
+        if term is not None:
+            self.l._hook(self.l._log, "on_locked", term)
 
     def lead(self, grant: Grant, sent_at: float) -> None:
         """Hold the term while ``on_acquired`` runs, then resign."""
@@ -329,9 +310,4 @@ class _Campaign:
             lambda: lead.protocol.release(lead.keys, held, lead._retention_ms),
             "resign leadership",
         )
-        if settled is Settle.RELEASED:
-            log.info(RESIGNED, stopping=lead.stopping)
-        if not lease.lost and (settled.refused or term.lost):
-            lease.lost = True
-            log.warning(LOST, reason="lease ended before the term did")
-            lead._hook(log, "on_lost", term)
+        self.resigned(settled, lease, term, log)

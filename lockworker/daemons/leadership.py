@@ -7,18 +7,20 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from lockworker.clock import Clock, SystemClock
 from lockworker.config import default_owner, lease
 from lockworker.daemons.hooks import Hooks
+from lockworker.daemons.term import Term
 from lockworker.errors import ForeignValueError
 from lockworker.model import policy
 from lockworker.model.codec import Holder, decode_lock, new_run
 from lockworker.model.keys import JobKeys, Space, check_name
-from lockworker.model.state import Role
+from lockworker.model.state import Role, Settle, Snapshot
 from lockworker.protocol.decode import text
 from lockworker.runtime import events, retry
+from lockworker.runtime.lease import Lease
 
 NAMESPACE = "leaders"
 MAX_TERMS = 10**15
@@ -111,3 +113,68 @@ class LeaderSettings:
         )
         self._lease_ms = max(1, round(self.lock_timeout * 1000))
         self._retention_ms = round(RETENTION * 1000)
+
+
+class Campaigner(Protocol):
+    """What a campaign on either side reads of its leader (no I/O)."""
+
+    name: str
+    owner: str
+    role: Role
+    timing: policy.Timing
+    clock: Clock
+    _log: events.EventLog
+
+    @property
+    def stopping(self) -> bool: ...
+
+
+class CampaignBase:
+    """What one ``Leader.run`` is and decides on either side: the contest's settings,
+    whether a term seen is news (``on_locked``), and what a resignation's answer means.
+    The I/O is the sides' own (:class:`lockworker.daemons.leader._Campaign`, and the
+    asyncio one)."""
+
+    def __init__(self, leader: Campaigner) -> None:
+        self.base = leader
+        self.previous: Snapshot | None = None
+        self.not_before = 0.0
+
+    @property
+    def stopping(self) -> bool:
+        return self.base.stopping
+
+    @property
+    def role(self) -> Role:
+        return self.base.role
+
+    @property
+    def timing(self) -> policy.Timing:
+        return self.base.timing
+
+    def now(self) -> float:
+        return self.base.clock.monotonic()
+
+    def stepped_back(self) -> None:
+        """After a term ended here: step back, so a follower takes the next one."""
+        self.not_before = policy.compete_after_failure(self.now(), self.timing)
+
+    def news(self, seen: Snapshot) -> Term | None:
+        """The term to report to ``on_locked`` if ``seen`` shows a new leader (once per
+        term seen), logged as ``leader.following``; else None."""
+        if seen.holder is None or not policy.is_news(self.previous, seen):
+            return None
+        self.previous = seen
+        lead = self.base
+        lead._log.info(FOLLOWING, holder=seen.holder, token=seen.token, lease_ms=seen.pttl_ms)
+        return Term(lead.name, seen.token, seen.holder)
+
+    def resigned(
+        self, settled: Settle, lease: Lease, term: Term, log: events.EventLog
+    ) -> None:
+        """What the release at the end of a term said: resigned, or lost before it."""
+        if settled is Settle.RELEASED:
+            log.info(RESIGNED, stopping=self.base.stopping)
+        if not lease.lost and (settled.refused or term.lost):
+            lease.lost = True
+            log.warning(LOST, reason="lease ended before the term did")
