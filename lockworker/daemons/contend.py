@@ -54,6 +54,42 @@ class Contestant(Protocol):
     def now(self) -> float: ...
 
 
+class Contender(Protocol):
+    """What a contest reads of the worker or leader it runs for."""
+
+    role: Role
+    timing: policy.Timing
+
+    @property
+    def stopping(self) -> bool: ...
+
+    @property
+    def clock(self) -> Any: ...
+
+
+class ContestantBase:
+    """A :class:`Contestant` whose settings are its contender's (``base``): shared by a
+    job run and a leader's campaign, on either side."""
+
+    base: Contender
+    not_before: float
+
+    @property
+    def stopping(self) -> bool:
+        return self.base.stopping
+
+    @property
+    def role(self) -> Role:
+        return self.base.role
+
+    @property
+    def timing(self) -> policy.Timing:
+        return self.base.timing
+
+    def now(self) -> float:
+        return float(self.base.clock.monotonic())
+
+
 class Contest(Contestant, Protocol[R_co]):
     """One contest for one lease in a thread; the loop calls these, in this order (the
     asyncio side's contests have the same methods as coroutines)."""

@@ -11,6 +11,7 @@ from typing import Any, Protocol
 
 from lockworker.clock import Clock, SystemClock
 from lockworker.config import default_owner, lease
+from lockworker.daemons.contend import ContestantBase
 from lockworker.daemons.hooks import Hooks
 from lockworker.daemons.term import Term
 from lockworker.errors import ForeignValueError
@@ -129,31 +130,19 @@ class Campaigner(Protocol):
     def stopping(self) -> bool: ...
 
 
-class CampaignBase:
+class CampaignBase(ContestantBase):
     """What one ``Leader.run`` is and decides on either side: the contest's settings,
     whether a term seen is news (``on_locked``), and what a resignation's answer means.
     The I/O is the sides' own (:class:`lockworker.daemons.leader._Campaign`, and the
     asyncio one)."""
+
+    base: Campaigner
 
     def __init__(self, leader: Campaigner) -> None:
         self.base = leader
         self.previous: Snapshot | None = None
         self.not_before = 0.0
 
-    @property
-    def stopping(self) -> bool:
-        return self.base.stopping
-
-    @property
-    def role(self) -> Role:
-        return self.base.role
-
-    @property
-    def timing(self) -> policy.Timing:
-        return self.base.timing
-
-    def now(self) -> float:
-        return self.base.clock.monotonic()
 
     def stepped_back(self) -> None:
         """After a term ended here: step back, so a follower takes the next one."""

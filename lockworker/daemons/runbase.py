@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from lockworker.clock import Clock
+from lockworker.daemons.contend import ContestantBase
 from lockworker.daemons.job import Job
 from lockworker.model import policy
 from lockworker.model.codec import Holder, LockValue
@@ -44,11 +45,13 @@ class RunnerBase(Protocol):
     def stopping(self) -> bool: ...
 
 
-class RunBase:
+class RunBase(ContestantBase):
     """What a job run is and decides, on either side: its job, its contest settings,
     what a snapshot of the job means, and the events of its attempts. The I/O (Redis
     steps, hooks, waits) is the subclass's: :class:`JobRun` in a thread,
     :class:`lockworker.aio.jobrun.AsyncJobRun` in a task."""
+
+    base: RunnerBase
 
     def __init__(
         self, worker: RunnerBase, keys: JobKeys, payload: Any, log: events.EventLog
@@ -68,20 +71,6 @@ class RunBase:
             _clock=w.clock, _stopping=w._stop,
         )
 
-    @property
-    def stopping(self) -> bool:
-        return self.base.stopping
-
-    @property
-    def role(self) -> Role:
-        return self.base.role
-
-    @property
-    def timing(self) -> policy.Timing:
-        return self.base.timing
-
-    def now(self) -> float:
-        return self.base.clock.monotonic()
 
     def judge(self, seen: Snapshot) -> tuple[Outcome | None, tuple[str, Job] | None]:
         """What ``seen``, a job this run does not hold, means: its outcome if resolved,
