@@ -46,3 +46,18 @@ def test_fencing_example_refuses_the_stale_holders_write(redis_server: RedisServ
     assert "backup: took over attempt 2 with a larger token, store accepted write: True" in out
     assert "holder: attempt 1, lost=True, store accepted write: False" in out
     assert "store holds: written by the backup" in out
+
+
+def test_asyncio_example_does_each_job_once_and_hands_over_a_cancelled_one_at_once(
+    redis_server: RedisServer,
+) -> None:
+    out = run("asyncio_mixed.py", redis_server)
+    done = [line for line in out.splitlines() if ": done once, by " in line]
+    assert len(done) == 6
+    tasks_line = next(line for line in out.splitlines() if line.startswith("outcomes in"))
+    assert tasks_line.split(": ")[1].split(" done,")[0].strip() == str(
+        6 - sum("by thread" in line for line in done)
+    )
+    nightly = next(line for line in out.splitlines() if line.startswith("nightly:"))
+    assert "done by the thread" in nightly
+    assert float(nightly.split("thread ")[1].split(" s later")[0]) < 15.0  # not the 30 s lease
