@@ -12,8 +12,10 @@ from __future__ import annotations
 import os
 import re
 import urllib.parse
+from typing import Any
 
 import redis
+from redis.exceptions import RedisClusterException
 
 from lockworker.cli import topology_urls
 
@@ -109,34 +111,51 @@ def safe_url(url: str) -> str:
     return re.sub(r"([?&]password=)[^&#]*", r"\1***", url)
 
 
+UNREACHABLE = (redis.RedisError, OSError, RedisClusterException)
+"""What making a client or its first PING raises when Redis cannot be used: redis-py's
+errors, and a cluster client's "no startup node is reachable", which is none of them."""
+
+
+def timeouts(socket_timeout: float) -> dict[str, Any]:
+    """A client's socket timeouts: connecting gives up sooner (at most 3 s), so an
+    unreachable host is reported before a long socket timeout would pass."""
+    return {"socket_timeout": socket_timeout,
+            "socket_connect_timeout": min(socket_timeout, 3.0)}
+
+
 def connect(url: str, *, socket_timeout: float = 5.0) -> redis.Redis:
     """A client of ``url`` that answered PING, or :class:`CliError` saying why not.
 
     Checked before anything starts, so a wrong URL or a down server is one clear line
     at start-up rather than a retry loop that gives up later.
     """
-    timeouts = {"socket_timeout": socket_timeout,
-                "socket_connect_timeout": min(socket_timeout, 3.0)}
     try:
         if topology_urls.is_topology(url):
             client = topology_urls.client(
-                topology_urls.parse(url), decode_responses=True, **timeouts
+                topology_urls.parse(url), decode_responses=True, **timeouts(socket_timeout)
             )
         else:
-            client = redis.Redis.from_url(url, decode_responses=True, **timeouts)
-    except (redis.RedisError, OSError) as exc:  # a cluster client connects at once
+            client = redis.Redis.from_url(
+                url, decode_responses=True, **timeouts(socket_timeout)
+            )
+    except UNREACHABLE as exc:  # a cluster client connects at once
         raise CliError(f"cannot reach Redis at {safe_url(url)}: {exc}", EXIT_FAILURE) from exc
     except ValueError as exc:
         raise CliError(f"invalid Redis URL {safe_url(url)!r}: {exc}") from exc
     try:
         client.ping()
-    except redis.AuthenticationError as exc:
+    except UNREACHABLE as exc:
         client.close()
-        raise CliError(f"Redis at {safe_url(url)} refused the credentials: {exc}", 1) from exc
-    except (redis.ConnectionError, redis.TimeoutError, OSError) as exc:
-        client.close()
-        raise CliError(f"cannot reach Redis at {safe_url(url)}: {exc}", EXIT_FAILURE) from exc
-    except redis.RedisError as exc:
-        client.close()
-        raise CliError(f"Redis at {safe_url(url)} did not answer PING: {exc}", 1) from exc
+        raise no_answer(url, exc) from exc
     return client
+
+
+def no_answer(url: str, exc: BaseException) -> CliError:
+    """The one line for a PING of ``url`` that failed with ``exc`` (sync or asyncio
+    client alike: both raise redis-py's exceptions), exit 1."""
+    where = safe_url(url)
+    if isinstance(exc, redis.AuthenticationError):
+        return CliError(f"Redis at {where} refused the credentials: {exc}", EXIT_FAILURE)
+    if isinstance(exc, (redis.ConnectionError, redis.TimeoutError, OSError, RedisClusterException)):
+        return CliError(f"cannot reach Redis at {where}: {exc}", EXIT_FAILURE)
+    return CliError(f"Redis at {where} did not answer PING: {exc}", EXIT_FAILURE)

@@ -131,10 +131,14 @@ def test_bad_input_is_one_line_and_an_exit_code(
     assert lines[0].startswith("lockworker")
 
 
-def test_unreachable_redis_is_one_line_before_anything_starts(app_dir: Path) -> None:
+@pytest.mark.parametrize("scheme", ["redis", "redis+cluster"])
+def test_unreachable_redis_is_one_line_before_anything_starts(
+    app_dir: Path, scheme: str
+) -> None:
     from lockworker.testing.server import free_port
 
-    url = f"redis://127.0.0.1:{free_port()}/0"  # nothing listens there
+    # nothing listens there (a cluster client's "no startup node reachable" too)
+    url = f"{scheme}://127.0.0.1:{free_port()}" + ("/0" if scheme == "redis" else "")
     for args in (
         ["run", "cli_app:Stubborn", "--namespace", "n", "--app-dir", str(app_dir)],
         ["submit", "s", "j"],
