@@ -144,7 +144,8 @@ def _add_run(sub: argparse._SubParsersAction[Parser], common: Parser) -> None:
     run = sub.add_parser(
         "run", parents=[common], help="run a Worker (serving a stream) or a Leader",
         description="Run MODULE:CLASS, a lockworker.Worker subclass (serving a stream of "
-        "jobs) or a lockworker.Leader subclass, until SIGTERM/SIGINT. The first signal "
+        "jobs) or a lockworker.Leader subclass, or a subclass of their lockworker.aio "
+        "twins (under asyncio.run), until SIGTERM/SIGINT. The first signal "
         "finishes or hands over the work in hand within --grace and exits 0; a second "
         f"one exits {EXIT_INTERRUPTED} at once.",
     )
@@ -180,7 +181,7 @@ def _add_run(sub: argparse._SubParsersAction[Parser], common: Parser) -> None:
     run.add_argument(
         "--durability", choices=("local", "replicated"), default="local",
         help="Worker only: 'replicated' counts a step once --replicas replicas "
-        "acknowledged it (WAIT; docs/topologies.md)",
+        "acknowledged it (WAIT; docs/topologies.md); lockworker.aio classes: local only",
     )
     run.add_argument(
         "--replicas", type=positive_int, default=1, metavar="N",

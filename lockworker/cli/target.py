@@ -1,17 +1,27 @@
-"""Turning ``MODULE:CLASS`` into a Worker or Leader subclass, or one clear error."""
+"""Turning ``MODULE:CLASS`` into a daemon class (a Worker or Leader subclass, sync or
+asyncio), or one clear error."""
 
 from __future__ import annotations
 
 import importlib
 import os
 import sys
+from typing import Any
 
+from lockworker.aio.leader import Leader as AsyncLeader
+from lockworker.aio.worker import Worker as AsyncWorker
 from lockworker.cli.common import CliError
 from lockworker.daemons.leader import Leader
 from lockworker.daemons.worker import Worker
 
+DaemonClass = type[Worker] | type[Leader] | type[AsyncWorker] | type[AsyncLeader]
+KINDS = (Worker, Leader, AsyncWorker, AsyncLeader)
+KIND_NAMES = (
+    "lockworker.Worker, lockworker.Leader, lockworker.aio.Worker or lockworker.aio.Leader"
+)
 
-def load(target: str, app_dir: str = ".") -> type[Worker] | type[Leader]:
+
+def load(target: str, app_dir: str = ".") -> DaemonClass:
     """The class named by ``target`` (``package.module:Class``), checked for its kind.
 
     ``app_dir`` goes first on ``sys.path`` (as the current directory does for
@@ -38,11 +48,25 @@ def load(target: str, app_dir: str = ".") -> type[Worker] | type[Leader]:
             obj = getattr(obj, part)
         except AttributeError:
             raise CliError(f"module {module_name!r} has no attribute {attr!r}") from None
-    if isinstance(obj, type) and issubclass(obj, (Worker, Leader)):
+    if isinstance(obj, type) and issubclass(obj, KINDS):
         return obj
-    raise CliError(
-        f"{target} is {_describe(obj)}, not a subclass of lockworker.Worker or lockworker.Leader"
-    )
+    raise CliError(f"{target} is {_describe(obj)}, not a subclass of {KIND_NAMES}")
+
+
+def is_leader(cls: Any) -> bool:
+    """A Leader of either kind: it campaigns for a name rather than serving a stream."""
+    return issubclass(cls, (Leader, AsyncLeader))
+
+
+def is_asyncio(cls: Any) -> bool:
+    """A ``lockworker.aio`` class: run under ``asyncio.run`` on a ``redis.asyncio`` client."""
+    return issubclass(cls, (AsyncWorker, AsyncLeader))
+
+
+def describe_kind(cls: Any) -> str:
+    """``lockworker.aio.Leader`` and so on: the kind a class was accepted as."""
+    base = next(kind for kind in KINDS if issubclass(cls, kind))
+    return f"lockworker.{'aio.' if is_asyncio(cls) else ''}{base.__name__}"
 
 
 def _describe(obj: object) -> str:

@@ -20,6 +20,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import redis
+from redis.asyncio.cluster import ClusterNode as AsyncClusterNode
+from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
+from redis.asyncio.sentinel import Sentinel as AsyncSentinel
 from redis.cluster import ClusterNode, RedisCluster
 from redis.sentinel import Sentinel
 
@@ -102,15 +105,33 @@ def client(topology: Topology, **kwargs: Any) -> redis.Redis:
         ]
         cluster = RedisCluster(startup_nodes=nodes, ssl=topology.tls, **auth, **kwargs)
         return cluster  # type: ignore[return-value]
+    master: redis.Redis = _master(Sentinel, topology, kwargs)
+    return master
+
+
+def async_client(topology: Topology, **kwargs: Any) -> Any:
+    """A ``redis.asyncio`` client of the cluster, or of the Sentinels' master
+    (``kwargs`` as for :func:`client`), for the asyncio daemons. Unlike the sync
+    cluster client it connects nothing until its first command."""
+    if topology.kind == "cluster":
+        nodes = [AsyncClusterNode(host, port) for host, port in topology.hosts]
+        return AsyncRedisCluster(
+            startup_nodes=nodes, ssl=topology.tls, username=topology.username,
+            password=topology.password, **kwargs,
+        )
+    return _master(AsyncSentinel, topology, kwargs)
+
+
+def _master(sentinel_class: Any, topology: Topology, kwargs: dict[str, Any]) -> Any:
+    """The master of a Sentinel URL through ``sentinel_class`` (sync or asyncio: the two
+    take the same arguments)."""
     sentinel_kwargs = {
         k: v for k, v in kwargs.items() if k in ("socket_timeout", "socket_connect_timeout")
     }
     if "sentinel_password" in topology.options:
         sentinel_kwargs["password"] = topology.options["sentinel_password"]
-    sentinel = Sentinel(  # type: ignore[no-untyped-call]
-        list(topology.hosts), sentinel_kwargs=sentinel_kwargs, **kwargs
+    sentinel = sentinel_class(list(topology.hosts), sentinel_kwargs=sentinel_kwargs, **kwargs)
+    return sentinel.master_for(
+        topology.master, db=topology.db, ssl=topology.tls,
+        username=topology.username, password=topology.password, **kwargs,
     )
-    master: redis.Redis = sentinel.master_for(  # type: ignore[no-untyped-call]
-        topology.master, db=topology.db, ssl=topology.tls, **auth, **kwargs
-    )
-    return master

@@ -1,0 +1,113 @@
+"""``lockworker run`` of a ``lockworker.aio`` Worker or Leader, under ``asyncio.run``.
+
+The same options, start-up checks, events, metrics and stopping as a sync class
+(described in :mod:`lockworker.cli.run`; what both share is
+:mod:`lockworker.cli.run_common`). What differs is the I/O:
+
+- The daemon gets a ``redis.asyncio`` client of the URL, and the start-up PING is that
+  client's, in the loop the daemon then runs in (an asyncio client is bound to its
+  loop).
+- A Worker serves the stream through a ``StreamSource`` on a sync client of the same
+  URL (with a PING of its own): ``aio.Worker.serve`` reads it in a worker thread, so
+  the event loop never waits on a blocking XREAD.
+- The signal handlers are installed in the loop's thread (the main thread); the first
+  signal calls ``daemon.stop()`` from a courier thread, which is safe for both asyncio
+  classes (it wakes the loop), and the grace timer and a second signal end the process
+  with ``os._exit`` whatever the loop is doing.
+
+``--durability replicated`` is refused before anything connects, one line and exit 2:
+``lockworker.aio`` speaks the script protocol with local durability only (checked by
+the library's own rule). Every URL form works: a cluster URL gives a
+``redis.asyncio.RedisCluster``, a Sentinel URL the master through ``redis.asyncio``'s
+Sentinel client.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from types import ModuleType
+from typing import Any
+
+import redis
+import redis.asyncio
+
+from lockworker.aio.worker import check_local_script
+from lockworker.cli import topology_urls
+from lockworker.cli.common import (
+    EXIT_OK,
+    UNREACHABLE,
+    CliError,
+    connect,
+    no_answer,
+    safe_url,
+    timeouts,
+)
+from lockworker.cli.run_common import build, session, socket_timeout, stream_source
+from lockworker.cli.target import describe_kind, is_leader
+from lockworker.errors import InvalidConfig
+from lockworker.model.state import ProtocolKind
+
+
+def main(cls: Any, args: argparse.Namespace, url: str, metrics: ModuleType | None) -> int:
+    """Run ``cls`` (an asyncio class, loaded and checked by the caller) until stopped."""
+    check(cls, args)
+    asyncio.run(_run(cls, args, url, metrics))
+    return EXIT_OK
+
+
+def check(cls: Any, args: argparse.Namespace) -> None:
+    """Refuse, before anything connects, the options an asyncio class cannot run with."""
+    try:
+        check_local_script(ProtocolKind.SCRIPT, args.durability)
+    except InvalidConfig as exc:
+        raise CliError(f"--durability: {exc}; {args.target} is a {describe_kind(cls)}") from exc
+
+
+async def connect_async(url: str, *, socket_timeout: float) -> Any:
+    """A ``redis.asyncio`` client of ``url`` that answered PING, or :class:`CliError`
+    saying why not (the same lines as :func:`lockworker.cli.common.connect`)."""
+    try:
+        if topology_urls.is_topology(url):
+            client = topology_urls.async_client(
+                topology_urls.parse(url), decode_responses=True, **timeouts(socket_timeout)
+            )
+        else:
+            client = redis.asyncio.Redis.from_url(
+                url, decode_responses=True, **timeouts(socket_timeout)
+            )
+    except ValueError as exc:
+        raise CliError(f"invalid Redis URL {safe_url(url)!r}: {exc}") from exc
+    try:
+        await client.ping()
+    except UNREACHABLE as exc:
+        await client.aclose()
+        raise no_answer(url, exc) from exc
+    return client
+
+
+async def _run(
+    cls: Any, args: argparse.Namespace, url: str, metrics: ModuleType | None
+) -> None:
+    timeout = socket_timeout(args.lock_timeout)
+    client = await connect_async(url, socket_timeout=timeout)
+    stream_client: redis.Redis | None = None
+    try:
+        if not is_leader(cls):
+            stream_client = await asyncio.to_thread(connect, url, socket_timeout=timeout)
+        daemon = build(cls, client, args)
+        with session(daemon, args, url, metrics):
+            if stream_client is None:
+                await daemon.run()  # closes the leader itself
+                return
+            try:
+                await daemon.serve(
+                    stream_source(stream_client, args, daemon.owner),
+                    concurrency=args.concurrency or 4,
+                )
+            finally:
+                await daemon.close()
+    finally:
+        if stream_client is not None:
+            stream_client.close()
+        await client.aclose()

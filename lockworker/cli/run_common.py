@@ -1,0 +1,198 @@
+"""What a ``lockworker run`` process does around its daemon, sync or asyncio alike.
+
+The daemon is made from the options by one function and runs inside one
+:func:`session`, whichever kind it is, so both kinds take the same options, log the
+same events, serve the same metrics and stop on signals the same way (the behaviour is
+described in :mod:`lockworker.cli.run`). Only running the daemon differs: in the main
+thread (:mod:`lockworker.cli.run`) or under ``asyncio.run``
+(:mod:`lockworker.cli.run_aio`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from types import ModuleType
+from typing import Any, NoReturn
+
+import redis
+
+from lockworker.aio.worker import Worker as AsyncWorker
+from lockworker.cli.common import EXIT_INTERRUPTED, CliError, safe_url
+from lockworker.cli.target import is_asyncio, is_leader
+from lockworker.daemons.sources import StreamSource
+from lockworker.errors import InvalidConfig, InvalidHook
+from lockworker.runtime import events
+from lockworker.runtime.signals import stop_on_signals
+
+EXIT_GRACE_EXPIRED = 1
+LAST_WORDS = 1.0
+"""Seconds the last log line of an exit may take before the process exits anyway."""
+
+STARTED = "run.started"
+STOPPING = "run.stopping"
+STOPPED = "run.stopped"
+GRACE_EXPIRED = "run.grace_expired"
+INTERRUPTED = "run.interrupted"
+NO_OWNER = "run.no_owner"
+
+WORKER_ONLY = ("max_attempts", "concurrency", "stream")
+
+
+def socket_timeout(lock_timeout: float) -> float:
+    """Socket timeout of the daemon's client: below the lease where possible (so a hung
+    connection cannot outlast it), above the stream's 0.25 s blocking read."""
+    return max(0.75, min(5.0, lock_timeout / 2))
+
+
+def build(cls: Any, client: Any, args: argparse.Namespace) -> Any:
+    """An instance of ``cls`` (any of the four kinds) from the options; the CLI installs
+    signal handlers itself. The asyncio Worker takes no durability options: the
+    command refused them before (:func:`lockworker.cli.run_aio.check`)."""
+    common: dict[str, Any] = {
+        "lock_timeout": args.lock_timeout, "owner": args.owner, "role": args.role,
+        "backup_delay": args.backup_delay, "handle_signals": False,
+    }
+    try:
+        if is_leader(cls):
+            return cls(client, name=args.namespace, **common)
+        if not issubclass(cls, AsyncWorker):
+            common.update(durability=args.durability, replicas=args.replicas)
+        return cls(
+            client, namespace=args.namespace,
+            max_attempts=args.max_attempts if args.max_attempts is not None else 3, **common,
+        )
+    except (InvalidConfig, InvalidHook) as exc:
+        raise CliError(str(exc)) from exc
+    except TypeError as exc:  # a subclass whose constructor takes other arguments
+        raise CliError(f"cannot construct {cls.__qualname__}: {exc}") from exc
+
+
+def stream_source(client: redis.Redis, args: argparse.Namespace, owner: str) -> StreamSource:
+    """The worker's stream (``--stream``, else the namespace), read under its owner on a
+    sync client (the asyncio Worker reads it in a worker thread); a stream name it
+    refuses is one line, exit 2."""
+    try:
+        return StreamSource(client, args.stream or args.namespace, owner=owner)
+    except InvalidConfig as exc:
+        raise CliError(str(exc)) from exc
+
+
+class GraceTimer:
+    """Exits the process if the stop takes longer than the grace period.
+
+    Started by the signal handler; a daemon thread, so it never keeps a process alive
+    that stopped in time.
+    """
+
+    def __init__(self, grace: float, log: Any) -> None:
+        self.grace = grace
+        self.log = log
+        self._timer: threading.Timer | None = None
+
+    def start(self) -> None:
+        if self._timer is None:
+            self._timer = threading.Timer(self.grace, self._expire)
+            self._timer.daemon = True
+            self._timer.start()
+
+    def cancel(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+
+    def _expire(self) -> None:
+        exit_now(EXIT_GRACE_EXPIRED, lambda: self.log.error(
+            GRACE_EXPIRED, grace=self.grace, exit_code=EXIT_GRACE_EXPIRED
+        ))
+
+
+def exit_now(code: int, last_words: Callable[[], None]) -> NoReturn:
+    """Log ``last_words``, flush, and end the process with ``code`` without waiting for
+    the threads (or the event loop) still running jobs (their leases run out; others
+    take the jobs over).
+
+    The line is written from a thread given :data:`LAST_WORDS` seconds, so a stalled
+    stderr (a full pipe) cannot keep the process alive.
+    """
+
+    def say() -> None:
+        last_words()
+        for stream in (sys.stderr, sys.stdout):
+            with contextlib.suppress(Exception):  # a closed stream: nothing more to say
+                stream.flush()
+
+    speaker = threading.Thread(target=say, name="lockworker-exit", daemon=True)
+    speaker.start()
+    speaker.join(LAST_WORDS)
+    os._exit(code)
+
+
+def metrics_extra(args: argparse.Namespace) -> ModuleType | None:
+    """:mod:`lockworker.metrics` if ``--metrics-port`` was given, checked before any work:
+    without the extra, one line naming it (exit 2). Never imported otherwise, so a run
+    without metrics does not load ``prometheus_client``."""
+    if args.metrics_port is None:
+        if args.metrics_host is not None:
+            raise CliError("--metrics-host: only with --metrics-port")
+        return None
+    try:
+        from lockworker import metrics  # noqa: PLC0415 - only when asked for
+    except ImportError as exc:  # ExtraNotInstalled, naming the install line
+        raise CliError(f"--metrics-port: {exc}") from exc
+    return metrics
+
+
+def serve_metrics(metrics: ModuleType, args: argparse.Namespace) -> str:
+    """Count the events and serve them on ``--metrics-host:--metrics-port``; the URL.
+    A port that cannot be listened on is one line, exit 2."""
+    host = args.metrics_host or metrics.DEFAULT_HOST
+    where = f"{host}:{args.metrics_port}"
+    try:
+        metrics.serve_http(args.metrics_port, host=host)
+    except OSError as exc:
+        raise CliError(f"--metrics-port: cannot listen on {where}: {exc.strerror or exc}") from exc
+    return f"http://{where}/metrics"
+
+
+@contextlib.contextmanager
+def session(
+    daemon: Any, args: argparse.Namespace, url: str, metrics: ModuleType | None
+) -> Iterator[None]:
+    """Around the daemon's run: the metrics endpoint, the signal handlers (first signal:
+    ``daemon.stop()`` and the grace timer; second: exit 130 at once), and the
+    command's own events. ``daemon.stop()`` is called from a courier thread, never from
+    the signal handler itself: both kinds' ``stop`` are safe there."""
+    kind = "leader" if is_leader(type(daemon)) else "worker"
+    log = events.logger(
+        events.CLI, None, kind=kind, target=args.target, owner=daemon.owner, role=args.role
+    )
+    grace = GraceTimer(args.grace, log)
+
+    def on_stop(signum: int) -> None:
+        log.info(STOPPING, signal=signum, grace=args.grace)
+        daemon.stop()
+        grace.start()
+
+    def on_again(signum: int) -> None:
+        exit_now(EXIT_INTERRUPTED, lambda: log.warning(
+            INTERRUPTED, signal=signum, exit_code=EXIT_INTERRUPTED,
+            hint="jobs in hand are taken over when their leases run out",
+        ))
+
+    try:
+        served = {} if metrics is None else {"metrics": serve_metrics(metrics, args)}
+        with stop_on_signals(on_stop, on_again=on_again):
+            log.info(
+                STARTED, redis=safe_url(url), namespace=args.namespace, pid=os.getpid(),
+                asyncio=is_asyncio(type(daemon)), **served,
+            )
+            if args.owner is None and kind == "worker":
+                log.warning(NO_OWNER, hint="pass a stable --owner so a restart resumes the stream")
+            yield
+    finally:
+        grace.cancel()
+    log.info(STOPPED)
