@@ -5,14 +5,18 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import redis
+from helpers import wait_for
 from redis.cluster import RedisCluster
 
 import lockworker
+from lockworker.daemons.sources import stream_keys
 from lockworker.testing import Cluster, SentinelGroup
 
 pytestmark = pytest.mark.processes
@@ -68,3 +72,96 @@ def test_a_sentinel_url_naming_an_unknown_master_is_one_line(
     out = lockworker_cli("status", "--redis", f"redis+sentinel://{sentinels}/nosuchmaster")
     assert out.returncode == 1
     assert len(out.stderr.strip().splitlines()) == 1, out.stderr
+
+
+
+ASYNC_APP = """
+from lockworker import aio
+
+class Marker(aio.Worker):
+    async def on_acquired(self, job):
+        await self.client.rpush(self.namespace + ":did", job.id)
+
+class Boss(aio.Leader):
+    async def on_acquired(self, term):
+        while not await term.wait(0.05):
+            pass
+"""
+
+
+def run_async(tmp: Path, target: str, url: str, *options: str) -> subprocess.Popen[str]:
+    """``lockworker run`` of an asyncio class of :data:`ASYNC_APP` on ``url``."""
+    (tmp / "async_app.py").write_text(ASYNC_APP)
+    return subprocess.Popen(
+        [sys.executable, "-m", "lockworker", "run", f"async_app:{target}", "--app-dir",
+         str(tmp), "--owner", "a1", "--lock-timeout", "2", "--redis", url, *options],
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        text=True, env={**os.environ, "LOCKWORKER_REDIS_URL": ""},
+    )
+
+
+def serve_jobs_and_stop(
+    tmp: Path, url: str, client: redis.Redis, namespace: str, ids: list[str]
+) -> None:
+    """An asyncio Worker daemon on ``url`` does the jobs ``lockworker submit`` adds, each
+    once, and exits 0 on SIGTERM."""
+    proc = run_async(tmp, "Marker", url, "--namespace", namespace)
+    try:
+        readers = stream_keys(namespace).extra("readers")
+        wait_for(lambda: client.zscore(readers, "a1") is not None, timeout=30)
+        for job_id in ids:
+            submitted = lockworker_cli("submit", namespace, job_id, "--redis", url)
+            assert submitted.returncode == 0, submitted.stderr
+        did = f"{namespace}:did"
+        wait_for(lambda: client.llen(did) == len(ids), timeout=30)
+        assert sorted(client.lrange(did, 0, -1)) == sorted(ids)
+        proc.send_signal(signal.SIGTERM)
+        _out, err = proc.communicate(timeout=20)
+        assert proc.returncode == 0, err
+        assert '"run.stopped"' in err and "Traceback" not in err
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(timeout=10)
+
+
+def test_an_asyncio_worker_daemon_serves_the_master_through_the_sentinels(
+    redis_sentinel: SentinelGroup, sentinel_master: redis.Redis, namespace: str,
+    tmp_path: Path,
+) -> None:
+    sentinels = ",".join(f"{h}:{p}" for h, p in redis_sentinel.sentinels)
+    url = f"redis+sentinel://{sentinels}/{redis_sentinel.master_name}"
+    serve_jobs_and_stop(tmp_path, url, sentinel_master, namespace, ["j1", "j2"])
+
+
+def test_an_asyncio_worker_daemon_does_jobs_on_every_master_of_a_cluster(
+    redis_cluster: Cluster, cluster_client: RedisCluster, namespace: str, tmp_path: Path,
+) -> None:
+    ids = [f"job-{i}" for i in range(4)]
+    seeds = ",".join(f"127.0.0.1:{m.port}" for m in redis_cluster.masters[:2])
+    serve_jobs_and_stop(
+        tmp_path, f"redis+cluster://{seeds}", cluster_client, namespace, ids
+    )
+    masters = {redis_cluster.node_of(f"{{{job_id}}}").port for job_id in ids}
+    assert len(masters) == len(redis_cluster.masters)  # the jobs were spread over all
+
+
+def test_an_asyncio_leader_daemon_leads_on_a_cluster_and_resigns_on_sigterm(
+    redis_cluster: Cluster, cluster_client: RedisCluster, namespace: str, tmp_path: Path,
+) -> None:
+    url = f"redis+cluster://127.0.0.1:{redis_cluster.masters[0].port}"
+    proc = run_async(tmp_path, "Boss", url, "--name", namespace)
+    try:
+        def holder() -> str | None:
+            info = lockworker.Leader.current(cluster_client, namespace)
+            return None if info is None else info.holder
+
+        wait_for(lambda: holder() == "a1", timeout=30)
+        proc.send_signal(signal.SIGTERM)
+        _out, err = proc.communicate(timeout=20)
+        assert proc.returncode == 0, err
+        assert holder() is None  # resigned on the way out
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(timeout=10)
