@@ -112,6 +112,8 @@ class AsyncWakeHub:
         """Dispatch messages until idle; a broken connection wakes every waiter."""
         idle = 0.0
         while True:
+            if _cancel_swallowed():
+                raise asyncio.CancelledError
             await self._unsubscribe_lingering()
             pubsub = self._pubsub
             if pubsub is None or (not self._confirmed and idle >= IDLE_CLOSE):
@@ -178,6 +180,19 @@ class AsyncWakeHub:
         self._rejoin.clear()
         if pubsub is not None:
             await _close(pubsub)
+
+
+def _cancel_swallowed() -> bool:
+    """This task was cancelled, and a call below dropped the ``CancelledError``.
+
+    Before Python 3.12, ``asyncio.wait_for`` returns the result of an awaitable that
+    finished as the awaiting task was cancelled, and redis-py awaits one for every
+    write: a reader cancelled while it reconnects (its client closed, then the loop
+    ended by ``asyncio.run``) would read on until idle. ``Task.cancelling`` (3.11+)
+    still counts the request; the reader never takes one back."""
+    task = asyncio.current_task()
+    cancelling = getattr(task, "cancelling", None)
+    return cancelling is not None and cancelling() > 0
 
 
 async def _close(pubsub: Any) -> None:

@@ -1,0 +1,47 @@
+"""``asyncio.run`` ends at once after a program closes its client, wherever the wake-up
+reader then is.
+
+Closing the client disconnects the hub's pub/sub; its reader task reconnects at once and
+is still there when ``asyncio.run`` cancels what is left. Before Python 3.12,
+``asyncio.wait_for`` returns the result of an awaitable that finished as the awaiting
+task was cancelled and drops the cancellation, and redis-py awaits one for every write
+(the reconnect's HELLO, for one): a cancel landing there was lost, and the reader read
+on until it closed itself for idleness, about 7 s later.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+import redis.asyncio as aredis
+
+from lockworker import aio
+from lockworker.testing.server import RedisServer
+
+
+@pytest.mark.parametrize("turns", range(8))
+def test_asyncio_run_ends_at_once_after_a_leader_and_its_client_are_closed(
+    redis_server: RedisServer, namespace: str, turns: int
+) -> None:
+    async def main() -> float:
+        client = aredis.Redis.from_url(
+            redis_server.url, socket_timeout=0.5, socket_connect_timeout=0.5
+        )
+
+        async def lead(term: aio.AsyncTerm) -> None:
+            await term.wait(0.01)
+
+        leader = aio.Leader(
+            client, name=namespace, lock_timeout=0.5, handle_signals=False, on_acquired=lead
+        )
+        asyncio.get_running_loop().call_later(0.1, leader.stop)
+        await leader.run()
+        await client.aclose()
+        for _ in range(turns):  # the final cancel lands at another step of the reconnect
+            await asyncio.sleep(0)
+        return time.monotonic()
+
+    returned = asyncio.run(main())
+    assert time.monotonic() - returned < 1.0
