@@ -1,4 +1,6 @@
-"""One process of the fault battery: a worker, lock holder, leader or redlock holder.
+"""One process of the fault battery: a worker, lock holder, leader or redlock holder,
+sync (``worker``, ``lock``, ``leader``, ``redlock``) or on asyncio (``aworker``,
+``alock``, ``aleader``: :mod:`lockworker.aio`'s twins, in one ``asyncio.run``).
 
     PYTHONPATH=tests python -m faults.child CONFIG_JSON
 
@@ -12,6 +14,7 @@ store must refuse once a newer holder has written. The configuration keys are re
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
@@ -19,19 +22,21 @@ import random
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Generator
 from pathlib import Path
 from typing import Any
 
 import redis
+import redis.asyncio
 import structlog
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 import lockworker
+from lockworker import aio
 
 from .history import JOB, Recorder
-from .store import FencedStore
+from .store import AsyncFencedStore, FencedStore, Write
 
 CRASH_EXIT = 3
 """Exit status of a process whose hook crashed it on purpose (``os._exit``)."""
@@ -41,10 +46,23 @@ class SectionEnded(Exception):
     """Raised from ``on_acquired`` when the section did not finish its work."""
 
 
-class Work:
-    """Runs critical sections: fenced writes while the section is believed held."""
+Call = Write | float
+"""What a section asks of its driver: a write to the fenced store (the answer: accepted
+or not), or a pause of so many seconds between two writes."""
 
-    def __init__(self, config: dict[str, Any], rec: Recorder, store: FencedStore) -> None:
+
+class Work:
+    """Runs critical sections: fenced writes while the section is believed held.
+
+    A section is written once, as :meth:`plan` (a generator yielding its calls to the
+    store and its pauses), and driven by a thread (:meth:`section`) or awaited
+    (:meth:`asection`), so sync and asyncio holders do exactly the same things between
+    the same checks.
+    """
+
+    def __init__(
+        self, config: dict[str, Any], rec: Recorder, store: FencedStore | AsyncFencedStore
+    ) -> None:
         self.rec = rec
         self.store = store
         self.rng = random.Random()
@@ -54,14 +72,13 @@ class Work:
         self.fail_rate = float(config.get("fail_rate", 0.0))
         self.crash_rate = float(config.get("crash_rate", 0.0))
 
-    def section(
+    def plan(
         self, kind: str, key: str, token: int, lost: Callable[[], bool], *,
         attempt: int | None = None,
-        wait: Callable[[float], bool] | None = None,
         stopping: Callable[[], bool] | None = None,
-    ) -> str:
+    ) -> Generator[Call, Any, str]:
         """One critical section; returns how it ended (see ``Section.result``)."""
-        rec, store, rng = self.rec, self.store, self.rng
+        rec, rng = self.rec, self.rng
         sid = rec.begin(kind, key, token, lost, attempt=attempt)
         steps = rng.randint(*self.steps)
         fail = rng.random() < self.fail_rate
@@ -74,9 +91,7 @@ class Work:
                 return "stopped"
             t = rec.holding(sid, lost)
             if t is None:
-                late = store.write(
-                    kind, key, token, run=rec.run, sid=sid, op="late", t=time.monotonic()
-                )
+                late = yield Write(kind, key, token, rec.run, sid, "late", time.monotonic())
                 rec.note("late_write", kind=kind, key=key, sid=sid, token=token, accepted=late)
                 rec.end(sid, "lost")
                 return "lost"
@@ -85,16 +100,52 @@ class Work:
                 rec.end(sid, "failed")
                 return "failed"
             op = "commit" if last else "write"
-            if not store.write(kind, key, token, run=rec.run, sid=sid, op=op, t=t):
+            if not (yield Write(kind, key, token, rec.run, sid, op, t)):
                 rec.end(sid, "fenced")
                 return "fenced"
             if not last:
-                if wait is not None:
-                    wait(self.step)
-                else:
-                    time.sleep(self.step)
+                yield self.step
         rec.end(sid, "returned")
         return "returned"
+
+    def section(
+        self, kind: str, key: str, token: int, lost: Callable[[], bool], *,
+        attempt: int | None = None,
+        wait: Callable[[float], object] | None = None,
+        stopping: Callable[[], bool] | None = None,
+    ) -> str:
+        """:meth:`plan` in this thread: store writes and pauses block it."""
+        store = self.store
+        assert isinstance(store, FencedStore)
+        pause = wait if wait is not None else time.sleep
+        plan = self.plan(kind, key, token, lost, attempt=attempt, stopping=stopping)
+        reply: Any = None
+        while True:
+            try:
+                call = plan.send(reply)
+            except StopIteration as end:
+                return str(end.value)
+            reply = store.write(call) if isinstance(call, Write) else pause(call)
+
+    async def asection(
+        self, kind: str, key: str, token: int, lost: Callable[[], bool], *,
+        attempt: int | None = None,
+        wait: Callable[[float], Awaitable[object]] | None = None,
+        stopping: Callable[[], bool] | None = None,
+    ) -> str:
+        """:meth:`plan` in this task: store writes and pauses are awaited, so the
+        heartbeat task runs meanwhile."""
+        store = self.store
+        assert isinstance(store, AsyncFencedStore)
+        pause = wait if wait is not None else asyncio.sleep
+        plan = self.plan(kind, key, token, lost, attempt=attempt, stopping=stopping)
+        reply: Any = None
+        while True:
+            try:
+                call = plan.send(reply)
+            except StopIteration as end:
+                return str(end.value)
+            reply = await (store.write(call) if isinstance(call, Write) else pause(call))
 
 
 def stop_requested(config: dict[str, Any]) -> bool:
@@ -144,7 +195,7 @@ def run_worker(config: dict[str, Any], rec: Recorder, work: Work) -> None:
     worker.close()
 
 
-def lost_of(lock: lockworker.Lock) -> Callable[[], bool]:
+def lost_of(lock: lockworker.Lock | aio.Lock) -> Callable[[], bool]:
     return lambda: lock.lost
 
 
@@ -252,6 +303,127 @@ def run_redlock(config: dict[str, Any], rec: Recorder, work: Work) -> None:
     lock.close()
 
 
+# -- asyncio children: the same loops as the sync ones above, on lockworker.aio ------
+
+
+def aredis_client(config: dict[str, Any], url: str) -> redis.asyncio.Redis:
+    timeout = float(config.get("socket_timeout", 0.5))
+    return redis.asyncio.Redis.from_url(
+        url, socket_timeout=timeout, socket_connect_timeout=timeout
+    )
+
+
+async def run_aworker(config: dict[str, Any], rec: Recorder, work: Work) -> None:
+    async def on_acquired(job: lockworker.Job) -> None:
+        result = await work.asection(
+            JOB, job.id, job.token, lambda: job.lost, attempt=job.attempt
+        )
+        if result != "returned":
+            raise SectionEnded(result)
+
+    client = aredis_client(config, config["urls"][0])
+    worker = aio.Worker(
+        client,
+        namespace=config["namespace"],
+        owner=config.get("owner"),
+        lock_timeout=float(config["lock_timeout"]),
+        max_attempts=int(config.get("max_attempts", 3)),
+        retry_delay=config.get("retry_delay"),
+        redis_retry=retry_policy(config),
+        handle_signals=False,
+        on_acquired=on_acquired,
+    )
+    rec.owner = worker.owner
+    first = list(config.get("first", []))
+    rest = [j for j in config["jobs"] if j not in first]
+    work.rng.shuffle(rest)
+    rec.note("ready")
+    for job_id in first + rest:
+        while True:
+            try:
+                outcome = await worker.process(job_id)
+            except lockworker.RedisUnavailable as exc:
+                rec.note("unavailable", key=job_id, error=repr(exc))
+                continue
+            rec.outcome(job_id, outcome.value)
+            break
+    await worker.close()
+    await client.aclose()
+
+
+async def run_alock(config: dict[str, Any], rec: Recorder, work: Work) -> None:
+    client = aredis_client(config, config["urls"][0])
+    lock_timeout = float(config["lock_timeout"])
+    locks = {
+        name: aio.Lock(
+            client, name, ttl=lock_timeout, auto_renew=True, namespace=config["namespace"],
+            redis_retry=retry_policy(config),
+        )
+        for name in config["names"]
+    }
+    gap = float(config.get("gap", 0.01))
+    rec.note("ready")
+    while not stop_requested(config):
+        name = work.rng.choice(sorted(locks))
+        lock = locks[name]
+        try:
+            if not await lock.acquire(timeout=lock_timeout * 2):
+                continue
+        except lockworker.RedisUnavailable as exc:
+            rec.note("unavailable", key=name, error=repr(exc))
+            continue
+        token = lock.token
+        assert token is not None
+        await work.asection("lock", name, token, lost_of(lock))
+        try:
+            await lock.release()
+        except lockworker.LockLost:
+            rec.note("release_lost", key=name, token=token)
+        except lockworker.RedisUnavailable as exc:
+            rec.note("unavailable", key=name, error=repr(exc))
+        await asyncio.sleep(work.rng.uniform(0, gap))
+    for lock in locks.values():
+        lock.close()
+    await client.aclose()
+
+
+async def run_aleader(config: dict[str, Any], rec: Recorder, work: Work) -> None:
+    client = aredis_client(config, config["urls"][0])
+    name = config["names"][0]
+    current: list[aio.Leader] = []
+
+    async def lead(term: aio.AsyncTerm) -> None:
+        await work.asection(
+            "leader", name, term.token, lambda: term.lost,
+            wait=term.wait, stopping=lambda: term.stopping,
+        )
+
+    async def stopper() -> None:
+        while not stop_requested(config):
+            await asyncio.sleep(0.05)
+        for leader in list(current):
+            leader.stop()
+
+    stopping = asyncio.create_task(stopper())
+    rec.note("ready")
+    while not stop_requested(config):
+        leader = aio.Leader(
+            client, name=name, owner=config.get("owner"),
+            lock_timeout=float(config["lock_timeout"]), handle_signals=False,
+            redis_retry=retry_policy(config), on_acquired=lead,
+        )
+        rec.owner = leader.owner
+        current.append(leader)
+        if stop_requested(config):
+            break
+        try:
+            await leader.run()
+        except lockworker.RedisUnavailable as exc:
+            rec.note("unavailable", key=name, error=repr(exc))
+    await stopping
+    await client.aclose()
+
+
 def jump_wall_clock(rec: Recorder) -> None:
     """Make ``time.time`` jump by an hour either way, again and again, from now on.
 
@@ -275,6 +447,15 @@ def jump_wall_clock(rec: Recorder) -> None:
 
 
 MODES = {"worker": run_worker, "lock": run_lock, "leader": run_leader, "redlock": run_redlock}
+AMODES = {"aworker": run_aworker, "alock": run_alock, "aleader": run_aleader}
+"""The asyncio twins of ``worker``, ``lock`` and ``leader``, each run by ``asyncio.run``."""
+
+
+async def run_async(config: dict[str, Any], rec: Recorder) -> None:
+    client = redis.asyncio.Redis.from_url(config["store_url"], socket_timeout=10.0)
+    store = AsyncFencedStore(client, config["store_ns"])
+    await AMODES[config["mode"]](config, rec, Work(config, rec, store))
+    await client.aclose()
 
 
 def main() -> int:
@@ -282,12 +463,15 @@ def main() -> int:
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.CRITICAL))
     label = config.get("owner") or f"{config['mode']}-{os.getpid()}"
     rec = Recorder(config["history"], owner=label)
-    store = FencedStore(
-        redis.Redis.from_url(config["store_url"], socket_timeout=10.0), config["store_ns"]
-    )
     if config.get("clock_jumps"):
         jump_wall_clock(rec)
-    MODES[config["mode"]](config, rec, Work(config, rec, store))
+    if config["mode"] in AMODES:
+        asyncio.run(run_async(config, rec))
+    else:
+        store = FencedStore(
+            redis.Redis.from_url(config["store_url"], socket_timeout=10.0), config["store_ns"]
+        )
+        MODES[config["mode"]](config, rec, Work(config, rec, store))
     rec.note("exit")
     return 0
 

@@ -5,13 +5,21 @@ server cannot erase what it recorded. A write for a key is accepted only with a 
 least as high as the highest accepted so far for that key, and every accepted write is
 appended, in the store's order, to a list that the checker reads back as
 :class:`~faults.history.Effect` records.
+
+Sync children write through :class:`FencedStore`, asyncio children through
+:class:`AsyncFencedStore` (the same script on a ``redis.asyncio`` client), so that an
+asyncio holder's write is awaited as any asynchronous downstream call would be: its
+heartbeat task runs while the write is on the wire, and the event loop is blocked only
+by the hook's own code between two awaits, never by the store.
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import asdict, dataclass
 
 import redis
+import redis.asyncio
 
 from .history import Effect
 
@@ -31,24 +39,41 @@ return 1
 """
 
 
+@dataclass(frozen=True)
+class Write:
+    """One write of a critical section, as the store records it."""
+
+    kind: str
+    key: str
+    token: int
+    run: str
+    sid: int
+    op: str
+    """``write``, ``commit`` (the last write of finished work) or ``late``."""
+    t: float
+
+    def args(self) -> list[str | int]:
+        """The script's arguments: the fenced key, the token, the record."""
+        record = json.dumps(asdict(self), separators=(",", ":"))
+        return [f"{self.kind}:{self.key}", self.token, record]
+
+
+def keys_of(namespace: str) -> list[str]:
+    return [f"{namespace}:top", f"{namespace}:effects", f"{namespace}:stats"]
+
+
 class FencedStore:
     """Client of the fenced store, in one namespace (one scenario)."""
 
     def __init__(self, client: redis.Redis, namespace: str) -> None:
         self.client = client
         self.namespace = namespace
-        self._keys = [f"{namespace}:top", f"{namespace}:effects", f"{namespace}:stats"]
+        self._keys = keys_of(namespace)
         self._write = client.register_script(FENCED_WRITE)
 
-    def write(
-        self, kind: str, key: str, token: int, *, run: str, sid: int, op: str, t: float
-    ) -> bool:
+    def write(self, write: Write) -> bool:
         """Accepted (True) or refused because a higher token already wrote (False)."""
-        record = json.dumps(
-            {"kind": kind, "key": key, "token": token, "run": run, "sid": sid, "op": op, "t": t},
-            separators=(",", ":"),
-        )
-        return int(self._write(keys=self._keys, args=[f"{kind}:{key}", token, record])) == 1
+        return int(self._write(keys=self._keys, args=write.args())) == 1
 
     def effects(self) -> list[Effect]:
         raw = self.client.lrange(self._keys[1], 0, -1)
@@ -60,3 +85,16 @@ class FencedStore:
 
     def refused(self) -> int:
         return int(self.client.hget(self._keys[2], "refused") or 0)
+
+
+class AsyncFencedStore:
+    """:class:`FencedStore`'s writes on a ``redis.asyncio`` client, for asyncio children."""
+
+    def __init__(self, client: redis.asyncio.Redis, namespace: str) -> None:
+        self.client = client
+        self._keys = keys_of(namespace)
+        self._write = client.register_script(FENCED_WRITE)
+
+    async def write(self, write: Write) -> bool:
+        """Accepted (True) or refused because a higher token already wrote (False)."""
+        return int(await self._write(keys=self._keys, args=write.args())) == 1
