@@ -37,6 +37,19 @@ LIBRARY_ROOT = Path(lockworker.__file__).resolve().parent.parent
 """Where the parent's ``lockworker`` comes from: children import the same one."""
 DURABLE = ("--appendonly", "yes", "--appendfsync", "always")
 """Server arguments under which every acknowledged write survives a SIGKILL."""
+TWINS = {"worker": "aworker", "lock": "alock", "leader": "aleader"}
+"""Each sync child kind and its asyncio twin (:mod:`faults.child`)."""
+WORKERS = ("worker", "aworker")
+
+
+def kind_of(mode: str, asynchronous: bool) -> str:
+    """The child kind of ``mode``'s role on the sync or the asyncio side."""
+    sync = next((s for s, a in TWINS.items() if mode in (s, a)), mode)
+    return TWINS[sync] if asynchronous else sync
+
+
+def is_async(mode: str) -> bool:
+    return mode in TWINS.values()
 
 
 def wait_for(predicate: Callable[[], T], timeout: float, what: str, interval: float = 0.01) -> T:
@@ -58,6 +71,23 @@ def restart(server: RedisServer, down_for: float = 0.0) -> None:
     if down_for > 0:
         time.sleep(down_for)
     server.start(port=port)
+
+
+ASYNCIO_DEATHS = ("Task exception was never retrieved", "Exception in callback")
+"""How an event loop reports, on stderr, a task or callback that died of an exception."""
+
+
+def deaths(lines: Sequence[str]) -> list[tuple[str, str]]:
+    """Threads (``thread_died``) and asyncio tasks or callbacks (``task_died``) that died
+    of an exception, as a process's stderr reports them: (kind, which and why)."""
+    out = []
+    for n, line in enumerate(lines):
+        if line.startswith("Exception in thread"):
+            out.append(("thread_died", f"{line.rstrip(':')}: {exception_line(lines[n + 1:])}"))
+        elif line.startswith(ASYNCIO_DEATHS):
+            # after the loop's "future: <Task ...>" or "handle: <Handle ...>" line
+            out.append(("task_died", f"{line}: {exception_line(lines[n + 2:])}"))
+    return out
 
 
 def exception_line(lines: Sequence[str]) -> str:
@@ -165,15 +195,26 @@ class Fleet:
         self.children.append(child)
         return child
 
-    def respawn(self, child: Child, **changes: Any) -> Child:
-        """A new process with ``child``'s settings (and ``changes``)."""
+    def respawn(self, child: Child, mode: str | None = None, **changes: Any) -> Child:
+        """A new process with ``child``'s settings (and ``changes``), of ``child``'s kind
+        unless ``mode`` is given (its twin on the other side, say)."""
         config = {k: v for k, v in child.config.items()
                   if k not in ("mode", "history", "stop_file")}
         config.update(changes)
-        return self.spawn(child.mode, name=child.name, **config)
+        return self.spawn(mode or child.mode, name=child.name, **config)
 
-    def live(self, mode: str | None = None) -> list[Child]:
-        return [c for c in self.children if c.alive() and (mode is None or c.mode == mode)]
+    def live(self, *modes: str) -> list[Child]:
+        """The children alive now (of ``modes`` only, if given)."""
+        return [c for c in self.children if c.alive() and (not modes or c.mode in modes)]
+
+    def modes(self) -> dict[str, str]:
+        """The kind of every process that recorded anything: run -> mode."""
+        out = {}
+        for child in self.children:
+            run = self.state(child).run
+            if run is not None:
+                out[run] = child.mode
+        return out
 
     def state(self, child: Child) -> _FileState:
         return self.tail.poll(child.path)
@@ -228,19 +269,16 @@ class Fleet:
         ``crashed``: a child died on its own with an error, an exception having escaped
         the library's API (say, a raw connection error where ``RedisUnavailable`` is
         promised). ``thread_died``: a background thread died of an exception (the
-        process lives on without it). The exception's line says which.
+        process lives on without it). ``task_died``: the same for an asyncio task (a
+        task whose exception nobody retrieved, or a callback that raised), as the event
+        loop reports it. The exception's line says which.
         """
         out = []
         for child in self.children:
             err = child.path.with_suffix(".err")
             lines = [ln for ln in err.read_text(errors="replace").splitlines() if ln.strip()]
-            for n, line in enumerate(lines):
-                if line.startswith("Exception in thread"):
-                    out.append(Violation(
-                        "thread_died", child.name,
-                        f"{child.mode} process {child.pid}: {line.rstrip(':')}: "
-                        f"{exception_line(lines[n + 1:])}",
-                    ))
+            for kind, what in deaths(lines):
+                out.append(Violation(kind, child.name, f"{child.mode} process {child.pid}: {what}"))
             code = child.proc.poll()
             if child.killed or code is None or code == 0 or code in allowed:
                 continue

@@ -3,27 +3,35 @@
 Each scenario starts its own servers and processes, injects one kind of fault at
 random moments for a number of rounds, lets everything finish, and checks the whole
 history (:func:`faults.history.check`) plus what happened to the processes themselves
-(``crashed``: an exception escaped the library; ``thread_died``: a library thread died
-of one; ``stuck``: a process never finished).
+(``crashed``: an exception escaped the library; ``thread_died``, ``task_died``: a
+library thread or asyncio task died of one; ``stuck``: a process never finished).
 Sizes are arguments: the battery runs them small, the soak large. Every scenario
 returns a :class:`Result` with its figures.
+
+The fleets are mixed: in each role (workers, lock holders, leaders) sync processes and
+their asyncio twins (:mod:`lockworker.aio`) alternate on the same jobs, locks and
+leadership, faults are aimed at both sides in turn, and one history holds them all.
+``aio`` counts the sections held by asyncio processes and ``cross`` the handovers
+between a process of one side and one of the other on the same key.
 """
 
 from __future__ import annotations
 
+import itertools
 import os
 import random
 import signal
 import subprocess
 import time
+from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from .child import CRASH_EXIT
-from .harness import DURABLE, Child, Env, environment, restart
-from .history import History, Violation, check, handovers
+from .harness import DURABLE, WORKERS, Child, Env, environment, is_async, kind_of, restart
+from .history import History, Section, Violation, check, handovers
 from .proxy import Proxy
 
 
@@ -74,10 +82,10 @@ def finish(env: Env, timeout: float = 60.0, allowed: Sequence[int] = ()) -> list
     fleet = env.fleet
     deadline = time.monotonic() + timeout
     out: list[Violation] = []
-    for mode in ("worker", None):  # workers first: the others run on meanwhile
-        if mode is None:
+    for modes in (WORKERS, ()):  # workers first: the others run on meanwhile
+        if not modes:
             fleet.stop()
-        live = fleet.live(mode)
+        live = fleet.live(*modes)
         try:
             fleet.wait_exit(live, max(1.0, deadline - time.monotonic()))
         except TimeoutError:
@@ -100,6 +108,34 @@ def late_writes(history: History) -> dict[str, int]:
     }
 
 
+def sides(env: Env, history: History) -> dict[str, int]:
+    """How mixed the history is: ``aio``, the sections held by asyncio processes, and
+    ``cross``, the sections that follow on the same key a section of a process of the
+    other side (a handover between sync and asyncio)."""
+    side = {run: is_async(mode) for run, mode in env.fleet.modes().items()}
+    by_key: dict[tuple[str, str], list[Section]] = defaultdict(list)
+    for s in history.sections:
+        by_key[(s.kind, s.key)].append(s)
+    cross = 0
+    for sections in by_key.values():
+        ordered = sorted(sections, key=lambda s: s.start)
+        cross += sum(
+            1 for a, b in itertools.pairwise(ordered)
+            if a.run != b.run and side.get(a.run) != side.get(b.run)
+        )
+    return {"aio": sum(1 for s in history.sections if side.get(s.run)), "cross": cross}
+
+
+def on_side(env: Env, asynchronous: bool) -> Callable[[], list[Child]]:
+    """The live children of one side (for :meth:`~faults.harness.Fleet.wait_holder`)."""
+    return lambda: [c for c in env.fleet.live() if is_async(c.mode) == asynchronous]
+
+
+def other_side(mode: str) -> str:
+    """The twin of a child kind on the other side (``worker`` <-> ``aworker``)."""
+    return kind_of(mode, not is_async(mode))
+
+
 @dataclass(frozen=True)
 class Mix:
     """A fleet of workers, lock holders and leaders, and their sections."""
@@ -117,16 +153,22 @@ class Mix:
         return {"steps": self.steps, "step": self.step, "fail_rate": self.fail_rate,
                 "gap": self.gap}
 
-    def spawn(self, env: Env, jobs: list[str], scale: float = 1.0, **config: Any) -> None:
-        """Start the fleet (``scale`` of each part, at least one where there are any)."""
-        def part(n: int) -> int:
-            return max(1, round(n * scale)) if n else 0
-        for _ in range(part(self.workers)):
-            env.fleet.spawn("worker", jobs=jobs, **config)
-        for _ in range(part(self.lockers)):
-            env.fleet.spawn("lock", names=list(self.locks), **config)
-        for _ in range(part(self.leaders)):
-            env.fleet.spawn("leader", names=["L"], **config)
+    def spawn(
+        self, env: Env, jobs: list[str], scale: float = 1.0, *, both: bool = True,
+        first_async: bool = False, **config: Any,
+    ) -> None:
+        """Start the fleet: ``scale`` of each role, at least one where there are any
+        (with ``both``, at least one per side). Within a role, sync processes and
+        asyncio ones alternate, sync first (asyncio first with ``first_async``)."""
+        def kinds(mode: str, n: int) -> list[str]:
+            count = max(2 if both else 1, round(n * scale)) if n else 0
+            return [kind_of(mode, (i + first_async) % 2 == 1) for i in range(count)]
+        for mode in kinds("worker", self.workers):
+            env.fleet.spawn(mode, jobs=jobs, **config)
+        for mode in kinds("lock", self.lockers):
+            env.fleet.spawn(mode, names=list(self.locks), **config)
+        for mode in kinds("leader", self.leaders):
+            env.fleet.spawn(mode, names=["L"], **config)
 
 
 def full_check(env: Env, history: History, jobs: list[str], max_attempts: int) -> list[Violation]:
@@ -142,12 +184,12 @@ def kill_holders(
     lock_timeout: float, max_attempts: int,
 ) -> tuple[History, list[Violation]]:
     """Spawn the fleet, SIGKILL a holder at a random point of its lease ``rounds`` times
-    (each replaced by a process with a fresh owner), let everything finish, and check
-    the whole history."""
+    (a sync one and an asyncio one in turn, each replaced by a process of its kind with
+    a fresh owner), let everything finish, and check the whole history."""
     mix.spawn(env, ids)
     fleet = env.fleet
-    for _ in range(rounds):
-        child, _section = fleet.wait_holder()
+    for n in range(rounds):
+        child, _section = fleet.wait_holder(on_side(env, n % 2 == 1))
         time.sleep(rng.uniform(0, lock_timeout / 2))
         fleet.kill(child)
         fleet.respawn(child)
@@ -160,8 +202,9 @@ def sigkill(
     workdir: Path, *, rounds: int = 8, jobs: int = 24, mix: Mix = Mix(),
     lock_timeout: float = 0.5, max_attempts: int = 6, seed: int | None = None,
 ) -> Result:
-    """SIGKILL holders (workers, lock holders, leaders) at random points of their
-    sections; each is replaced by a process with a fresh owner."""
+    """SIGKILL holders (workers, lock holders, leaders; sync and asyncio in turn) at
+    random points of their sections; each is replaced by a process of its kind with a
+    fresh owner."""
     rng, seed = seeded(seed)
     started = time.monotonic()
     ids = job_ids(jobs)
@@ -171,16 +214,18 @@ def sigkill(
             env, mix, ids, rng, rounds=rounds, lock_timeout=lock_timeout,
             max_attempts=max_attempts,
         )
+        mixed = sides(env, history)
     return Result("sigkill", rounds, rounds, handovers(history), violations,
-                  time.monotonic() - started, {"seed": seed, **late_writes(history)})
+                  time.monotonic() - started, {"seed": seed, **mixed, **late_writes(history)})
 
 
 def sigstop(
     workdir: Path, *, rounds: int = 5, jobs: int = 16, mix: Mix = Mix(steps=(5, 10), step=0.04),
     lock_timeout: float = 0.5, max_attempts: int = 8, seed: int | None = None,
 ) -> Result:
-    """SIGSTOP a holder past its lease, then SIGCONT it: it must know it lost the
-    section (no belief after the pause) and the store must refuse its late writes."""
+    """SIGSTOP a holder past its lease (a sync one and an asyncio one in turn), then
+    SIGCONT it: it must know it lost the section (no belief after the pause) and the
+    store must refuse its late writes."""
     rng, seed = seeded(seed)
     started = time.monotonic()
     ids = job_ids(jobs)
@@ -189,8 +234,8 @@ def sigstop(
                      **mix.settings()) as env:
         mix.spawn(env, ids)
         fleet = env.fleet
-        for _ in range(rounds):
-            child, section = fleet.wait_holder()
+        for n in range(rounds):
+            child, section = fleet.wait_holder(on_side(env, n % 2 == 1))
             time.sleep(rng.uniform(0, 0.03))
             os.kill(child.pid, signal.SIGSTOP)
             stopped_at = time.monotonic()
@@ -202,8 +247,9 @@ def sigstop(
         problems = finish(env)
         history = fleet.history()
         violations = problems + full_check(env, history, ids, max_attempts)
+        mixed = sides(env, history)
     by_sid = {(s.run, s.sid): s for s in history.sections}
-    hit = noticed = 0
+    hit = noticed = noticed_aio = 0
     for child, event, stopped_at, resumed_at in paused:
         s = by_sid[(event["run"], event["sid"])]
         if s.end is not None and s.end <= stopped_at:
@@ -211,6 +257,7 @@ def sigstop(
         hit += 1
         if s.result in ("lost", "fenced"):
             noticed += 1
+            noticed_aio += is_async(child.mode)
         if s.last_believed is not None and s.last_believed > resumed_at:
             violations.append(Violation(
                 "unnoticed", s.key,
@@ -220,7 +267,8 @@ def sigstop(
             ))
     return Result("sigstop", rounds, rounds, handovers(history), violations,
                   time.monotonic() - started,
-                  {"seed": seed, "hit": hit, "noticed": noticed, **late_writes(history)})
+                  {"seed": seed, "hit": hit, "noticed": noticed, "noticed_aio": noticed_aio,
+                   **mixed, **late_writes(history)})
 
 
 def same_owner_restart(
@@ -232,7 +280,10 @@ def same_owner_restart(
 
     The lease is long enough (1 s against a restart of about 0.4 s) for the restarted
     process to find its dead predecessor's lease still alive on the server: it must
-    wait it out and take the next attempt with a larger token, not re-enter it."""
+    wait it out and take the next attempt with a larger token, not re-enter it.
+    ``host-a`` starts sync and comes back on the other side each time (a sync process
+    finds its asyncio predecessor's lease, and the other way round); the other worker
+    is an asyncio one."""
     rng, seed = seeded(seed)
     started = time.monotonic()
     ids = job_ids(jobs)
@@ -240,7 +291,7 @@ def same_owner_restart(
                      steps=(4, 8), step=0.15) as env:
         fleet = env.fleet
         fleet.spawn("worker", name="host-a", owner="host-a", jobs=ids)
-        fleet.spawn("worker", name="other", jobs=ids)
+        fleet.spawn("aworker", name="other", jobs=ids)
         faults = 0
         for _ in range(rounds):
             try:
@@ -251,21 +302,22 @@ def same_owner_restart(
                 break  # the other worker did what was left
             time.sleep(rng.uniform(0, lock_timeout / 2))
             fleet.kill(child)
-            fleet.respawn(child, first=[section["key"]])
+            fleet.respawn(child, mode=other_side(child.mode), first=[section["key"]])
             faults += 1
         problems = finish(env)
         history = fleet.history()
         violations = problems + full_check(env, history, ids, max_attempts)
+        mixed = sides(env, history)
     return Result("same_owner_restart", rounds, faults, handovers(history), violations,
-                  time.monotonic() - started, {"seed": seed})
+                  time.monotonic() - started, {"seed": seed, **mixed})
 
 
 def same_owner_crash(
     workdir: Path, *, max_attempts: int = 3, lock_timeout: float = 1.0, cap: int = 9,
 ) -> Result:
     """The hook crashes its own process (``os._exit``) on every attempt; the process is
-    restarted each time with the same owner. The job must run at most ``max_attempts``
-    times, then be given up."""
+    restarted each time with the same owner, on the other side (sync, asyncio, sync...).
+    The job must run at most ``max_attempts`` times, then be given up."""
     started = time.monotonic()
     job = "crashy"
     with environment(workdir, lock_timeout=lock_timeout, max_attempts=max_attempts,
@@ -283,31 +335,33 @@ def same_owner_crash(
             crashes += 1
             if crashes >= cap:
                 break
-            child = fleet.respawn(child)
+            child = fleet.respawn(child, mode=other_side(child.mode))
         problems = finish(env, timeout=5.0, allowed=(CRASH_EXIT,))
         history = fleet.history()
         final = env.finals([job])
         violations = problems + check(
             history, effects=env.store.effects(), final=final, max_attempts=max_attempts,
         )
+        mixed = sides(env, history)
     return Result("same_owner_crash", crashes + 1, crashes, handovers(history), violations,
                   time.monotonic() - started,
-                  {"hook_runs": len(history.sections), "final": final[job].status})
+                  {"hook_runs": len(history.sections), "final": final[job].status, **mixed})
 
 
 def leader_same_owner(
     workdir: Path, *, rounds: int = 3, lock_timeout: float = 1.2, seed: int | None = None,
 ) -> Result:
     """Kill the leader with the stable owner ``host-a`` at a random phase of its term
-    and restart it at once with the same owner: it must not be elected again into its
-    dead predecessor's term (the lease outlives the restart), but wait it out."""
+    and restart it at once with the same owner, on the other side each time: it must not
+    be elected again into its dead predecessor's term (the lease outlives the restart),
+    but wait it out. The other leader is an asyncio one."""
     rng, seed = seeded(seed)
     started = time.monotonic()
     with environment(workdir, lock_timeout=lock_timeout, names=["L"], steps=(4, 8),
                      step=0.2) as env:
         fleet = env.fleet
         fleet.spawn("leader", name="host-a", owner="host-a")
-        fleet.spawn("leader", name="other")
+        fleet.spawn("aleader", name="other")
         faults = 0
         for _ in range(rounds):
             child, _section = fleet.wait_holder(
@@ -315,13 +369,14 @@ def leader_same_owner(
             )
             time.sleep(rng.uniform(0, lock_timeout / 2))
             fleet.kill(child)
-            fleet.respawn(child)
+            fleet.respawn(child, mode=other_side(child.mode))
             faults += 1
         problems = finish(env)
         history = fleet.history()
         violations = problems + check(history, effects=env.store.effects())
+        mixed = sides(env, history)
     return Result("leader_same_owner", rounds, faults, handovers(history), violations,
-                  time.monotonic() - started, {"seed": seed})
+                  time.monotonic() - started, {"seed": seed, **mixed})
 
 
 PROXY_FAULTS = ("blackhole", "close", "delay")
@@ -332,7 +387,8 @@ def proxy_phases(
     lock_timeout: float = 0.8, max_attempts: int = 10, seed: int | None = None,
 ) -> Result:
     """Black-hole, close and delay phases of a TCP proxy between half of the processes
-    and the server, while the other half reach it directly and take over."""
+    and the server, while the other half reach it directly and take over. Behind the
+    proxy are both sides of every role; the direct half alternates asyncio first."""
     rng, seed = seeded(seed)
     started = time.monotonic()
     ids = job_ids(jobs)
@@ -344,7 +400,7 @@ def proxy_phases(
                      socket_timeout=0.25, **mix.settings()) as env, \
             Proxy(env.server.port) as proxy:
         mix.spawn(env, ids, scale=0.5, urls=[proxy.url])
-        mix.spawn(env, ids, scale=0.5)
+        mix.spawn(env, ids, scale=0.5, both=False, first_async=True)
         for mode in plan:
             proxy.set_mode(mode, rng.uniform(20, 300))
             counts[mode] += 1
@@ -353,9 +409,11 @@ def proxy_phases(
         problems = finish(env)
         history = env.fleet.history()
         violations = problems + full_check(env, history, ids, max_attempts)
+        mixed = sides(env, history)
     faults = len(plan) - counts.pop("pass")
     return Result("proxy", len(plan), faults, handovers(history), violations,
-                  time.monotonic() - started, {"seed": seed, **counts, **late_writes(history)})
+                  time.monotonic() - started,
+                  {"seed": seed, **counts, **mixed, **late_writes(history)})
 
 
 def startup_outage(
@@ -363,8 +421,9 @@ def startup_outage(
     lock_timeout: float = 0.5, max_attempts: int = 3,
 ) -> Result:
     """Processes that start while the server is unreachable (every connection closed at
-    once) must retry within their budget and carry on when it comes back, or fail with
-    the documented ``RedisUnavailable``; never with another exception."""
+    once), a sync and an asyncio one per role, must retry within their budget and carry
+    on when it comes back, or fail with the documented ``RedisUnavailable``; never with
+    another exception."""
     started = time.monotonic()
     ids = job_ids(jobs)
     mix = Mix(workers=1, lockers=1, leaders=1, fail_rate=0.0)
@@ -389,8 +448,9 @@ def startup_outage(
         problems = finish(env)
         history = fleet.history()
         violations = problems + full_check(env, history, ids, max_attempts)
+        mixed = sides(env, history)
     return Result("startup_outage", rounds, rounds, handovers(history), violations,
-                  time.monotonic() - started)
+                  time.monotonic() - started, mixed)
 
 
 def server_restart(
@@ -430,9 +490,10 @@ def server_restart(
                 history, effects=env.store.effects(), exclusive=False, once=False
             )
         refused = env.store.refused()
+        mixed = sides(env, history)
     name = "server_restart_durable" if durable else "server_restart_volatile"
     return Result(name, rounds, rounds, handovers(history), violations,
-                  time.monotonic() - started, {"seed": seed, "store_refused": refused})
+                  time.monotonic() - started, {"seed": seed, **mixed, "store_refused": refused})
 
 
 def clock_jumps(
@@ -440,7 +501,8 @@ def clock_jumps(
     lock_timeout: float = 0.5, max_attempts: int = 8, seed: int | None = None,
 ) -> Result:
     """Every process's wall clock jumps by hours, both ways, again and again, while
-    holders are SIGKILLed: leases are judged by monotonic time only."""
+    holders (sync and asyncio in turn) are SIGKILLed: leases are judged by monotonic
+    time only."""
     rng, seed = seeded(seed)
     started = time.monotonic()
     ids = job_ids(jobs)
@@ -450,9 +512,11 @@ def clock_jumps(
             env, mix, ids, rng, rounds=rounds, lock_timeout=lock_timeout,
             max_attempts=max_attempts,
         )
+        mixed = sides(env, history)
     jumps = sum(1 for n in history.notes if n.get("what") == "clock_jump")
     return Result("clock_jumps", rounds, rounds + jumps, handovers(history), violations,
-                  time.monotonic() - started, {"seed": seed, "kills": rounds, "jumps": jumps})
+                  time.monotonic() - started,
+                  {"seed": seed, "kills": rounds, "jumps": jumps, **mixed})
 
 
 def redlock(

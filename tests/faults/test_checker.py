@@ -1,17 +1,21 @@
 """The history checker catches every kind of violation it claims to, on synthetic
-histories, and stays quiet on histories that keep every promise."""
+histories, and stays quiet on histories that keep every promise; the harness reads
+threads and asyncio tasks that died from a process's stderr."""
 
 from __future__ import annotations
 
 import itertools
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from .harness import deaths
 from .history import (
     JOB,
     Effect,
@@ -296,3 +300,38 @@ def test_any_start_moved_into_the_previous_belief_is_an_overlap(
         cur.run = prev.run + "-other"
     cur.start = data.draw(st.floats(prev.start, prev.last_believed, exclude_max=True))
     assert "overlap" in kinds(check(History(sections=sections)))
+
+
+DYING = """
+import asyncio, gc, threading
+
+def thread():
+    raise KeyError("in a thread")
+
+async def task():
+    raise ValueError("in a task")
+
+async def main():
+    t = asyncio.create_task(task())
+    await asyncio.sleep(0)
+    del t  # its exception never retrieved: the loop reports it once it is collected
+    gc.collect()
+    asyncio.get_running_loop().call_soon(lambda: 1 / 0)
+    await asyncio.sleep(0.01)
+
+th = threading.Thread(target=thread)
+th.start()
+th.join()
+asyncio.run(main())
+"""
+
+
+def test_threads_tasks_and_callbacks_that_died_are_read_from_stderr() -> None:
+    err = subprocess.run(
+        [sys.executable, "-c", DYING], capture_output=True, text=True, check=True, timeout=30
+    ).stderr
+    found = deaths([line for line in err.splitlines() if line.strip()])
+    assert [kind for kind, _ in found] == ["thread_died", "task_died", "task_died"], err
+    assert found[0][1].endswith("KeyError: 'in a thread'"), found
+    assert found[1][1].endswith("ValueError: in a task"), found
+    assert found[2][1].endswith("ZeroDivisionError: division by zero"), found

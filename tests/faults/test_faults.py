@@ -3,7 +3,9 @@ injected at random moments, and the whole history checked (see scenarios.py).
 
 Each test prints its figure (visible with ``-s``) and asserts that no violation was
 found; the figure and the violations are the assertion message. The history files of
-a failed test stay in its ``tmp_path``.
+a failed test stay in its ``tmp_path``. The fleets mix sync processes and their asyncio
+twins; a test of a mixed fleet also asserts that the history it judged was mixed:
+sections held by asyncio processes, and handovers between the two sides.
 """
 
 from __future__ import annotations
@@ -23,49 +25,71 @@ def verdict(result: Result, workdir: Path) -> None:
     assert not result.violations, f"{result.report()}\nhistories: {workdir}"
 
 
+def mixed(result: Result) -> None:
+    """Sync and asyncio processes both held sections, and handed them to each other."""
+    assert result.extra["aio"] >= 1, result.figure()
+    assert result.extra["cross"] >= 1, result.figure()
+
+
 def test_sigkill_of_holders_at_random_points(tmp_path: Path) -> None:
-    verdict(scenarios.sigkill(tmp_path), tmp_path)
+    result = scenarios.sigkill(tmp_path)
+    verdict(result, tmp_path)
+    mixed(result)
 
 
 def test_sigstop_past_the_lease_then_sigcont(tmp_path: Path) -> None:
     result = scenarios.sigstop(tmp_path)
     verdict(result, tmp_path)
-    # The pauses hit holders inside their sections, and they noticed (not vacuous).
+    # The pauses hit holders inside their sections, and they noticed (not vacuous),
+    # asyncio ones too.
     assert result.extra["noticed"] >= 1, result.figure()
+    assert result.extra["noticed_aio"] >= 1, result.figure()
+    mixed(result)
 
 
 def test_restarts_with_the_same_owner_at_random_phases_of_the_lease(tmp_path: Path) -> None:
     result = scenarios.same_owner_restart(tmp_path)
     verdict(result, tmp_path)
     assert result.faults >= 1, result.figure()
+    mixed(result)
 
 
 def test_a_hook_crashing_its_process_runs_at_most_max_attempts_times(tmp_path: Path) -> None:
     result = scenarios.same_owner_crash(tmp_path, max_attempts=3)
     verdict(result, tmp_path)
     assert result.extra["final"] == "gave_up", result.figure()
+    mixed(result)  # attempts by sync and asyncio processes count alike
 
 
 def test_leader_terms_with_restarts_under_the_same_owner(tmp_path: Path) -> None:
-    verdict(scenarios.leader_same_owner(tmp_path), tmp_path)
+    result = scenarios.leader_same_owner(tmp_path)
+    verdict(result, tmp_path)
+    mixed(result)
 
 
 def test_proxy_black_hole_close_and_delay_phases(tmp_path: Path) -> None:
-    verdict(scenarios.proxy_phases(tmp_path), tmp_path)
+    result = scenarios.proxy_phases(tmp_path)
+    verdict(result, tmp_path)
+    mixed(result)
 
 
 def test_server_restarts_with_appendfsync_always_lose_nothing(tmp_path: Path) -> None:
-    verdict(scenarios.server_restart(tmp_path, durable=True), tmp_path)
+    result = scenarios.server_restart(tmp_path, durable=True)
+    verdict(result, tmp_path)
+    mixed(result)
 
 
 def test_server_restarts_without_persistence_keep_tokens_growing(tmp_path: Path) -> None:
-    verdict(scenarios.server_restart(tmp_path, durable=False), tmp_path)
+    result = scenarios.server_restart(tmp_path, durable=False)
+    verdict(result, tmp_path)
+    mixed(result)
 
 
 def test_wall_clock_jumps_do_not_matter(tmp_path: Path) -> None:
     result = scenarios.clock_jumps(tmp_path)
     verdict(result, tmp_path)
     assert result.extra["jumps"] >= 1, result.figure()
+    mixed(result)
 
 
 def test_redlock_with_masters_killed_and_restarted(tmp_path: Path) -> None:
@@ -75,4 +99,6 @@ def test_redlock_with_masters_killed_and_restarted(tmp_path: Path) -> None:
 
 
 def test_processes_starting_while_the_server_is_unreachable(tmp_path: Path) -> None:
-    verdict(scenarios.startup_outage(tmp_path), tmp_path)
+    result = scenarios.startup_outage(tmp_path)
+    verdict(result, tmp_path)
+    mixed(result)
