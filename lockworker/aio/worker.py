@@ -79,6 +79,8 @@ class Worker(WorkerSettings):
         logger: Any = None,
         protocol: ProtocolKind | str = ProtocolKind.SCRIPT,
         durability: Durability | str = Durability.LOCAL,
+        replicas: int = 1,
+        replica_timeout: float = 0.5,
         redis_retry: retry.RetryPolicy | None = None,
         handle_signals: bool = True,
         role: Role | str = Role.PRIMARY,
@@ -91,6 +93,9 @@ class Worker(WorkerSettings):
     ) -> None:
         self.client = check_async_client(client)
         check_local_script(protocol, durability)
+        # ``replicas``/``replica_timeout`` mean something only with replicated
+        # durability, which is refused above; kept so both sides take one signature.
+        del replicas, replica_timeout
         self._configure(
             Worker, namespace=namespace, lock_timeout=lock_timeout,
             max_attempts=max_attempts, owner=owner, retention=retention,
