@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
+import subprocess
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
 from lockworker.model.codec import Holder, LockValue
@@ -16,16 +18,30 @@ from lockworker.protocol import LockProtocol
 T = TypeVar("T")
 
 
+def _checked(predicate: Callable[[], T], timeout: float, deadline: float) -> T | None:
+    """``predicate()`` if truthy, None if not yet; fails once ``deadline`` passed."""
+    value = predicate()
+    if value:
+        return value
+    if time.monotonic() >= deadline:
+        raise AssertionError(f"condition not met within {timeout}s: {predicate}")
+    return None
+
+
 def wait_for(predicate: Callable[[], T], timeout: float = 10.0, interval: float = 0.005) -> T:
     """Poll ``predicate`` until it returns a truthy value; fail after ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"condition not met within {timeout}s: {predicate}")
+    while (value := _checked(predicate, timeout, deadline)) is None:
         time.sleep(interval)
+    return value
+
+
+async def until(predicate: Callable[[], T], timeout: float = 10.0) -> T:
+    """:func:`wait_for` for a coroutine: polls without blocking the event loop."""
+    deadline = time.monotonic() + timeout
+    while (value := _checked(predicate, timeout, deadline)) is None:
+        await asyncio.sleep(0.005)
+    return value
 
 
 def in_thread(fn: Callable[[], Any]) -> tuple[threading.Thread, dict[str, Any]]:
@@ -63,3 +79,11 @@ def grant(protocol: LockProtocol, keys: JobKeys, owner: str, max_attempts: int =
 def held(g: Grant, owner: str) -> LockValue:
     """The lock value ``owner`` holds after ``g``."""
     return who(owner).value(g.token, g.attempt)
+
+
+def reap(procs: Iterable[subprocess.Popen[Any]]) -> None:
+    """Kill what still runs of ``procs`` and wait for every one of them (test teardown)."""
+    for proc in procs:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(timeout=10)

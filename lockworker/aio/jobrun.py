@@ -21,7 +21,7 @@ from typing import Any, Protocol, TypeVar
 import redis
 
 from lockworker.aio import contend
-from lockworker.aio.lease import AsyncHeartbeat
+from lockworker.aio.lease import AsyncHeartbeat, Background
 from lockworker.aio.protocol import AsyncScriptProtocol
 from lockworker.aio.wake import AsyncWaits, wait
 from lockworker.daemons.contend import Next
@@ -43,6 +43,7 @@ class AsyncRunner(RunnerBase, Protocol):
     protocol: AsyncScriptProtocol
     _heartbeat: AsyncHeartbeat
     _hub: AsyncWaits
+    _background: Background
 
     def on_acquired(self, job: Job) -> Awaitable[None] | None:
         """A coroutine function, or a plain function (a subclass may override it so)."""
@@ -50,7 +51,6 @@ class AsyncRunner(RunnerBase, Protocol):
 
     async def _hook(self, log: events.EventLog, name: str, *args: Any) -> None: ...
 
-    def _spawn(self, coro: Awaitable[None]) -> None: ...
 
     async def _call(
         self, fn: Callable[[], Awaitable[T]], what: str, deadline: float | None = None,
@@ -198,7 +198,7 @@ class AsyncJobRun(RunBase):
 
         def lost(_lease: Lease, reason: str) -> None:
             log.warning(events.LOST, reason=reason)
-            w._spawn(w._hook(log, "on_lost", job))
+            w._background.spawn(w._hook(log, "on_lost", job))
 
         lease = Lease.granted(
             renew, w.lock_timeout, sent_at,

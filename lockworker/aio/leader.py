@@ -19,7 +19,7 @@ from typing import Any
 import redis
 
 from lockworker.aio import contend
-from lockworker.aio.lease import AsyncHeartbeat
+from lockworker.aio.lease import AsyncHeartbeat, Background
 from lockworker.aio.protocol import AsyncScriptProtocol
 from lockworker.aio.wake import AsyncWaits, wait
 from lockworker.aio.worker import AsyncHook, _maybe, check_async_client
@@ -99,7 +99,7 @@ class Leader(LeaderSettings):
         self._hub = AsyncWaits(client)
         self._term: AsyncTerm | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._tasks: set[asyncio.Future[None]] = set()
+        self._background = Background()
 
     # -- hooks -----------------------------------------------------------------------
 
@@ -161,10 +161,7 @@ class Leader(LeaderSettings):
         """End the heartbeat and hook tasks."""
         await self._heartbeat.close()
         self._hub.wake_all()
-        tasks = list(self._tasks)
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await self._background.cancel_all()
 
     async def _hook(self, log: events.EventLog, name: str, term: Term) -> None:
         await self._hooks.guarded_async(log, name, term)
@@ -250,9 +247,7 @@ class _Campaign(CampaignBase):
         def lost(_lease: Lease, reason: str) -> None:
             log.warning(LOST, reason=reason)
             term._awake.set()
-            task = asyncio.ensure_future(lead._hook(log, "on_lost", term))
-            lead._tasks.add(task)
-            task.add_done_callback(lead._tasks.discard)
+            lead._background.spawn(lead._hook(log, "on_lost", term))
 
         lease = Lease.granted(renew, lead.lock_timeout, sent_at, on_lost=lost)
         term = AsyncTerm(

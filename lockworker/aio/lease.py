@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Awaitable
 
 from lockworker.clock import Clock
 from lockworker.runtime.lease import Lease, lose, renewal_answered, renewal_due
@@ -71,3 +72,22 @@ class AsyncHeartbeat:
         for task in tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
+
+
+class Background:
+    """The tasks an asyncio object starts beside its work (``on_lost`` hooks, called
+    from a heartbeat task), kept until they end and cancelled by ``close``."""
+
+    def __init__(self) -> None:
+        self._tasks: set[asyncio.Future[None]] = set()
+
+    def spawn(self, coro: Awaitable[None]) -> None:
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def cancel_all(self) -> None:
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)

@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 
 from lockworker import config
 from lockworker.aio.jobrun import AsyncGate, AsyncJobRun
-from lockworker.aio.lease import AsyncHeartbeat
+from lockworker.aio.lease import AsyncHeartbeat, Background
 from lockworker.aio.protocol import AsyncScriptProtocol
 from lockworker.aio.serve import serve
 from lockworker.aio.wake import AsyncWaits
@@ -119,7 +119,7 @@ class Worker(WorkerSettings):
         self._stop_events: set[asyncio.Event] = set()
         """Set by :meth:`stop` in the loop: what a wait that is not on Redis (``serve``
         awaiting its source's next item) races against."""
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._background = Background()
         self._signals: contextlib.ExitStack | None = None
 
     # -- hooks (override with async def or def, or pass as functions) ----------------
@@ -207,10 +207,7 @@ class Worker(WorkerSettings):
         caller's to close."""
         await self._heartbeat.close()
         self._hub.wake_all()
-        tasks = list(self._tasks)
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await self._background.cancel_all()
         signals, self._signals = self._signals, None
         if signals is not None:
             signals.close()
@@ -244,13 +241,6 @@ class Worker(WorkerSettings):
 
     async def _hook(self, log: events.EventLog, name: str, *args: Any) -> None:
         await self._hooks.guarded_async(log, name, *args)
-
-    def _spawn(self, coro: Awaitable[None]) -> None:
-        """Run ``coro`` (an ``on_lost`` hook, called from the heartbeat) in its own task,
-        kept until it ends."""
-        task = asyncio.ensure_future(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
 
 
 async def _maybe(result: Any) -> None:

@@ -3,27 +3,17 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 
-import pytest
 import redis.asyncio as aredis
 from prometheus_client import CollectorRegistry
 
 import lockworker
-from lockworker import aio, metrics
+from lockworker import aio
 from lockworker.testing.server import RedisServer
 
 
-@pytest.fixture
-def registry() -> Iterator[CollectorRegistry]:
-    fresh = CollectorRegistry()
-    installed = metrics.install(fresh)
-    yield fresh
-    installed.uninstall()
-
-
 def test_an_async_hook_that_raises_once_is_one_failure_then_done(
-    registry: CollectorRegistry, redis_server: RedisServer, namespace: str
+    metrics_registry: CollectorRegistry, redis_server: RedisServer, namespace: str
 ) -> None:
     calls: list[int] = []
 
@@ -45,7 +35,7 @@ def test_an_async_hook_that_raises_once_is_one_failure_then_done(
     assert calls == [1, 2]
 
     def sample(metric: str, **labels: str) -> float | None:
-        return registry.get_sample_value(metric, {"namespace": namespace, **labels})
+        return metrics_registry.get_sample_value(metric, {"namespace": namespace, **labels})
 
     assert sample("lockworker_job_outcomes_total", outcome="failed") == 1
     assert sample("lockworker_job_outcomes_total", outcome="done") == 1
@@ -54,10 +44,10 @@ def test_an_async_hook_that_raises_once_is_one_failure_then_done(
 
 
 def test_the_leader_gauge_follows_an_async_leader(
-    registry: CollectorRegistry, redis_server: RedisServer, namespace: str
+    metrics_registry: CollectorRegistry, redis_server: RedisServer, namespace: str
 ) -> None:
     def leading() -> float | None:
-        return registry.get_sample_value("lockworker_leader", {"name": namespace})
+        return metrics_registry.get_sample_value("lockworker_leader", {"name": namespace})
 
     async def scenario() -> list[float | None]:
         client = aredis.Redis(host="127.0.0.1", port=redis_server.port)

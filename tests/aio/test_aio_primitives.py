@@ -27,6 +27,7 @@ from typing import Any, TypeVar
 import pytest
 import redis
 import redis.asyncio
+from helpers import until
 
 from lockworker import AcquireTimeout, InvalidConfig, LockLost, NotHeld
 from lockworker.aio.lock import Lock as AsyncLock
@@ -112,16 +113,6 @@ async def holding(obj: Any) -> AsyncIterator[Any]:
             await asyncio.to_thread(obj.__exit__, None, None, None)
 
 
-async def until(predicate: Callable[[], T], timeout: float = PROMPT) -> T:
-    """Await until ``predicate()`` is truthy; fail after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"condition not met within {timeout}s: {predicate}")
-        await asyncio.sleep(0.005)
 
 
 def leftovers(env: Env, lock: Any) -> list[str]:

@@ -28,7 +28,7 @@ import pytest
 import redis
 import redis.asyncio
 from contender_proc import LOCK_TIMEOUT, RETRY_DELAY, record, should_fail
-from helpers import RETENTION, grant, held, in_thread
+from helpers import RETENTION, grant, held, in_thread, until
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -61,16 +61,6 @@ def sides(kind: str, n: int) -> list[str]:
     return [SIDES[i % 2] for i in range(n)] if kind == "mixed" else [kind] * n
 
 
-async def until(predicate: Callable[[], T], timeout: float = 10.0) -> T:
-    """Await until ``predicate()`` is truthy (helpers.wait_for, for a coroutine)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"condition not met within {timeout}s: {predicate}")
-        await asyncio.sleep(0.005)
 
 
 @dataclass(frozen=True)

@@ -3,27 +3,17 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
-import pytest
 import redis
 from helpers import wait_for
 from prometheus_client import CollectorRegistry
 
 import lockworker
-from lockworker import metrics
-
-
-@pytest.fixture
-def registry() -> Iterator[CollectorRegistry]:
-    fresh = CollectorRegistry()
-    installed = metrics.install(fresh)
-    yield fresh
-    installed.uninstall()
 
 
 def test_a_hook_that_raises_once_is_one_failure_then_done(
-    registry: CollectorRegistry, make: Callable[..., lockworker.Worker], namespace: str
+    metrics_registry: CollectorRegistry, make: Callable[..., lockworker.Worker], namespace: str
 ) -> None:
     calls: list[int] = []
 
@@ -37,7 +27,7 @@ def test_a_hook_that_raises_once_is_one_failure_then_done(
     assert calls == [1, 2]
 
     def sample(metric: str, **labels: str) -> float | None:
-        return registry.get_sample_value(metric, {"namespace": namespace, **labels})
+        return metrics_registry.get_sample_value(metric, {"namespace": namespace, **labels})
 
     outcomes = "lockworker_job_outcomes_total"
     assert sample(outcomes, outcome="failed") == 1
@@ -48,7 +38,7 @@ def test_a_hook_that_raises_once_is_one_failure_then_done(
 
 
 def test_the_leader_gauge_is_1_while_leading_and_0_after(
-    registry: CollectorRegistry, redis_client: redis.Redis, namespace: str
+    metrics_registry: CollectorRegistry, redis_client: redis.Redis, namespace: str
 ) -> None:
     def lead(term: lockworker.Term) -> None:
         while not term.wait(0.05):
@@ -59,7 +49,7 @@ def test_the_leader_gauge_is_1_while_leading_and_0_after(
     )
 
     def leading() -> float | None:
-        return registry.get_sample_value("lockworker_leader", {"name": namespace})
+        return metrics_registry.get_sample_value("lockworker_leader", {"name": namespace})
 
     thread = threading.Thread(target=leader.run, daemon=True)
     thread.start()

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from helpers import wait_for
+from helpers import reap, wait_for
 
 import lockworker
 from lockworker.testing import RedisServer
@@ -64,10 +64,7 @@ class Pair:
         return self.client.zscore(key, owner) is not None
 
     def close(self) -> None:
-        for proc in self.procs.values():
-            if proc.poll() is None:
-                proc.kill()
-            proc.wait(timeout=10)
+        reap(self.procs.values())
         self.client.close()
 
 

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import wait_for
+from helpers import reap, wait_for
 from prometheus_client.parser import text_string_to_metric_families
 
 import lockworker
@@ -138,10 +138,7 @@ class Daemons:
         return inspect(self.client, JobKeys.of(self.namespace, job_id)).status
 
     def close(self) -> None:
-        for proc in self.procs.values():
-            if proc.poll() is None:
-                proc.kill()
-            proc.wait(timeout=10)
+        reap(self.procs.values())
         self.client.close()
 
 

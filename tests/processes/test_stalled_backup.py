@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 import redis
-from helpers import wait_for
+from helpers import reap, wait_for
 
 import lockworker
 from lockworker.model.keys import JobKeys
@@ -95,10 +95,7 @@ class Daemons:
         return self.protocol.inspect(JobKeys.of(self.namespace, job_id))
 
     def close(self) -> None:
-        for proc in self.procs.values():
-            if proc.poll() is None:
-                proc.kill()
-            proc.wait(timeout=10)
+        reap(self.procs.values())
         self.client.close()
 
 
