@@ -167,46 +167,32 @@ class EventLogger:
         return bound
 
     def debug(self, event: str, **fields: Any) -> None:
-        if _observers:
-            _notify(self.name, self._context, event, fields)
-        if _is_configured():
-            self._structlog().debug(event, **fields)
-        elif self._std.isEnabledFor(_DEBUG):
-            self._emit(_DEBUG, event, fields)
+        self._event(_DEBUG, "debug", event, fields)
 
     def info(self, event: str, **fields: Any) -> None:
-        if _observers:
-            _notify(self.name, self._context, event, fields)
-        if _is_configured():
-            self._structlog().info(event, **fields)
-        elif self._std.isEnabledFor(_INFO):
-            self._emit(_INFO, event, fields)
+        self._event(_INFO, "info", event, fields)
 
     def warning(self, event: str, **fields: Any) -> None:
-        if _observers:
-            _notify(self.name, self._context, event, fields)
-        if _is_configured():
-            self._structlog().warning(event, **fields)
-        elif self._std.isEnabledFor(_WARNING):
-            self._emit(_WARNING, event, fields)
+        self._event(_WARNING, "warning", event, fields)
 
     def error(self, event: str, **fields: Any) -> None:
-        if _observers:
-            _notify(self.name, self._context, event, fields)
-        if _is_configured():
-            self._structlog().error(event, **fields)
-        elif self._std.isEnabledFor(_ERROR):
-            self._emit(_ERROR, event, fields)
+        self._event(_ERROR, "error", event, fields)
 
     def exception(self, event: str, **fields: Any) -> None:
         """An error event with the exception being handled."""
         fields.setdefault("exc_info", True)
+        self._event(_ERROR, "error", event, fields)
+
+    def _event(self, level: int, method: str, event: str, fields: dict[str, Any]) -> None:
+        """The one path of every level: observers, then structlog if configured, else
+        ``logging`` if the level is enabled (one flag test and a cached level check
+        when it is off)."""
         if _observers:
             _notify(self.name, self._context, event, fields)
         if _is_configured():
-            self._structlog().error(event, **fields)
-        elif self._std.isEnabledFor(_ERROR):
-            self._emit(_ERROR, event, fields)
+            getattr(self._structlog(), method)(event, **fields)
+        elif self._std.isEnabledFor(level):
+            self._emit(level, event, fields)
 
     def _structlog(self) -> Any:
         """A structlog logger bound to this context, built for the configuration in force.
@@ -237,10 +223,10 @@ class EventLogger:
         stack_info = bool(extra.pop("stack_info", False))
         if not _RESERVED.isdisjoint(extra):
             extra = {(f"{k}_" if k in _RESERVED else k): v for k, v in extra.items()}
-        # stacklevel 3: the record names the lockworker function that logged the event,
+        # stacklevel 4: the record names the lockworker function that logged the event,
         # not this method or the level method that called it.
         self._std.log(
-            level, event, exc_info=exc_info, stack_info=stack_info, extra=extra, stacklevel=3
+            level, event, exc_info=exc_info, stack_info=stack_info, extra=extra, stacklevel=4
         )
 
     def __repr__(self) -> str:
@@ -268,29 +254,26 @@ class Forwarding:
         return Forwarding(self.name, self._base.bind(**context), {**self._context, **context})
 
     def debug(self, event: str, **fields: Any) -> Any:
-        if _observers:
-            _notify(self.name, self._context, event, fields)
-        return self._base.debug(event, **fields)
+        return self._forward("debug", self._context, event, fields)
 
     def info(self, event: str, **fields: Any) -> Any:
-        if _observers:
-            _notify(self.name, self._context, event, fields)
-        return self._base.info(event, **fields)
+        return self._forward("info", self._context, event, fields)
 
     def warning(self, event: str, **fields: Any) -> Any:
-        if _observers:
-            _notify(self.name, self._context, event, fields)
-        return self._base.warning(event, **fields)
+        return self._forward("warning", self._context, event, fields)
 
     def error(self, event: str, **fields: Any) -> Any:
-        if _observers:
-            _notify(self.name, self._context, event, fields)
-        return self._base.error(event, **fields)
+        return self._forward("error", self._context, event, fields)
 
     def exception(self, event: str, **fields: Any) -> Any:
+        return self._forward("exception", {**self._context, "exc_info": True}, event, fields)
+
+    def _forward(
+        self, method: str, context: dict[str, Any], event: str, fields: dict[str, Any]
+    ) -> Any:
         if _observers:
-            _notify(self.name, {**self._context, "exc_info": True}, event, fields)
-        return self._base.exception(event, **fields)
+            _notify(self.name, context, event, fields)
+        return getattr(self._base, method)(event, **fields)
 
     def __getattr__(self, attribute: str) -> Any:
         return getattr(self._base, attribute)
