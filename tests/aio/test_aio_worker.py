@@ -204,6 +204,18 @@ def task(coro: Awaitable[T]) -> asyncio.Task[T]:
     return asyncio.ensure_future(coro)
 
 
+async def held_and_awaited(
+    a: Contender, b: Contender
+) -> tuple[asyncio.Task[Outcome], asyncio.Task[Outcome], float]:
+    """``a`` holds "job" and ``b`` waits, having seen it held: their tasks, and the
+    time from which a handover is measured."""
+    ta = task(a.process("job"))
+    await until(lambda: a.of("acquired"))
+    tb = task(b.process("job"))
+    await until(lambda: b.of("locked"))
+    return ta, tb, time.monotonic()
+
+
 # -- contention: the same scenarios on each side, and mixed -----------------------------
 
 
@@ -243,11 +255,7 @@ def test_a_failed_attempt_is_taken_over_with_the_next_attempt_and_a_larger_token
         first_side, second_side = sides(kind, 2)
         a = Contender(env, first_side, fail_on_go)
         b = Contender(env, second_side)
-        ta = task(a.process("job"))
-        await until(lambda: a.of("acquired"))
-        tb = task(b.process("job"))
-        await until(lambda: b.of("locked"))
-        failed_at = time.monotonic()
+        ta, tb, failed_at = await held_and_awaited(a, b)
         go.set()
         assert await asyncio.gather(ta, tb) == [Outcome.DONE_ELSEWHERE, Outcome.DONE]
         assert [repr(e) for e in a.errors] == [repr(RuntimeError("attempt fails"))]
@@ -301,11 +309,7 @@ def test_stop_requested_hands_the_job_over_without_spending_an_attempt(
         first_side, second_side = sides(kind, 2)
         a = Contender(env, first_side, until_stopped)
         b = Contender(env, second_side)
-        ta = task(a.process("job"))
-        await until(lambda: a.of("acquired"))
-        tb = task(b.process("job"))
-        await until(lambda: b.of("locked"))
-        stopped_at = time.monotonic()
+        ta, tb, stopped_at = await held_and_awaited(a, b)
         a.stop()
         assert await asyncio.gather(ta, tb) == [Outcome.STOPPED, Outcome.DONE]
         (first,), (second,) = a.of("acquired"), b.of("acquired")
@@ -733,11 +737,7 @@ def test_cancelling_a_running_hook_releases_the_lease_at_once_and_refunds_the_at
 
         a = Contender(env, "async", forever, lock_timeout=10.0)
         b = Contender(env, waiter_side, lock_timeout=10.0)
-        ta = task(a.process("job"))
-        await until(lambda: a.of("acquired"))
-        tb = task(b.process("job"))
-        await until(lambda: b.of("locked"))
-        cancelled_at = time.monotonic()
+        ta, tb, cancelled_at = await held_and_awaited(a, b)
         ta.cancel()
         with pytest.raises(asyncio.CancelledError):
             await ta
