@@ -21,7 +21,7 @@ from typing import Any, Protocol, TypeVar
 import redis
 
 from lockworker.aio import contend
-from lockworker.aio.lease import AsyncHeartbeat, Background
+from lockworker.aio.lease import AsyncHeartbeat, Background, Reports
 from lockworker.aio.protocol import AsyncScriptProtocol
 from lockworker.aio.wake import AsyncWaits, wait
 from lockworker.daemons.contend import Next
@@ -32,7 +32,7 @@ from lockworker.model.codec import LockValue
 from lockworker.model.keys import JobKeys
 from lockworker.model.state import Grant, Outcome, Settle, Snapshot
 from lockworker.runtime import events
-from lockworker.runtime.lease import Lease
+from lockworker.runtime.lease import Lease, ended
 
 T = TypeVar("T")
 
@@ -196,9 +196,11 @@ class AsyncJobRun(RunBase):
             )
             return events.renewed(renewal, log)
 
+        reports = Reports(w._background)
+
         def lost(_lease: Lease, reason: str) -> None:
             log.warning(events.LOST, reason=reason)
-            w._background.spawn(w._hook(log, "on_lost", job))
+            reports.spawn(w._hook(log, "on_lost", job))
 
         lease = Lease.granted(
             renew, w.lock_timeout, sent_at,
@@ -207,25 +209,36 @@ class AsyncJobRun(RunBase):
         self.acquired(grant, sent_at, lease, job, log)
         w._heartbeat.hold(lease)
         try:
+            return await self.held(job, held, lease, log)
+        finally:
+            await reports.done()  # on_lost has run before the attempt is over
+
+    async def held(
+        self, job: Job, held: LockValue, lease: Lease, log: events.EventLog
+    ) -> Outcome | None:
+        """Run ``on_acquired`` under ``lease``, let go of it through the heartbeat's
+        ``end`` (which reports a lease that ran out meanwhile), and settle."""
+        w = self.w
+        try:
             work = w.on_acquired(job)  # a plain override returns None: nothing to await
             if inspect.isawaitable(work):
                 await work
         except StopRequested:
-            w._heartbeat.drop(lease)
-            return await self.settle_stop(held, log, "stopping")
+            w._heartbeat.end(lease)
+            return await self.settle_stop(job, held, log, "stopping")
         except Exception as exc:
-            w._heartbeat.drop(lease)
+            w._heartbeat.end(lease)
             return await self.settle_failure(job, held, exc, log)
         except asyncio.CancelledError:
-            w._heartbeat.drop(lease)
-            await asyncio.shield(self.settle_stop(held, log, "cancelled"))
+            w._heartbeat.end(lease)
+            await asyncio.shield(self.settle_stop(job, held, log, "cancelled"))
             raise
         except BaseException:
-            w._heartbeat.drop(lease)
+            w._heartbeat.end(lease)
             with contextlib.suppress(LockworkerError, redis.RedisError):
                 await asyncio.shield(w.protocol.release(self.keys, held, w._retention_ms))
             raise
-        w._heartbeat.drop(lease)
+        w._heartbeat.end(lease)
         # Shielded, as every settle step: a cancellation now must not leave the lease
         # to run out; the step completes and the cancellation goes on after it.
         settled = await asyncio.shield(self.call(
@@ -234,12 +247,8 @@ class AsyncJobRun(RunBase):
         if settled is Settle.DONE:
             log.info(events.DONE)
             return Outcome.DONE
-        await self.refused(job, log, settled)
+        self.refused_lease(lease, log, settled)
         return None
-
-    async def refused(self, job: Job, log: events.EventLog, settled: Settle) -> None:
-        if self.refused_lease(job._lease, log, settled):
-            await self.w._hook(log, "on_lost", job)
 
     async def settle_failure(
         self, job: Job, held: LockValue, exc: Exception, log: events.EventLog
@@ -256,7 +265,7 @@ class AsyncJobRun(RunBase):
         if verdict is Outcome.GAVE_UP:
             await w._hook(log, "on_gave_up", job)
         if verdict is True:
-            await self.refused(job, log, settled)
+            self.refused_lease(job._lease, log, settled)
             return None
         return verdict  # type: ignore[return-value]
 
@@ -267,11 +276,15 @@ class AsyncJobRun(RunBase):
             "release failed attempt",
         )
 
-    async def settle_stop(self, held: LockValue, log: events.EventLog, reason: str) -> Outcome:
+    async def settle_stop(
+        self, job: Job, held: LockValue, log: events.EventLog, reason: str
+    ) -> Outcome:
         w = self.w
         settled = await asyncio.shield(self.call(
             lambda: w.protocol.release(self.keys, held, w._retention_ms), "release on stop"
         ))
         log.info(events.RELEASED, reason=reason, settled=settled.value)
+        if job._lease is not None:
+            ended(job._lease, refused=settled.refused)
         log.info(events.STOPPED)
         return Outcome.STOPPED

@@ -19,7 +19,7 @@ from typing import Any
 import redis
 
 from lockworker.aio import contend
-from lockworker.aio.lease import AsyncHeartbeat, Background
+from lockworker.aio.lease import AsyncHeartbeat, Background, Reports
 from lockworker.aio.protocol import AsyncScriptProtocol
 from lockworker.aio.wake import AsyncWaits, wait
 from lockworker.aio.worker import AsyncHook, _maybe, check_async_client
@@ -244,10 +244,12 @@ class _Campaign(CampaignBase):
             )
             return events.renewed(renewal, log)
 
+        reports = Reports(lead._background)
+
         def lost(_lease: Lease, reason: str) -> None:
             log.warning(LOST, reason=reason)
             term._awake.set()
-            lead._background.spawn(lead._hook(log, "on_lost", term))
+            reports.spawn(lead._hook(log, "on_lost", term))
 
         lease = Lease.granted(renew, lead.lock_timeout, sent_at, on_lost=lost)
         term = AsyncTerm(
@@ -267,10 +269,13 @@ class _Campaign(CampaignBase):
         except Exception as exc:
             log.error(HOOK_ERROR, hook="on_acquired", error=repr(exc))
         finally:
-            lead._heartbeat.drop(lease)
+            # A term that ran out before the hook returned is reported lost here, if
+            # the heartbeat has not yet; a refused resignation in ``resign``.
+            lead._heartbeat.end(lease)
             lead._term = None
             with contextlib.suppress(Exception):
-                await asyncio.shield(self.resign(held, lease, term, log))
+                await asyncio.shield(self.resign(held, lease, log))
+            await reports.done()  # on_lost has run before the next campaign
 
     async def record(self, token: int, since: float, log: events.EventLog) -> None:
         """Write who leads since when, for :meth:`Leader.current` (display only)."""
@@ -284,13 +289,11 @@ class _Campaign(CampaignBase):
         except redis.RedisError as exc:
             log.warning("leader.record_failed", error=repr(exc))
 
-    async def resign(
-        self, held: LockValue, lease: Lease, term: Term, log: events.EventLog
-    ) -> None:
+    async def resign(self, held: LockValue, lease: Lease, log: events.EventLog) -> None:
         """Release the lease (waking followers); report a loss not reported yet."""
         lead = self.l
         settled = await lead._call(
             lambda: lead.protocol.release(lead.keys, held, lead._retention_ms),
             "resign leadership",
         )
-        self.resigned(settled, lease, term, log)
+        self.resigned(settled, lease, log)

@@ -15,7 +15,7 @@ import contextlib
 from collections.abc import Awaitable
 
 from lockworker.clock import Clock
-from lockworker.runtime.lease import Lease, lose, renewal_answered, renewal_due
+from lockworker.runtime.lease import Lease, let_go, lose, renewal_answered, renewal_due
 
 
 class AsyncHeartbeat:
@@ -34,9 +34,18 @@ class AsyncHeartbeat:
         self._tasks[lease] = task
         task.add_done_callback(lambda _t: self._tasks.pop(lease, None))
 
+    def end(self, lease: Lease) -> bool:
+        """The holder lets go of ``lease``: True if it was still held, else its loss is
+        reported now unless this heartbeat did first (see
+        :meth:`lockworker.runtime.lease.Heartbeat.end`). Then it is no longer renewed."""
+        held = let_go(lease, self._clock.monotonic())
+        self.drop(lease)
+        return held
+
     def drop(self, lease: Lease) -> None:
-        """Stop renewing ``lease``. A renewal in flight is abandoned; its answer would
-        not be applied to a released lease anyway."""
+        """Stop renewing ``lease``, saying nothing of whether it was still held. A
+        renewal in flight is abandoned; its answer would not be applied to a released
+        lease anyway."""
         lease.released = True
         task = self._tasks.pop(lease, None)
         if task is not None and task is not asyncio.current_task():
@@ -81,13 +90,34 @@ class Background:
     def __init__(self) -> None:
         self._tasks: set[asyncio.Future[None]] = set()
 
-    def spawn(self, coro: Awaitable[None]) -> None:
+    def spawn(self, coro: Awaitable[None]) -> asyncio.Future[None]:
         task = asyncio.ensure_future(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        return task
 
     async def cancel_all(self) -> None:
         tasks = list(self._tasks)
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+
+
+class Reports:
+    """The ``on_lost`` calls of one held lease, each in a task of its own (the loss is
+    noticed in a plain callback: a heartbeat task's, or the holder's ``end``). The
+    holder awaits them before it goes on, so ``on_lost`` has run by the time the
+    attempt or term is over, and ``close`` does not cancel one that never started."""
+
+    def __init__(self, background: Background) -> None:
+        self._background = background
+        self._tasks: list[asyncio.Future[None]] = []
+
+    def spawn(self, coro: Awaitable[None]) -> None:
+        self._tasks.append(self._background.spawn(coro))
+
+    async def done(self) -> None:
+        """Wait for the reports started so far (never raises; a second cancellation
+        of the caller still interrupts the wait)."""
+        if self._tasks:
+            await asyncio.wait(self._tasks)

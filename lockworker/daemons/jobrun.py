@@ -28,7 +28,7 @@ from lockworker.model.keys import JobKeys
 from lockworker.model.state import Grant, Outcome, Settle, Snapshot
 from lockworker.protocol.interface import LockProtocol
 from lockworker.runtime import events
-from lockworker.runtime.lease import Heartbeat, Lease
+from lockworker.runtime.lease import Heartbeat, Lease, ended
 from lockworker.runtime.wake import Waits
 
 T = TypeVar("T")
@@ -197,33 +197,30 @@ class JobRun(RunBase):
         )
         self.acquired(grant, sent_at, lease, job, log)
         w._heartbeat.hold(lease)
+        # Every way out lets go of the lease through ``end``: a lease that ran out
+        # before the hook returned is reported lost there, if the heartbeat has not.
         try:
             w.on_acquired(job)
         except StopRequested:
-            w._heartbeat.drop(lease)
-            return self.settle_stop(held, log)
+            w._heartbeat.end(lease)
+            return self.settle_stop(job, held, log)
         except Exception as exc:
-            w._heartbeat.drop(lease)
+            w._heartbeat.end(lease)
             return self.settle_failure(job, held, exc, log)
         except BaseException:
-            w._heartbeat.drop(lease)
+            w._heartbeat.end(lease)
             with contextlib.suppress(LockworkerError, redis.RedisError):
                 w.protocol.release(self.keys, held, w._retention_ms)
             raise
-        w._heartbeat.drop(lease)
+        w._heartbeat.end(lease)
         settled = self.call(
             lambda: w.protocol.complete(self.keys, held, w._retention_ms), "mark job done"
         )
         if settled is Settle.DONE:
             log.info(events.DONE)
             return Outcome.DONE
-        self.refused(job, log, settled)
+        self.refused_lease(lease, log, settled)
         return None
-
-    def refused(self, job: Job, log: events.EventLog, settled: Settle) -> None:
-        """The server refused to settle: the lease was lost; step back and watch."""
-        if self.refused_lease(job._lease, log, settled):
-            self.w._hook(log, "on_lost", job)
 
     def settle_failure(
         self, job: Job, held: LockValue, exc: Exception, log: events.EventLog
@@ -239,15 +236,17 @@ class JobRun(RunBase):
         if verdict is Outcome.GAVE_UP:
             w._hook(log, "on_gave_up", job)
         if verdict is True:
-            self.refused(job, log, settled)
+            self.refused_lease(job._lease, log, settled)
             return None
         return verdict  # type: ignore[return-value]
 
-    def settle_stop(self, held: LockValue, log: events.EventLog) -> Outcome:
+    def settle_stop(self, job: Job, held: LockValue, log: events.EventLog) -> Outcome:
         w = self.w
         settled = self.call(
             lambda: w.protocol.release(self.keys, held, w._retention_ms), "release on stop"
         )
         log.info(events.RELEASED, reason="stopping", settled=settled.value)
+        if job._lease is not None:
+            ended(job._lease, refused=settled.refused)
         log.info(events.STOPPED)
         return Outcome.STOPPED

@@ -286,10 +286,12 @@ class _Campaign(CampaignBase):
         except Exception as exc:
             log.error(HOOK_ERROR, hook="on_acquired", error=repr(exc))
         finally:
-            lead._heartbeat.drop(lease)
+            # A term that ran out before the hook returned is reported lost here, if
+            # the heartbeat has not yet; a refused resignation in ``resign``.
+            lead._heartbeat.end(lease)
             lead._term = None
             with contextlib.suppress(Exception):
-                self.resign(held, lease, term, log)
+                self.resign(held, lease, log)
 
     def record(self, token: int, since: float, log: events.EventLog) -> None:
         """Write who leads since when, for :meth:`Leader.current` (display only)."""
@@ -303,11 +305,11 @@ class _Campaign(CampaignBase):
         except redis.RedisError as exc:
             log.warning("leader.record_failed", error=repr(exc))
 
-    def resign(self, held: LockValue, lease: Lease, term: Term, log: events.EventLog) -> None:
+    def resign(self, held: LockValue, lease: Lease, log: events.EventLog) -> None:
         """Release the lease (waking followers); report a loss not reported yet."""
         lead = self.l
         settled = lead._call(
             lambda: lead.protocol.release(lead.keys, held, lead._retention_ms),
             "resign leadership",
         )
-        self.resigned(settled, lease, term, log)
+        self.resigned(settled, lease, log)

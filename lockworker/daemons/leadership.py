@@ -21,7 +21,7 @@ from lockworker.model.keys import JobKeys, Space, check_name
 from lockworker.model.state import Role, Settle, Snapshot
 from lockworker.protocol.decode import text
 from lockworker.runtime import events, retry
-from lockworker.runtime.lease import Lease
+from lockworker.runtime.lease import Lease, ended
 
 NAMESPACE = "leaders"
 MAX_TERMS = 10**15
@@ -158,12 +158,9 @@ class CampaignBase(ContestantBase):
         lead._log.info(FOLLOWING, holder=seen.holder, token=seen.token, lease_ms=seen.pttl_ms)
         return Term(lead.name, seen.token, seen.holder)
 
-    def resigned(
-        self, settled: Settle, lease: Lease, term: Term, log: events.EventLog
-    ) -> None:
-        """What the release at the end of a term said: resigned, or lost before it."""
+    def resigned(self, settled: Settle, lease: Lease, log: events.EventLog) -> None:
+        """What the release at the end of a term said: resigned, or lost before it (a
+        term that ran out before it was let go was reported by the heartbeat's ``end``)."""
         if settled is Settle.RELEASED:
             log.info(RESIGNED, stopping=self.base.stopping)
-        if not lease.lost and (settled.refused or term.lost):
-            lease.lost = True
-            log.warning(LOST, reason="lease ended before the term did")
+        ended(lease, refused=settled.refused)

@@ -17,7 +17,7 @@ from lockworker.model.codec import Holder, LockValue
 from lockworker.model.keys import JobKeys
 from lockworker.model.state import Grant, JobStatus, Outcome, Role, Settle, Snapshot
 from lockworker.runtime import events
-from lockworker.runtime.lease import Flag, Lease
+from lockworker.runtime.lease import Flag, Lease, ended
 
 
 class RunnerBase(Protocol):
@@ -110,18 +110,14 @@ class RunBase(ContestantBase):
         job._lease = lease
         log.info(events.ACQUIRED, reentered=grant.reentered, **self.sightings.granted(sent_at))
 
-    def refused_lease(self, lease: Lease | None, log: events.EventLog, settled: Settle) -> bool:
-        """The server refused to settle: the lease was lost. Steps back; True if the
-        ``on_lost`` hook is still to be called."""
+    def refused_lease(self, lease: Lease | None, log: events.EventLog, settled: Settle) -> None:
+        """The server refused to settle: the lease was lost. Steps back, and reports the
+        loss unless it was reported already (``on_lost`` runs once per attempt)."""
         if settled is Settle.STATE_LOST:
             log.error(events.STATE_LOST, step="settle")
         self.not_before = policy.compete_after_failure(self.now(), self.timing)
-        if lease is not None and lease.lost:
-            return False
         if lease is not None:
-            lease.lost = True
-        log.warning(events.LOST, reason="completion refused: lease lost on the server")
-        return True
+            ended(lease, refused=settled.refused)
 
     def failure_settled(self, settled: Settle, log: events.EventLog) -> Outcome | bool | None:
         """After a failed attempt's settle: GAVE_UP, None (released: compete again after
@@ -134,3 +130,4 @@ class RunBase(ContestantBase):
             self.not_before = policy.compete_after_failure(self.now(), self.timing)
             return None
         return True
+

@@ -13,6 +13,17 @@ refuses the holder's completion, because its lock value no longer matches.
 One :class:`Heartbeat` thread per worker renews all of its leases, each about every
 third of the lease. It only calls ``renew``; hooks and logging are the caller's, through
 the ``on_renewed``/``on_lost`` callbacks.
+
+A held lease ends in exactly one of two ways, decided here once for every holder with
+an ``on_lost`` hook (a worker's job, a leader's term, sync or asyncio):
+
+- **lost**: the heartbeat could not renew it in time, a renewal was refused, the holder
+  let go of it after its validity had passed (:meth:`Heartbeat.end`: the hook saw
+  ``lost`` and returned before the heartbeat woke), or the server refused the step
+  that ended it (:func:`lose` with ``after_release``). ``on_lost`` is called once,
+  by whichever path notices first, with the reason;
+- **released**: the holder let go of it while it was still valid and the server
+  accepted the step that ended it; ``on_lost`` is never called.
 """
 
 from __future__ import annotations
@@ -25,6 +36,12 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from lockworker.clock import Clock
+
+_ENDING = threading.Lock()
+"""Makes "lost" and "released" one decision per lease, whichever thread comes first."""
+
+EXPIRED_IN_HOOK = "lease expired before the holder let go of it (process paused?)"
+REFUSED_AT_END = "the server refused the step ending the lease: lost on the server"
 
 DRIFT_FACTOR = 0.01
 DRIFT_FIXED = 0.002
@@ -106,8 +123,17 @@ class Heartbeat:
                 )
                 self._thread.start()
 
+    def end(self, lease: Lease) -> bool:
+        """The holder lets go of ``lease`` (its hook returned, raised or was cancelled):
+        True if it was still held; if not, the loss is reported now unless the
+        heartbeat already did (see :func:`let_go`). Then it is no longer renewed."""
+        held = let_go(lease, self._clock.monotonic())
+        self.drop(lease)
+        return held
+
     def drop(self, lease: Lease) -> None:
-        """Stop renewing ``lease`` (it is skipped the next time it comes due).
+        """Stop renewing ``lease`` (it is skipped the next time it comes due), saying
+        nothing of whether it was still held (:meth:`end` does).
 
         Released leases at the head of the queue are discarded at once, so a worker
         running many short jobs does not keep every finished lease (and its job and
@@ -197,13 +223,40 @@ def renewal_answered(lease: Lease, sent_at: float, held: bool, interval: float) 
         lease.on_renewed(lease)
 
 
-def lose(lease: Lease, reason: str) -> None:
-    """Mark ``lease`` lost (once; a released lease is not lost) and say so."""
-    if lease.released or lease.lost:
-        return
-    lease.lost = True
+def lose(lease: Lease, reason: str, *, after_release: bool = False) -> bool:
+    """Mark ``lease`` lost and call its ``on_lost`` with ``reason``: True if this call
+    did, False if the lease was lost already (it is reported once, whichever path comes
+    first) or released. With ``after_release``, the server refused the step that ended
+    a released lease: it was lost before it was let go."""
+    with _ENDING:
+        if lease.lost or (lease.released and not after_release):
+            return False
+        lease.lost = True
     if lease.on_lost is not None:
         lease.on_lost(lease, reason)
+    return True
+
+
+def let_go(lease: Lease, now: float) -> bool:
+    """The holder lets go of ``lease`` at ``now``: released (True) if it was still
+    valid, else lost (False; reported by this call unless the heartbeat did first). One
+    rule for the heartbeat thread and the asyncio heartbeat tasks."""
+    with _ENDING:
+        if lease.lost:
+            return False
+        if now < lease.valid_until:
+            lease.released = True
+            return True
+    lose(lease, EXPIRED_IN_HOOK)
+    return False
+
+
+def ended(lease: Lease, *, refused: bool) -> None:
+    """After the step that ended a let-go lease (complete, fail, release, resign): if
+    the server refused it, the lease was lost before it was let go; reported unless it
+    was already. One rule for jobs and terms, sync and asyncio."""
+    if refused:
+        lose(lease, REFUSED_AT_END, after_release=True)
 
 
 class Flag(Protocol):
