@@ -11,10 +11,13 @@ hook                    when, and in which thread
 ``on_locked(job)``      another process holds the job; ``job.holder``/``job.attempt``
                         describe it. Once per attempt seen, in the ``process`` thread.
 ``on_failed(job, e)``   this process's attempt raised ``e``; before the lease is released.
-``on_lost(job)``        this process can no longer be sure it holds the lease. Runs in
-                        the heartbeat thread, possibly *while* ``on_acquired`` still
-                        runs, or in the ``process`` thread when completion is refused.
-                        Keep it short: set a flag, cancel work.
+``on_lost(job)``        this process can no longer be sure it holds the lease; exactly
+                        once per attempt that ends other than cleanly, never after a
+                        clean end (:mod:`lockworker.runtime.lease`). Runs in the
+                        heartbeat thread, possibly *while* ``on_acquired`` still runs,
+                        or in the ``process`` thread when ``on_acquired`` returns after
+                        the lease ran out or the server refuses to settle. Keep it
+                        short: set a flag, cancel work.
 ``on_gave_up(job)``     ``max_attempts`` were used up; once per ``process`` call that
                         ends in ``GAVE_UP``, in every process that sees it.
 ======================  ================================================================

@@ -2,11 +2,23 @@
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 import redis
 
 from lockworker.errors import RedisUnavailable
-from lockworker.runtime.lease import DRIFT_FIXED, Heartbeat, Lease, valid_until
+from lockworker.runtime.lease import (
+    DRIFT_FIXED,
+    EXPIRED_IN_HOOK,
+    REFUSED_AT_END,
+    Heartbeat,
+    Lease,
+    ended,
+    let_go,
+    lose,
+    valid_until,
+)
 from lockworker.runtime.retry import RetryPolicy, call
 from lockworker.testing import FakeClock
 
@@ -73,6 +85,58 @@ def test_a_dropped_lease_is_never_reported_lost() -> None:
     heartbeat.drop(lease)
     heartbeat.beat(lease)
     assert not lost
+
+
+def test_letting_go_of_a_valid_lease_releases_it_and_reports_nothing() -> None:
+    clock = FakeClock()
+    lease, lost = make_lease(clock, lambda deadline: True)
+    assert Heartbeat(clock, interval=1.0).end(lease) is True
+    assert lease.released and not lease.lost and lost == []
+    assert lose(lease, "late heartbeat") is False and lost == []
+
+
+def test_letting_go_of_a_lease_that_ran_out_reports_the_loss_once() -> None:
+    """The holder's hook saw the lease lost and returned before the heartbeat said so."""
+    clock = FakeClock()
+    lease, lost = make_lease(clock, lambda deadline: True)
+    clock.advance(3.0)
+    heartbeat = Heartbeat(clock, interval=1.0)
+    assert heartbeat.end(lease) is False
+    assert lease.lost and lost == [EXPIRED_IN_HOOK]
+    heartbeat.beat(lease)  # the heartbeat wakes late: nothing more
+    ended(lease, refused=True)  # the server refuses the release: nothing more
+    assert lost == [EXPIRED_IN_HOOK]
+
+
+def test_a_refusal_after_a_clean_let_go_is_a_loss_reported_once() -> None:
+    clock = FakeClock()
+    lease, lost = make_lease(clock, lambda deadline: True)
+    assert let_go(lease, clock.monotonic()) is True
+    ended(lease, refused=False)
+    assert lost == []
+    ended(lease, refused=True)
+    ended(lease, refused=True)
+    assert lost == [REFUSED_AT_END]
+
+
+def test_the_heartbeat_and_the_holder_noticing_at_once_report_once() -> None:
+    """Both paths race in two threads, many times: exactly one report each time."""
+    for _ in range(300):
+        clock = FakeClock()
+        lease, lost = make_lease(clock, lambda deadline: True)
+        clock.advance(3.0)
+        start = threading.Barrier(2)
+
+        def heartbeat(lease: Lease = lease, start: threading.Barrier = start) -> None:
+            start.wait()
+            lose(lease, "heartbeat")
+
+        racer = threading.Thread(target=heartbeat)
+        racer.start()
+        start.wait()
+        let_go(lease, clock.monotonic())
+        racer.join()
+        assert len(lost) == 1, lost
 
 
 def test_retry_retries_connection_errors_then_succeeds() -> None:
