@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import inspect
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol, TypeVar
 
@@ -25,6 +24,7 @@ from lockworker.aio.lease import AsyncHeartbeat, Background, Reports
 from lockworker.aio.protocol import AsyncScriptProtocol
 from lockworker.aio.wake import AsyncWaits, wait
 from lockworker.daemons.contend import Next
+from lockworker.daemons.hooks import Hooks
 from lockworker.daemons.job import Job
 from lockworker.daemons.runbase import RunBase, RunnerBase
 from lockworker.errors import LockworkerError, StopRequested
@@ -32,7 +32,7 @@ from lockworker.model.codec import LockValue
 from lockworker.model.keys import JobKeys
 from lockworker.model.state import Grant, Outcome, Settle, Snapshot
 from lockworker.runtime import events
-from lockworker.runtime.lease import Lease, ended
+from lockworker.runtime.lease import Lease, ended, revoke
 
 T = TypeVar("T")
 
@@ -45,9 +45,7 @@ class AsyncRunner(RunnerBase, Protocol):
     _hub: AsyncWaits
     _background: Background
 
-    def on_acquired(self, job: Job) -> Awaitable[None] | None:
-        """A coroutine function, or a plain function (a subclass may override it so)."""
-        ...
+    _hooks: Hooks
 
     async def _hook(self, log: events.EventLog, name: str, *args: Any) -> None: ...
 
@@ -220,9 +218,7 @@ class AsyncJobRun(RunBase):
         ``end`` (which reports a lease that ran out meanwhile), and settle."""
         w = self.w
         try:
-            work = w.on_acquired(job)  # a plain override returns None: nothing to await
-            if inspect.isawaitable(work):
-                await work
+            await w._hooks.call_async("on_acquired", job)  # a plain one in a thread
         except StopRequested:
             w._heartbeat.end(lease)
             return await self.settle_stop(job, held, log, "stopping")
@@ -231,6 +227,7 @@ class AsyncJobRun(RunBase):
             return await self.settle_failure(job, held, exc, log)
         except asyncio.CancelledError:
             w._heartbeat.end(lease)
+            revoke(lease)  # a plain hook may run on in its thread: job.lost is true
             await asyncio.shield(self.settle_stop(job, held, log, "cancelled"))
             raise
         except BaseException:

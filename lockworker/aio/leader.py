@@ -22,7 +22,7 @@ from lockworker.aio import contend
 from lockworker.aio.lease import AsyncHeartbeat, Background, Reports
 from lockworker.aio.protocol import AsyncScriptProtocol
 from lockworker.aio.wake import AsyncWaits, wait
-from lockworker.aio.worker import AsyncHook, _maybe, check_async_client
+from lockworker.aio.worker import AsyncHook, check_async_client
 from lockworker.clock import Clock, SystemClock, wall_time
 from lockworker.daemons.contend import Next
 from lockworker.daemons.leadership import (
@@ -42,19 +42,30 @@ from lockworker.model.codec import LockValue
 from lockworker.model.state import Grant, Role, Snapshot
 from lockworker.protocol.luacall import ready
 from lockworker.runtime import events, retry
-from lockworker.runtime.lease import Lease
+from lockworker.runtime.lease import Lease, revoke
 from lockworker.runtime.signals import stop_on_signals
 
 
 @dataclass(eq=False)
 class AsyncTerm(Term):
-    """A :class:`~lockworker.daemons.term.Term` whose :meth:`wait` is awaited."""
+    """A :class:`~lockworker.daemons.term.Term` whose :meth:`wait` is awaited on the
+    loop, and blocks in a plain hook's worker thread."""
 
     _awake: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
 
-    async def wait(self, seconds: float) -> bool:  # type: ignore[override]
+    def wait(self, seconds: float) -> Any:
         """Up to ``seconds``; True once the term is over (lost or stopping), False
-        after a full, uneventful wait: ``while not await term.wait(1.0): ...``."""
+        after a full, uneventful wait. In an ``async def`` hook, on the loop, it returns
+        a coroutine: ``while not await term.wait(1.0): ...``. In a plain hook, which
+        runs in a worker thread, it blocks that thread as :meth:`Term.wait` does and
+        returns the bool: ``while not term.wait(1.0): ...``."""
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:  # no loop in this thread: a plain hook's worker thread
+            return Term.wait(self, seconds)
+        return self._wait_on_loop(seconds)
+
+    async def _wait_on_loop(self, seconds: float) -> bool:
         clock = self._clock or SystemClock()
         end = clock.monotonic() + max(0.0, seconds)
         while True:
@@ -62,6 +73,11 @@ class AsyncTerm(Term):
             if isinstance(step, bool):
                 return step
             await wait(self._awake, step)
+
+    def _wake_all(self) -> None:
+        """In the loop: wake its waits on the loop and in a plain hook's thread."""
+        self._awake.set()
+        self._wake.set()
 
 
 class Leader(LeaderSettings):
@@ -105,15 +121,15 @@ class Leader(LeaderSettings):
 
     async def on_acquired(self, term: AsyncTerm) -> None:
         """Lead until ``term.lost`` or ``term.stopping``; returning resigns. Required."""
-        await _maybe(self._hooks.given("on_acquired", term))
+        await self._hooks.given_async("on_acquired", term)
 
     async def on_locked(self, term: Term) -> None:
         """Another process leads (``term.holder``, ``term.token``)."""
-        await _maybe(self._hooks.given("on_locked", term))
+        await self._hooks.given_async("on_locked", term)
 
     async def on_lost(self, term: AsyncTerm) -> None:
         """This process's term can no longer be trusted; stop acting as leader."""
-        await _maybe(self._hooks.given("on_lost", term))
+        await self._hooks.given_async("on_lost", term)
 
     # -- public API ------------------------------------------------------------------
 
@@ -142,6 +158,9 @@ class Leader(LeaderSettings):
     def stop(self) -> None:
         """End :meth:`run`; see :meth:`lockworker.Leader.stop`. Safe from any thread."""
         self._stop.set()
+        term = self._term
+        if term is not None:
+            term._wake.set()  # a plain hook's wait, in its thread
         loop = self._loop
         if loop is not None and not loop.is_closed():
             with contextlib.suppress(RuntimeError):
@@ -151,7 +170,7 @@ class Leader(LeaderSettings):
         self._hub.wake_all()
         term = self._term
         if term is not None:
-            term._awake.set()
+            term._wake_all()
 
     @property
     def stopping(self) -> bool:
@@ -248,7 +267,7 @@ class _Campaign(CampaignBase):
 
         def lost(_lease: Lease, reason: str) -> None:
             log.warning(LOST, reason=reason)
-            term._awake.set()
+            term._wake_all()
             reports.spawn(lead._hook(log, "on_lost", term))
 
         lease = Lease.granted(renew, lead.lock_timeout, sent_at, on_lost=lost)
@@ -258,20 +277,27 @@ class _Campaign(CampaignBase):
         )
         lead._term = term
         if lead.stopping:
-            term._awake.set()
+            term._wake_all()
         lead._heartbeat.hold(lease)
         await self.record(grant.token, since, log)
         log.info(ELECTED, reentered=grant.reentered)
+        cancelled = False
         try:
-            await _maybe(lead.on_acquired(term))
+            await lead._hooks.call_async("on_acquired", term)
         except StopRequested:
             pass
         except Exception as exc:
             log.error(HOOK_ERROR, hook="on_acquired", error=repr(exc))
+        except asyncio.CancelledError:
+            cancelled = True
+            raise
         finally:
             # A term that ran out before the hook returned is reported lost here, if
             # the heartbeat has not yet; a refused resignation in ``resign``.
             lead._heartbeat.end(lease)
+            if cancelled:  # a plain hook may run on in its thread: it sees the end
+                revoke(lease)
+                term._wake_all()
             lead._term = None
             with contextlib.suppress(Exception):
                 await asyncio.shield(self.resign(held, lease, log))

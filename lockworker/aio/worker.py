@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import inspect
 import threading
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
@@ -126,23 +125,23 @@ class Worker(WorkerSettings):
 
     async def on_acquired(self, job: Job) -> None:
         """Do the work. Return: DONE. Raise: this attempt failed. Required."""
-        await _maybe(self._hooks.given("on_acquired", job))
+        await self._hooks.given_async("on_acquired", job)
 
     async def on_locked(self, job: Job) -> None:
         """Another process holds the job (``job.holder``, ``job.attempt``)."""
-        await _maybe(self._hooks.given("on_locked", job))
+        await self._hooks.given_async("on_locked", job)
 
     async def on_failed(self, job: Job, exc: BaseException) -> None:
         """This process's attempt raised ``exc``."""
-        await _maybe(self._hooks.given("on_failed", job, exc))
+        await self._hooks.given_async("on_failed", job, exc)
 
     async def on_lost(self, job: Job) -> None:
         """This process can no longer be sure it holds the lease."""
-        await _maybe(self._hooks.given("on_lost", job))
+        await self._hooks.given_async("on_lost", job)
 
     async def on_gave_up(self, job: Job) -> None:
         """``max_attempts`` attempts were used up; nobody will run the job again."""
-        await _maybe(self._hooks.given("on_gave_up", job))
+        await self._hooks.given_async("on_gave_up", job)
 
     # -- public API ------------------------------------------------------------------
 
@@ -241,10 +240,5 @@ class Worker(WorkerSettings):
 
     async def _hook(self, log: events.EventLog, name: str, *args: Any) -> None:
         await self._hooks.guarded_async(log, name, *args)
-
-
-async def _maybe(result: Any) -> None:
-    if inspect.isawaitable(result):
-        await result
 
 

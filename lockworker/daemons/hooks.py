@@ -22,6 +22,10 @@ hook                    when, and in which thread
                         ends in ``GAVE_UP``, in every process that sees it.
 ======================  ================================================================
 
+On the asyncio side (:mod:`lockworker.aio`) an ``async def`` hook is awaited on the
+event loop, and a plain function (passed, or a plain ``def`` override) runs in a worker
+thread, as ``asyncio.to_thread`` would run it, so a blocking hook never stalls the loop.
+
 Not guaranteed: that ``on_lost`` is only called after ``on_acquired`` started (a loss can
 be found the moment a lease is granted, if the process was paused); that ``on_locked``
 sees every attempt (a short attempt can start and end between two looks). An exception
@@ -30,6 +34,7 @@ raised by any hook other than ``on_acquired`` is logged as ``hook.error`` and ig
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 from collections.abc import Callable
 from typing import Any
@@ -50,6 +55,7 @@ class Hooks:
 
     def __init__(self, owner: object, base: type, given: dict[str, Any]) -> None:
         self._owner = owner
+        self._base = base
         self._given = check_hooks(given)
         overridden = getattr(type(owner), "on_acquired", None) is not getattr(
             base, "on_acquired", None
@@ -74,14 +80,43 @@ class Hooks:
             log.error(HOOK_ERROR, hook=name, error=repr(exc))
 
 
+    async def given_async(self, name: str, *args: Any) -> None:
+        """:meth:`given` for the asyncio objects: the function passed as hook ``name``,
+        if any, run by :func:`run_hook` (on the loop if ``async def``, else in a thread)."""
+        fn = self._given.get(name)
+        if fn is not None:
+            await run_hook(fn, *args)
+
+    async def call_async(self, name: str, *args: Any) -> None:
+        """Call hook ``name`` of an asyncio object: a subclass's override if there is
+        one, else the function passed; each by :func:`run_hook`. Its exceptions
+        propagate (``on_acquired``'s decide the attempt)."""
+        if getattr(type(self._owner), name, None) is getattr(self._base, name, None):
+            await self.given_async(name, *args)
+        else:
+            await run_hook(getattr(self._owner, name), *args)
+
     async def guarded_async(self, log: EventLog, name: str, *args: Any) -> None:
-        """:meth:`guarded` for the asyncio objects: a hook may be ``async def`` or plain."""
+        """:meth:`guarded` for the asyncio objects (:meth:`call_async`)."""
         try:
-            result = getattr(self._owner, name)(*args)
-            if inspect.isawaitable(result):
-                await result
+            await self.call_async(name, *args)
         except Exception as exc:
             log.error(HOOK_ERROR, hook=name, error=repr(exc))
+
+
+async def run_hook(fn: Callable[..., Any], *args: Any) -> None:
+    """Run one hook of an asyncio object: a coroutine function is awaited on the loop; a
+    plain function runs in a worker thread of the loop's default executor
+    (``asyncio.to_thread``: the caller's context variables go with it), and an
+    awaitable it returns is then awaited on the loop. Exceptions propagate either way.
+    A cancelled caller stops waiting at once; the thread cannot be stopped, it runs to
+    its end and its result is discarded."""
+    if inspect.iscoroutinefunction(fn):
+        await fn(*args)
+        return
+    result = await asyncio.to_thread(fn, *args)
+    if inspect.isawaitable(result):
+        await result
 
 
 def check_hooks(given: dict[str, Any]) -> dict[str, Callable[..., Any]]:

@@ -259,6 +259,15 @@ def ended(lease: Lease, *, refused: bool) -> None:
         lose(lease, REFUSED_AT_END, after_release=True)
 
 
+def revoke(lease: Lease) -> None:
+    """The holder gave ``lease`` up while code holding its handle may still run (an
+    asyncio task cancelled while its plain hook runs on in a worker thread, which
+    cannot be stopped): from now on the handle's ``lost`` is true, so that code stops
+    trusting it. Not a loss (``on_lost`` is not called): call it after
+    :meth:`Heartbeat.end`."""
+    lease.valid_until = float("-inf")
+
+
 class Flag(Protocol):
     """A stop flag: a ``threading.Event`` in a thread, an ``asyncio.Event`` in a task."""
 
