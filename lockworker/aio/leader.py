@@ -4,8 +4,9 @@ The same keys, values, Lua steps, contender loop (:mod:`lockworker.daemons.conte
 settings and events as :class:`lockworker.Leader`, so sync and async processes elect
 one leader among them. ``on_acquired(term)`` is awaited while this process leads;
 returning, raising or being cancelled resigns at once (the lease is released and
-followers are woken, never left to run out). In a hook, ``await term.wait(seconds)``
-is the asyncio form of ``term.wait``.
+followers are woken, never left to run out). In an ``async def`` hook,
+``await term.wait(seconds)`` is the asyncio form of ``term.wait``; a plain hook runs in
+a worker thread, where ``term.wait(seconds)`` blocks as in a sync leader.
 """
 
 from __future__ import annotations
@@ -82,7 +83,8 @@ class AsyncTerm(Term):
 
 class Leader(LeaderSettings):
     """Keeps one leader among all processes (sync or async) of the same ``name``; see
-    :class:`lockworker.Leader` for every argument. Hooks may be ``async def`` or plain."""
+    :class:`lockworker.Leader` for every argument. Hooks may be ``async def`` (awaited
+    on the loop) or plain (run in a worker thread)."""
 
     def __init__(
         self,

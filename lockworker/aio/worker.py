@@ -3,8 +3,9 @@
 The same settings (checked by the same validators), keys, values, Lua steps, contest
 loop, decisions, outcomes, events and guarantees as :class:`lockworker.Worker`; a job
 can be contended by sync and async workers at once. What differs is the I/O: every
-Redis step, hook and wait is awaited, the heartbeat is one task per lease, and the
-wake-ups come from one reader task per event loop and connection pool.
+Redis step, hook and wait is awaited (a plain, non-async hook in a worker thread, so it
+never blocks the loop), the heartbeat is one task per lease, and the wake-ups come from
+one reader task per event loop and connection pool.
 
 Stopping: :meth:`Worker.stop` (thread- and signal-safe) ends every ``process`` at its
 next safe point, as in a thread. Cancelling the task of a ``process`` call whose hook
@@ -62,7 +63,8 @@ def check_local_script(protocol: object, durability: object) -> None:
 class Worker(WorkerSettings):
     """Runs jobs so that one process (or task) at a time does each; see the module
     docstring and :class:`lockworker.Worker` for every argument. Hooks may be
-    ``async def`` (awaited) or plain functions, passed or overridden."""
+    ``async def`` (awaited on the loop) or plain functions (run in a worker thread, as
+    ``asyncio.to_thread`` would), passed or overridden."""
 
     def __init__(
         self,
