@@ -207,9 +207,14 @@ class AsyncJobRun(RunBase):
         self.acquired(grant, sent_at, lease, job, log)
         w._heartbeat.hold(lease)
         try:
-            return await self.held(job, held, lease, log)
-        finally:
-            await reports.done()  # on_lost has run before the attempt is over
+            outcome = await self.held(job, held, lease, log)
+        except asyncio.CancelledError:
+            raise  # not held up by an on_lost: it runs on in its task
+        except BaseException:
+            await reports.done()
+            raise
+        await reports.done()  # on_lost has run before the attempt is over
+        return outcome
 
     async def held(
         self, job: Job, held: LockValue, lease: Lease, log: events.EventLog

@@ -303,7 +303,8 @@ class _Campaign(CampaignBase):
             lead._term = None
             with contextlib.suppress(Exception):
                 await asyncio.shield(self.resign(held, lease, log))
-            await reports.done()  # on_lost has run before the next campaign
+            if not cancelled:  # else it runs on in its task, holding nothing up
+                await reports.done()  # on_lost has run before the next campaign
 
     async def record(self, token: int, since: float, log: events.EventLog) -> None:
         """Write who leads since when, for :meth:`Leader.current` (display only)."""

@@ -107,7 +107,8 @@ class Reports:
     """The ``on_lost`` calls of one held lease, each in a task of its own (the loss is
     noticed in a plain callback: a heartbeat task's, or the holder's ``end``). The
     holder awaits them before it goes on, so ``on_lost`` has run by the time the
-    attempt or term is over, and ``close`` does not cancel one that never started."""
+    attempt or term is over, and ``close`` does not cancel one that never started; a
+    cancelled holder does not wait (its ``on_lost`` runs on until ``close``)."""
 
     def __init__(self, background: Background) -> None:
         self._background = background
