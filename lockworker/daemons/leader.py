@@ -79,7 +79,10 @@ class Leader(LeaderSettings):
     Subclass it and override ``on_acquired`` (and ``on_locked``/``on_lost``), or pass
     them as functions. ``on_acquired(term)`` runs in the thread that called
     :meth:`run` while this process leads; returning (or raising) resigns. ``on_lost``
-    runs in the heartbeat thread when the lease can no longer be trusted; keep it short.
+    runs once for every term that ends other than by a clean resignation: in the
+    heartbeat thread when the lease can no longer be trusted, or in the :meth:`run`
+    thread when ``on_acquired`` returns after it ran out or the server refuses the
+    resignation (docs/hooks.md); keep it short.
     ``on_locked(term)`` runs when another process is seen leading a new term.
 
     :param lock_timeout: the lease in seconds: bounds the takeover after a crash.
