@@ -48,15 +48,18 @@ def check_async_client(client: object, twin: str = "Worker") -> Any:
     return config.client(client, asyncio=True, twin=twin)
 
 
-def check_local_script(protocol: object, durability: object) -> None:
-    """The asyncio side speaks the script protocol with local durability; say so."""
+def check_local_script(protocol: object, durability: object, twin: str = "Worker") -> None:
+    """The asyncio side speaks the script protocol with local durability; say so, and
+    what to use instead."""
     if protocol != ProtocolKind.SCRIPT:
         raise InvalidConfig(
-            f"lockworker.aio supports protocol='script' only, got protocol={protocol!r}"
+            f"lockworker.aio supports protocol='script' only (for 'txn' use "
+            f"lockworker.{twin}), got protocol={protocol!r}"
         )
     if durability != Durability.LOCAL:
         raise InvalidConfig(
-            f"lockworker.aio supports durability='local' only, got durability={durability!r}"
+            "lockworker.aio supports durability='local' only (for 'replicated' use "
+            f"lockworker.{twin}), got durability={durability!r}"
         )
 
 

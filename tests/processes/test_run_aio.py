@@ -354,7 +354,10 @@ def test_metrics_of_an_asyncio_daemon_count_the_jobs_it_did(daemons: Daemons) ->
     assert started["metrics"] == f"http://127.0.0.1:{port}/metrics"
 
 
-REPLICATED = "--durability: lockworker.aio supports durability='local' only"
+REPLICATED = (
+    "--durability: lockworker.aio supports durability='local' only (for 'replicated' use "
+    "lockworker.Worker)"
+)
 
 
 @pytest.mark.parametrize(
