@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -14,6 +15,7 @@ import redis
 from helpers import wait_for
 
 import lockworker
+from lockworker.daemons.leader import leader_keys
 from lockworker.model.keys import JobKeys
 from lockworker.testing import SentinelGroup
 
@@ -111,3 +113,51 @@ def test_the_run_command_takes_replicated_durability(
         proc.terminate()
         _, err = proc.communicate(timeout=10)
     assert "Traceback" not in err
+
+
+def test_a_replicated_leaders_term_is_on_every_replica_when_it_starts_leading(
+    redis_sentinel: SentinelGroup, sentinel_master: redis.Redis, namespace: str
+) -> None:
+    """``Leader(durability="replicated")``: its term (lease and token) is on both
+    replicas when ``on_acquired`` runs, read at once; its resignation too."""
+    keys = leader_keys(namespace)
+    replicas = replicas_of(redis_sentinel)
+    seen: list[tuple[str, list[str | None]]] = []
+
+    def lead(term: lockworker.Term) -> None:
+        value = sentinel_master.get(keys.lock)
+        seen.append((value, [r.get(keys.lock) for r in replicas]))
+
+    leader = lockworker.Leader(
+        sentinel_master, name=namespace, on_acquired=lead, lock_timeout=2.0,
+        durability="replicated", replicas=2, handle_signals=False,
+    )
+    assert leader.durability is lockworker.Durability.REPLICATED
+    runner = threading.Thread(target=leader.run)
+    runner.start()
+    try:
+        wait_for(lambda: len(seen) >= 3, timeout=20)  # on_acquired returns: new terms
+    finally:
+        leader.stop()
+        runner.join(10)
+    assert not runner.is_alive()
+    for value, on_replicas in seen:
+        assert value is not None and value.startswith("lw2|")
+        assert on_replicas == [value, value]
+    for r in replicas:
+        r.close()
+
+
+def test_a_leader_asking_more_replicas_than_exist_never_leads(
+    sentinel_master: redis.Redis, namespace: str
+) -> None:
+    led: list[int] = []
+    leader = lockworker.Leader(
+        sentinel_master, name=namespace, on_acquired=lambda term: led.append(term.token),
+        durability="replicated", replicas=3, replica_timeout=0.05, handle_signals=False,
+        redis_retry=lockworker.RetryPolicy(budget=0.4, initial=0.01, maximum=0.05),
+    )
+    with pytest.raises(lockworker.RedisUnavailable) as error:
+        leader.run()
+    assert isinstance(error.value.__cause__, lockworker.NotReplicated)
+    assert led == []
