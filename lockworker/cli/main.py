@@ -180,12 +180,12 @@ def _add_run(sub: argparse._SubParsersAction[Parser], common: Parser) -> None:
     )
     run.add_argument(
         "--durability", choices=("local", "replicated"), default="local",
-        help="Worker only: 'replicated' counts a step once --replicas replicas "
+        help="'replicated' counts a step (a job's or a leader's) once --replicas replicas "
         "acknowledged it (WAIT; docs/topologies.md); lockworker.aio classes: local only",
     )
     run.add_argument(
         "--replicas", type=positive_int, default=1, metavar="N",
-        help="Worker only, with --durability replicated: replicas that must acknowledge",
+        help="with --durability replicated: replicas that must acknowledge",
     )
     run.add_argument("--stream", help="Worker only: the stream to serve (default: namespace)")
     run.add_argument(

@@ -111,8 +111,6 @@ def spawn(procs: list[subprocess.Popen[str]], *args: str) -> subprocess.Popen[st
         (["run", "cli_app:Plain", "--namespace", "n"], 2, "not a subclass of lockworker"),
         (["run", "lockworker:Worker", "--namespace", "n"], 2, "on_acquired is required"),
         (["run", "cli_app:Boss", "--namespace", "n", "--stream", "s"], 2, "only for Worker"),
-        (["run", "cli_app:Boss", "--namespace", "n", "--durability", "replicated"], 2,
-         "--durability: only for Worker"),
         (["run", "cli_app:Stubborn"], 2, "--namespace"),
         (["run", "cli_app:Stubborn", "--namespace", "n", "--lock-timeout", "0"], 2, ">= 0.1"),
         (["run", "cli_app:Stubborn", "--namespace", "n", "--role", "boss"], 2, "invalid choice"),

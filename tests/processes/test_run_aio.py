@@ -367,7 +367,9 @@ REPLICATED = (
          f"{REPLICATED}, got durability='replicated'; aio_app:AsyncRecorder is a "
          "lockworker.aio.Worker"),
         (["AsyncBoss", "--durability", "replicated"],
-         "--durability: only for Worker classes; aio_app:AsyncBoss is a Leader"),
+         "--durability: lockworker.aio supports durability='local' only (for 'replicated' "
+         "use lockworker.Leader), got durability='replicated'; aio_app:AsyncBoss is a "
+         "lockworker.aio.Leader"),
         (["TxnWorker"], "lockworker.aio supports protocol='script' only"),
         (["AsyncBoss", "--concurrency", "2"], "--concurrency: only for Worker classes"),
     ],

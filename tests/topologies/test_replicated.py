@@ -4,11 +4,13 @@ replicas when it reports it."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 import redis
@@ -161,3 +163,53 @@ def test_a_leader_asking_more_replicas_than_exist_never_leads(
         leader.run()
     assert isinstance(error.value.__cause__, lockworker.NotReplicated)
     assert led == []
+
+
+LEADER_APP = '''
+import json, os
+import redis
+import lockworker
+from lockworker.daemons.leader import leader_keys
+
+class Boss(lockworker.Leader):
+    def on_acquired(self, term):
+        key = leader_keys(self.name).lock
+        replicas = [redis.Redis.from_url(u, decode_responses=True)
+                    for u in os.environ["REPLICA_URLS"].split(",")]
+        here = self.client.get(key)
+        there = [r.get(key) for r in replicas]
+        self.client.rpush(os.environ["RECORD"], json.dumps(
+            {"durability": str(self.durability.value), "here": here, "there": there}))
+        term.wait(60)
+'''
+
+
+def test_the_run_command_takes_replicated_durability_for_a_leader(
+    redis_sentinel: SentinelGroup, sentinel_master: redis.Redis, namespace: str,
+    tmp_path: Path,
+) -> None:
+    """``lockworker run Boss --durability replicated --replicas 2``: the Leader is built
+    with it, so its term is on both replicas when ``on_acquired`` runs."""
+    (tmp_path / "boss_app.py").write_text(LEADER_APP)
+    sentinels = ",".join(f"{h}:{p}" for h, p in redis_sentinel.sentinels)
+    url = f"redis+sentinel://{sentinels}/{redis_sentinel.master_name}"
+    record = f"{namespace}:record"
+    master = redis_sentinel.master()
+    replica_urls = [s.url for s in redis_sentinel.servers if s.port != master.port]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "lockworker", "run", "boss_app:Boss", "--app-dir",
+         str(tmp_path), "--namespace", namespace, "--redis", url,
+         "--durability", "replicated", "--replicas", "2", "--lock-timeout", "2"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "LOCKWORKER_REDIS_URL": "", "RECORD": record,
+             "REPLICA_URLS": ",".join(replica_urls)},
+    )
+    try:
+        seen = wait_for(lambda: sentinel_master.lrange(record, 0, -1), timeout=20)
+    finally:
+        proc.terminate()
+        _, err = proc.communicate(timeout=10)
+    assert "Traceback" not in err
+    first = json.loads(seen[0])
+    assert first["durability"] == "replicated"
+    assert first["here"] is not None and first["there"] == [first["here"]] * 2
