@@ -131,15 +131,23 @@ class Redlock(common.Primitive):
         ]
         self._retention_ms = round(RETENTION * 1000)
         self._held: _Held | None = None
+        self._token: int | None = None
         self._random = random.Random()
 
     # -- state -----------------------------------------------------------------------
 
     @property
     def token(self) -> int | None:
-        """Fencing token of this acquisition: grows with every acquisition of the name
-        (as long as the masters keep their data; see the module docstring)."""
-        return self._held.token if self._held is not None else None
+        """The fencing token of the current acquisition, or of the last one.
+
+        As :attr:`Lock.token <lockworker.Lock.token>`: None until this object first
+        acquires the lock; after :meth:`release` (or a loss) it stays the token of the
+        hold that ended (a write made just before the release can still be fenced),
+        until the next acquisition replaces it. Check :attr:`held` to know whether it
+        is current. It grows with every acquisition of the name (as long as the
+        masters keep their data; see the module docstring).
+        """
+        return self._token
 
     @property
     def held(self) -> bool:
@@ -262,6 +270,7 @@ class Redlock(common.Primitive):
             confirmed = sum(1 for r in raised.replies if r)
             if confirmed >= self.quorum and self.clock.monotonic() < valid_until:
                 self._held = _Held(owner, token, values, valid_until)
+                self._token = token
                 if self.auto_renew:
                     self._start_renewing()
                 self._log.debug(common.ACQUIRED, token=token, granted=len(values))

@@ -90,6 +90,32 @@ def test_acquire_release_and_exclusion(healed: Masters, namespace: str) -> None:
         b.release()
 
 
+def test_token_is_kept_after_the_hold_ends(healed: Masters, namespace: str) -> None:
+    """As ``Lock``: None before the first acquisition; then the last hold's token, after
+    a release, a refused acquisition and a loss, until the next acquisition replaces it."""
+    clients = healed.clients()
+    lock = Redlock(clients, "r", ttl=5.0, namespace=namespace, retry_count=0)
+    assert lock.token is None
+    assert lock.acquire()
+    first = lock.token
+    lock.release()
+    assert first is not None and lock.token == first and not lock.held
+    assert "token=None" not in repr(lock)
+    other = Redlock(clients, "r", ttl=5.0, namespace=namespace)
+    assert other.acquire(blocking=False)
+    assert not lock.acquire()  # held elsewhere: the last token stays
+    assert lock.token == first
+    other.release()
+    assert lock.acquire()
+    second = lock.token
+    assert second is not None and second > first
+    for c in clients:
+        c.delete(lock.keys.lock)  # as if it had expired everywhere
+    with pytest.raises(LockLost) as info:
+        lock.release()
+    assert info.value.token == second and lock.token == second and not lock.held
+
+
 def test_works_with_two_masters_killed(healed: Masters, namespace: str) -> None:
     healed.servers[0].kill()
     healed.servers[3].kill()
