@@ -12,7 +12,6 @@ import asyncio
 import contextlib
 import inspect
 import itertools
-import statistics
 import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator
@@ -192,14 +191,15 @@ def test_tasks_and_threads_exclude_each_other_with_growing_tokens(
 def test_a_waiter_is_woken_by_a_release_on_either_side(
     masters: list[RedisServer], namespace: str
 ) -> None:
-    """retry_delay=1.0, so a random pause averages 0.5 s: handovers between an asyncio
-    and a sync Redlock, each way, take far less (the median far below 0.1 s)."""
+    """retry_delay=8.0, so a random pause is uniform in [0, 8 s]: six handovers between
+    an asyncio and a sync Redlock, each way, each under 2 s, are wake-ups (waiters left
+    to their pauses would all be that quick once in a few thousand runs)."""
     taken: list[float] = []
 
     async def scenario(clients: list[redis.asyncio.Redis]) -> None:
-        alock = Redlock(clients, "w", ttl=10.0, namespace=namespace, retry_delay=1.0)
+        alock = Redlock(clients, "w", ttl=10.0, namespace=namespace, retry_delay=8.0)
         slock = SyncRedlock(sclients(masters), "w", ttl=10.0, namespace=namespace,
-                            retry_delay=1.0)
+                            retry_delay=8.0)
         for _ in range(3):
             # asyncio waiter, sync holder
             assert await asyncio.to_thread(slock.acquire)
@@ -221,8 +221,7 @@ def test_a_waiter_is_woken_by_a_release_on_either_side(
             await asyncio.to_thread(slock.release)
 
     play(scenario, masters)
-    assert statistics.median(taken) < 0.1, taken
-    assert max(taken) < 1.0, taken
+    assert max(taken) < 2.0, taken
 
 
 def waiting(lock: Any) -> bool:

@@ -278,10 +278,12 @@ def handover(holder: Redlock, waiter: Redlock, release: Any) -> float:
 def test_a_waiter_is_woken_by_the_release_not_by_its_retry_pause(
     healed: Masters, namespace: str
 ) -> None:
-    """retry_delay=1.0: a pause averages 0.5 s, so the median of five handovers far
-    below 0.1 s comes from the release's wake-up (a PUBLISH on every master)."""
+    """retry_delay=8.0: a pause is uniform in [0, 8 s], so five handovers each under
+    2 s come from the release's wake-up (a PUBLISH on every master); waiters left to
+    their pauses would all be that quick once in a thousand runs. How quick the
+    wake-up is, is the benchmark's to measure."""
     a, b = (
-        Redlock(healed.clients(), "w", ttl=10.0, namespace=namespace, retry_delay=1.0,
+        Redlock(healed.clients(), "w", ttl=10.0, namespace=namespace, retry_delay=8.0,
                 clock=Pausing())
         for _ in range(2)
     )
@@ -291,18 +293,18 @@ def test_a_waiter_is_woken_by_the_release_not_by_its_retry_pause(
         taken.append(handover(a, b, a.release))
         a, b = b, a
     a.release()
-    assert sorted(taken)[2] < 0.1, taken
-    assert max(taken) < 1.0, taken
+    assert max(taken) < 2.0, taken
 
 
 def test_a_waiter_is_woken_with_a_master_down_and_does_not_spin(
     healed: Masters, namespace: str
 ) -> None:
     """A dead master's broken wake-up connection wakes a waiter once, not every
-    reconnect: a waiter in a 1 s wait pauses a few times, and is still woken."""
+    reconnect: a waiter in a 1 s wait pauses a few times, and is still woken (its
+    pauses are up to 8 s long)."""
     healed.servers[4].kill()
     a, b = (
-        Redlock(healed.clients(), "w", ttl=10.0, namespace=namespace, retry_delay=1.0,
+        Redlock(healed.clients(), "w", ttl=10.0, namespace=namespace, retry_delay=8.0,
                 clock=Pausing())
         for _ in range(2)
     )
@@ -317,7 +319,7 @@ def test_a_waiter_is_woken_with_a_master_down_and_does_not_spin(
         assert clock.pauses - pauses < 8, clock.pauses - pauses
         a.release()
 
-    assert handover(a, b, release_later) < 1.0 + 0.5
+    assert handover(a, b, release_later) < 1.0 + 2.0
     b.release()
 
 
