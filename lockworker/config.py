@@ -165,6 +165,16 @@ def port(value: object, name: str) -> int:
     return cast(int, number(value, name, minimum=1, maximum=65535, integer=True))
 
 
+def local_durability(value: object, product: str, instead: str) -> str:
+    """``durability`` of a product that has only the local form: ``"local"``, or an
+    error naming the argument, the value, why not and what to use instead."""
+    if value != "local":
+        raise InvalidConfig(
+            f"{product} supports durability='local' only ({instead}), got durability={value!r}"
+        )
+    return "local"
+
+
 def client(
     value: object, argument: str = "client", *, asyncio: bool = False, pubsub: bool = False,
     twin: str = "",

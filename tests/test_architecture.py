@@ -209,5 +209,6 @@ def test_aio_builds_on_the_shared_protocol_model_and_loop() -> None:
         "lockworker.protocol.script", "lockworker.daemons.contend", "lockworker.daemons.runbase",
         "lockworker.daemons.leadership", "lockworker.runtime.lease", "lockworker.runtime.retry",
         "lockworker.model.codec", "lockworker.primitives.common",
+        "lockworker.primitives.redlockcore", "lockworker.primitives.masters",
     ):
         assert shared in used, f"lockworker.aio does not use {shared}"

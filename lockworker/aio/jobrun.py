@@ -33,6 +33,7 @@ from lockworker.model.keys import JobKeys
 from lockworker.model.state import Grant, Outcome, Settle, Snapshot
 from lockworker.runtime import events
 from lockworker.runtime.lease import Lease, ended, revoke
+from lockworker.runtime.park import Lending
 
 T = TypeVar("T")
 
@@ -63,6 +64,10 @@ class AsyncGate(Protocol):
     def park(self) -> bool: ...
 
     async def unpark(self) -> None: ...
+
+
+SERVING: Lending[AsyncGate] = Lending("lockworker.aio.serve.gate")
+"""How serving lends its slots to the ``aio.Worker.process`` call of each delivery."""
 
 
 class AsyncJobRun(RunBase):

@@ -23,7 +23,7 @@ from lockworker.aio import contend
 from lockworker.aio.lease import AsyncHeartbeat, Background, Reports
 from lockworker.aio.protocol import AsyncScriptProtocol
 from lockworker.aio.wake import AsyncWaits, wait
-from lockworker.aio.worker import AsyncHook, check_async_client
+from lockworker.aio.worker import AsyncHook, check_async_client, check_local_script
 from lockworker.clock import Clock, SystemClock, wall_time
 from lockworker.daemons.contend import Next
 from lockworker.daemons.leadership import (
@@ -40,7 +40,7 @@ from lockworker.daemons.leadership import (
 from lockworker.daemons.term import Term
 from lockworker.errors import LockworkerError, StopRequested
 from lockworker.model.codec import LockValue
-from lockworker.model.state import Grant, Role, Snapshot
+from lockworker.model.state import Durability, Grant, ProtocolKind, Role, Snapshot
 from lockworker.protocol.luacall import ready
 from lockworker.runtime import events, retry
 from lockworker.runtime.lease import Lease, revoke
@@ -97,6 +97,9 @@ class Leader(LeaderSettings):
         backup_delay: float = 0.5,
         clock: Clock | None = None,
         logger: Any = None,
+        durability: Durability | str = Durability.LOCAL,
+        replicas: int = 1,
+        replica_timeout: float = 0.5,
         redis_retry: retry.RetryPolicy | None = None,
         handle_signals: bool = True,
         on_acquired: AsyncHook | None = None,
@@ -104,6 +107,11 @@ class Leader(LeaderSettings):
         on_lost: AsyncHook | None = None,
     ) -> None:
         self.client = check_async_client(client, twin="Leader")
+        check_local_script(ProtocolKind.SCRIPT, durability, twin="Leader")
+        # ``replicas``/``replica_timeout`` mean something only with replicated
+        # durability, which is refused above; kept so both sides take one signature.
+        del replicas, replica_timeout
+        self.durability = Durability.LOCAL
         self._configure(
             Leader, name=name, lock_timeout=lock_timeout, owner=owner, role=role,
             backup_delay=backup_delay, clock=clock, logger=logger, redis_retry=redis_retry,

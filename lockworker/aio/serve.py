@@ -1,6 +1,7 @@
 """``aio.Worker.serve``: jobs from a source, a bounded number at a time, until stopped.
 
-The rules of :mod:`lockworker.daemons.serve`, in tasks: at most ``concurrency`` jobs
+The rules of :mod:`lockworker.daemons.serve`, in tasks: every job goes through the
+worker's public ``process`` (a subclass's override included); at most ``concurrency`` jobs
 work at once; a job waiting on another holder's lease gives its slot back (a waiting
 task costs nothing else) and takes one again, ahead of new deliveries, to look again;
 one job id runs at most once at a time; a delivery is reported resolved only when its
@@ -26,7 +27,7 @@ import threading
 from collections.abc import AsyncGenerator, Awaitable, Collection
 from typing import Any, Protocol
 
-from lockworker.aio.jobrun import AsyncGate
+from lockworker.aio.jobrun import SERVING
 from lockworker.config import count
 from lockworker.daemons.serve import JOB_ERROR, RESOLVED, STARTED, STOPPED
 from lockworker.daemons.sources import Delivery, as_source
@@ -53,9 +54,7 @@ class AsyncServable(Protocol):
 
     def _stop_event(self) -> asyncio.Event: ...
 
-    def _process(
-        self, job_id: str, payload: Any, gate: AsyncGate | None = None
-    ) -> Awaitable[Outcome]: ...
+    def process(self, job_id: str, payload: Any = None) -> Awaitable[Outcome]: ...
 
 
 class Slots:
@@ -245,7 +244,8 @@ class _Server:
 
     async def run_one(self, delivery: Delivery) -> None:
         try:
-            outcome = await self.worker._process(delivery.job_id, delivery.payload, self.slots)
+            with SERVING.lend(self.worker, self.slots):
+                outcome = await self.worker.process(delivery.job_id, delivery.payload)
         except (InvalidConfig, ForeignValueError) as exc:
             self.log.error(JOB_ERROR, job_id=delivery.job_id, error=repr(exc), skipped=True)
             await self.resolved(delivery)

@@ -51,6 +51,7 @@ class AsyncWakeHub:
         self._confirmed: dict[str, asyncio.Event] = {}
         self._linger: dict[str, float] = {}
         self._rejoin: set[str] = set()
+        self._unsent: dict[str, asyncio.Event] = {}  # joined, not yet subscribed
         self._task: asyncio.Task[None] | None = None
 
     def subscribed(self, channel: str) -> bool:
@@ -81,9 +82,7 @@ class AsyncWakeHub:
                     # Not listening: the caller re-reads, and its own retries report.
                     self._confirmed.pop(channel, None)
                     event.set()
-            if self._task is None or self._task.done():
-                self._task = asyncio.create_task(self._read(), name="lockworker-wake")
-                self._task.add_done_callback(self._reader_ended)
+            self._start_reader()
             if not event.is_set():
                 try:
                     await asyncio.wait_for(confirmed.wait(), confirm_timeout)
@@ -91,11 +90,35 @@ class AsyncWakeHub:
                     event.set()
             yield event
         finally:
-            waiters = self._waiters.get(channel, set())
-            waiters.discard(event)
-            if not waiters:
-                self._waiters.pop(channel, None)
-                self._linger[channel] = asyncio.get_running_loop().time() + LINGER
+            self.leave(channel, event)
+
+    def join(self, channel: str, event: asyncio.Event) -> asyncio.Event:
+        """Let a message on ``channel`` set ``event`` until :meth:`leave`, awaiting
+        nothing: the reader task subscribes. Returns the subscription's confirmation
+        (:meth:`lockworker.runtime.wake.WakeHub.join`)."""
+        self._waiters.setdefault(channel, set()).add(event)
+        self._linger.pop(channel, None)
+        if self._pubsub is None:
+            self._pubsub = self._client.pubsub()
+        confirmed = self._confirmed.get(channel) or self._unsent.get(channel)
+        if confirmed is None:
+            confirmed = self._unsent[channel] = asyncio.Event()
+        self._start_reader()
+        return confirmed
+
+    def leave(self, channel: str, event: asyncio.Event) -> None:
+        """``event`` no longer waits on ``channel`` (which lingers if nobody else does)."""
+        waiters = self._waiters.get(channel, set())
+        waiters.discard(event)
+        if not waiters:
+            self._waiters.pop(channel, None)
+            self._unsent.pop(channel, None)
+            self._linger[channel] = asyncio.get_running_loop().time() + LINGER
+
+    def _start_reader(self) -> None:
+        if self._task is None or self._task.done():
+            self._task = asyncio.create_task(self._read(), name="lockworker-wake")
+            self._task.add_done_callback(self._reader_ended)
 
     def _reader_ended(self, task: asyncio.Task[None]) -> None:
         # Also when the loop cancels it at its end: a finished task (and through it,
@@ -116,12 +139,15 @@ class AsyncWakeHub:
                 raise asyncio.CancelledError
             await self._unsubscribe_lingering()
             pubsub = self._pubsub
-            if pubsub is None or (not self._confirmed and idle >= IDLE_CLOSE):
+            if pubsub is None or (
+                not self._confirmed and not self._unsent and idle >= IDLE_CLOSE
+            ):
                 await self._stop()
                 return
             try:
                 for channel in [c for c in self._waiters if c not in self._confirmed]:
-                    self._confirmed[channel] = asyncio.Event()
+                    unsent = self._unsent.pop(channel, None)
+                    self._confirmed[channel] = unsent or asyncio.Event()
                     await pubsub.subscribe(channel)
                 if getattr(pubsub, "connection", True) is None:
                     # Another task's first subscribe is still connecting (or failed, and

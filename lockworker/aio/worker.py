@@ -22,7 +22,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from lockworker import config
-from lockworker.aio.jobrun import AsyncGate, AsyncJobRun
+from lockworker.aio.jobrun import SERVING, AsyncJobRun
 from lockworker.aio.lease import AsyncHeartbeat, Background
 from lockworker.aio.protocol import AsyncScriptProtocol
 from lockworker.aio.serve import serve
@@ -48,15 +48,18 @@ def check_async_client(client: object, twin: str = "Worker") -> Any:
     return config.client(client, asyncio=True, twin=twin)
 
 
-def check_local_script(protocol: object, durability: object) -> None:
-    """The asyncio side speaks the script protocol with local durability; say so."""
+def check_local_script(protocol: object, durability: object, twin: str = "Worker") -> None:
+    """The asyncio side speaks the script protocol with local durability; say so, and
+    what to use instead."""
     if protocol != ProtocolKind.SCRIPT:
         raise InvalidConfig(
-            f"lockworker.aio supports protocol='script' only, got protocol={protocol!r}"
+            f"lockworker.aio supports protocol='script' only (for 'txn' use "
+            f"lockworker.{twin}), got protocol={protocol!r}"
         )
     if durability != Durability.LOCAL:
         raise InvalidConfig(
-            f"lockworker.aio supports durability='local' only, got durability={durability!r}"
+            "lockworker.aio supports durability='local' only (for 'replicated' use "
+            f"lockworker.{twin}), got durability={durability!r}"
         )
 
 
@@ -149,13 +152,22 @@ class Worker(WorkerSettings):
 
     async def process(self, job_id: str, payload: Any = None) -> Outcome:
         """Until ``job_id`` is resolved for this process; see :class:`~lockworker.Outcome`
-        and :meth:`lockworker.Worker.process`."""
-        return await self._process(job_id, payload)
+        and :meth:`lockworker.Worker.process`. :meth:`serve` runs every job through
+        this method, so a subclass may override it (``async def``) and await
+        ``super().process(job_id, payload)``; its result is the job's."""
+        keys = JobKeys.of(self.namespace, job_id)
+        payload = payload_view(payload)
+        log = self._log.bind(job_id=job_id)
+        self._started()
+        await ready(self.client)
+        with SERVING.borrow(self) as gate:  # the serving's slots, when it called
+            return await AsyncJobRun(self, keys, payload, log, gate).run()
 
     async def serve(self, source: Any, *, concurrency: int = 4) -> None:
         """Process jobs from ``source`` (an iterable or async iterable of
         ``(job_id, payload)``, or a :class:`lockworker.StreamSource`) until it is
-        exhausted or the worker is stopped; see :mod:`lockworker.aio.serve`."""
+        exhausted or the worker is stopped, each job through :meth:`process` (a
+        subclass's override of it included); see :mod:`lockworker.aio.serve`."""
         await serve(self, source, concurrency=concurrency)
 
     def stop(self) -> None:
@@ -220,16 +232,6 @@ class Worker(WorkerSettings):
         await self.close()
 
     # -- internals -------------------------------------------------------------------
-
-    async def _process(
-        self, job_id: str, payload: Any, gate: AsyncGate | None = None
-    ) -> Outcome:
-        keys = JobKeys.of(self.namespace, job_id)
-        payload = payload_view(payload)
-        log = self._log.bind(job_id=job_id)
-        self._started()
-        await ready(self.client)
-        return await AsyncJobRun(self, keys, payload, log, gate).run()
 
     def _started(self) -> None:
         """Note the running loop (for a stop from another thread) and, the first time,

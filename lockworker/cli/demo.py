@@ -42,7 +42,7 @@ from pathlib import Path
 import redis
 
 from lockworker.cli.common import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, CliError, connect
-from lockworker.cli.demo_view import Board, Process, View
+from lockworker.cli.demo_view import Board, Process, View, summarize, summary_lines
 from lockworker.cli.demo_worker import key_prefix, records_key
 from lockworker.clock import SystemClock
 from lockworker.daemons.sources import stream_keys, submit
@@ -284,31 +284,21 @@ class Demo:
 
     def summary(self) -> bool:
         a = self.args
-        counts = Counter(str(r["job"]) for r in self.records())
-        states = self.read_jobs(self.ids)
-        once = [j for j in self.ids if counts[j] == 1 and states[j].status is JobStatus.DONE]
-        lost = [j for j in self.ids if counts[j] == 0]
-        twice = [j for j in self.ids if counts[j] > 1]
-        handovers = sum(max(0, s.token - 1) for s in states.values())
-        by = ", ".join(f"{p.name} {self.board.done_by[p.name]}" for p in self.board.processes)
-        out = sys.stdout
-        out.write("\nsummary\n")
-        out.write(f"  jobs done exactly once: {len(once)}/{a.jobs}"
-                  f"   lost: {len(lost)}   done twice: {len(twice)}\n")
-        out.write(f"  done by: {by}\n")
-        out.write(f"  handovers (attempts after the first): {handovers}\n")
+        runs = [(str(r["job"]), str(r["owner"])) for r in self.records()]
+        result = summarize(
+            self.ids, [p.name for p in self.board.processes], runs, self.read_jobs(self.ids)
+        )
+        lines = ["", "summary", *summary_lines(result)]
         if self.takeover is not None:
-            out.write(
+            lines.append(
                 f"  takeover after SIGKILL: {self.takeover:.2f}s by {self.taken_by} "
-                f"(at most lock timeout {a.lock_timeout}s + backup delay {a.backup_delay}s "
-                "+ scheduling)\n"
+                f"(at least backup delay {a.backup_delay}s; at most lock timeout "
+                f"{a.lock_timeout}s + backup delay {a.backup_delay}s + scheduling)"
             )
-        for label, jobs in (("lost", lost), ("done twice", twice)):
-            if jobs:
-                out.write(f"  {label}: {', '.join(jobs)}\n")
-        out.write(f"  elapsed: {self.now():.1f}s\n")
-        out.flush()
-        return len(once) == len(self.ids)
+        lines.append(f"  elapsed: {self.now():.1f}s")
+        sys.stdout.write("\n".join(lines) + "\n")
+        sys.stdout.flush()
+        return result.ok
 
 
 @contextlib.contextmanager

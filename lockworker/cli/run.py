@@ -45,8 +45,6 @@ def main(args: argparse.Namespace) -> int:
     cls = load(args.target, args.app_dir)
     if is_leader(cls):
         given = [name for name in WORKER_ONLY if getattr(args, name) is not None]
-        if args.durability != "local":
-            given.append("durability")
         if given:
             flags = ", ".join("--" + name.replace("_", "-") for name in given)
             raise CliError(f"{flags}: only for Worker classes; {args.target} is a Leader")

@@ -59,7 +59,9 @@ def main(cls: Any, args: argparse.Namespace, url: str, metrics: ModuleType | Non
 def check(cls: Any, args: argparse.Namespace) -> None:
     """Refuse, before anything connects, the options an asyncio class cannot run with."""
     try:
-        check_local_script(ProtocolKind.SCRIPT, args.durability)
+        check_local_script(
+            ProtocolKind.SCRIPT, args.durability, "Leader" if is_leader(cls) else "Worker"
+        )
     except InvalidConfig as exc:
         raise CliError(f"--durability: {exc}; {args.target} is a {describe_kind(cls)}") from exc
 

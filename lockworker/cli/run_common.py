@@ -21,7 +21,6 @@ from typing import Any, NoReturn
 
 import redis
 
-from lockworker.aio.worker import Worker as AsyncWorker
 from lockworker.cli.common import EXIT_INTERRUPTED, CliError, safe_url
 from lockworker.cli.target import is_asyncio, is_leader
 from lockworker.daemons.sources import StreamSource
@@ -51,17 +50,17 @@ def socket_timeout(lock_timeout: float) -> float:
 
 def build(cls: Any, client: Any, args: argparse.Namespace) -> Any:
     """An instance of ``cls`` (any of the four kinds) from the options; the CLI installs
-    signal handlers itself. The asyncio Worker takes no durability options: the
+    signal handlers itself. The asyncio classes take no durability options: the
     command refused them before (:func:`lockworker.cli.run_aio.check`)."""
     common: dict[str, Any] = {
         "lock_timeout": args.lock_timeout, "owner": args.owner, "role": args.role,
         "backup_delay": args.backup_delay, "handle_signals": False,
     }
+    if not is_asyncio(cls):
+        common.update(durability=args.durability, replicas=args.replicas)
     try:
         if is_leader(cls):
             return cls(client, name=args.namespace, **common)
-        if not issubclass(cls, AsyncWorker):
-            common.update(durability=args.durability, replicas=args.replicas)
         return cls(
             client, namespace=args.namespace,
             max_attempts=args.max_attempts if args.max_attempts is not None else 3, **common,

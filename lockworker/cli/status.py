@@ -129,13 +129,21 @@ def _batches(
             yield group[start : start + BATCH]
 
 
+def job_age(state_ttl: object, retention: float) -> float | None:
+    """Seconds since the state key was written with a time to live of ``retention``,
+    from its PTTL ``state_ttl``; None when that cannot be known: the key has no time to
+    live, or more than ``retention`` left (the workers keep states longer than
+    ``--retention`` says, so any age computed would be too small)."""
+    if not isinstance(state_ttl, int) or state_ttl < 0 or state_ttl > retention * 1000:
+        return None
+    return round(retention - state_ttl / 1000.0, 3)
+
+
 def _job_row(
     namespace: str, job_id: str, replies: list[Any], retention: float
 ) -> Row:
     raw_state, raw_lock, lock_ttl, state_ttl = replies
-    age = None
-    if isinstance(state_ttl, int) and state_ttl >= 0:
-        age = round(max(0.0, retention - state_ttl / 1000.0), 3)
+    age = job_age(state_ttl, retention)
     if any(isinstance(r, Exception) for r in (raw_state, raw_lock)):
         return Row("job", namespace, job_id, "foreign", None, None, 0, None, age)
     try:
@@ -199,11 +207,12 @@ def duration(seconds: float | None) -> str:
     """``850ms``, ``12.3s``, ``4m05s``, ``3h07m``, ``2d05h``; ``-`` when unknown."""
     if seconds is None:
         return "-"
-    if seconds < 1:
+    seconds = max(0.0, seconds)
+    if seconds < 0.9995:  # below what rounds to 1000ms
         return f"{seconds * 1000:.0f}ms"
-    if seconds < 60:
+    if seconds < 59.95:  # below what rounds to 60.0s
         return f"{seconds:.1f}s"
-    minutes, secs = divmod(int(seconds), 60)
+    minutes, secs = divmod(round(seconds), 60)
     if minutes < 60:
         return f"{minutes}m{secs:02d}s"
     hours, minutes = divmod(minutes, 60)

@@ -29,6 +29,7 @@ from lockworker.model.state import Grant, Outcome, Settle, Snapshot
 from lockworker.protocol.interface import LockProtocol
 from lockworker.runtime import events
 from lockworker.runtime.lease import Heartbeat, Lease, ended
+from lockworker.runtime.park import Lending
 from lockworker.runtime.wake import Waits
 
 T = TypeVar("T")
@@ -60,6 +61,10 @@ class Gate(Protocol):
     def unpark(self) -> None:
         """Take a slot again (blocks until one is free)."""
         ...
+
+
+SERVING: Lending[Gate] = Lending("lockworker.serve.gate")
+"""How ``serve`` lends its slots to the ``Worker.process`` call of each delivery."""
 
 
 class JobRun(RunBase):

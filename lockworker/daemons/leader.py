@@ -40,10 +40,10 @@ from lockworker.clock import Clock, wall_time
 from lockworker.daemons import contend
 from lockworker.daemons.contend import Next
 from lockworker.daemons.term import Term
+from lockworker.daemons.worker import make_protocol
 from lockworker.errors import StopRequested
 from lockworker.model.codec import LockValue
-from lockworker.model.state import Grant, Role, Snapshot
-from lockworker.protocol import ScriptProtocol
+from lockworker.model.state import Durability, Grant, ProtocolKind, Role, Snapshot
 from lockworker.runtime import events, retry
 from lockworker.runtime.lease import Heartbeat, Lease
 from lockworker.runtime.signals import stop_on_signals
@@ -89,6 +89,11 @@ class Leader(LeaderSettings):
     :param role: ``"backup"`` lets free leadership lie ``backup_delay`` seconds before
         competing, so a live primary normally leads.
     :param handle_signals: stop on SIGTERM/SIGINT while :meth:`run` runs (main thread).
+    :param durability: ``"local"`` (default) or ``"replicated"``: a step (a new term,
+        its renewal, the resignation) counts once ``replicas`` replicas acknowledged it
+        (``WAIT``, at most ``replica_timeout`` seconds per try, retried within
+        ``redis_retry``), so a term that ``on_acquired`` was given survives the failover
+        of the master to one of them; as :class:`lockworker.Worker`'s (docs/topologies.md).
 
     :meth:`run` raises :class:`~lockworker.RedisUnavailable` when Redis stays
     unreachable past the retry budget (a daemon then exits and its supervisor restarts
@@ -107,6 +112,9 @@ class Leader(LeaderSettings):
         backup_delay: float = 0.5,
         clock: Clock | None = None,
         logger: Any = None,
+        durability: Durability | str = Durability.LOCAL,
+        replicas: int = 1,
+        replica_timeout: float = 0.5,
         redis_retry: retry.RetryPolicy | None = None,
         handle_signals: bool = True,
         on_acquired: Callable[[Term], None] | None = None,
@@ -121,7 +129,10 @@ class Leader(LeaderSettings):
             hooks={"on_acquired": on_acquired, "on_locked": on_locked, "on_lost": on_lost},
         )
         self.client = client
-        self.protocol = ScriptProtocol(client)
+        self.protocol = make_protocol(
+            client, ProtocolKind.SCRIPT, durability, replicas, replica_timeout
+        )
+        self.durability = Durability(durability)
         self._call = retry.Caller(self.clock, self.redis_retry, self._log)
         self._stop = threading.Event()
         self._heartbeat = Heartbeat(self.clock, self.lock_timeout / 3)

@@ -1,7 +1,9 @@
 """``Worker.serve``: jobs from a source, a bounded number at a time, until stopped.
 
 The serving thread takes the next delivery from the source, then a free slot, and hands
-it to a pool thread that runs it as :meth:`lockworker.Worker.process` does. At most
+it to a pool thread that runs it through the worker's public
+:meth:`lockworker.Worker.process` (a subclass's override included: it sees every served
+job, and what it returns is the job's outcome here). At most
 ``concurrency`` jobs work at once, so one slow job holds up only its own slot.
 
 Rules kept here:
@@ -22,9 +24,10 @@ Rules kept here:
   taken; running jobs see ``job.stopping`` (a hook that raises StopRequested hands its
   job over at once without spending an attempt; others finish); waiting and parked ones
   return STOPPED once they have a slot. ``serve`` returns when the last of them ended.
-- A job ``process`` refuses (an invalid id or payload, a key holding a foreign value)
-  is logged as ``serve.job_error`` and skipped. Any other error (Redis unreachable past
-  the retry budget) stops the serving; it is re-raised once the running jobs ended.
+- A job ``process`` refuses (an invalid id or payload, a key holding a foreign value,
+  an override of ``process`` raising :class:`~lockworker.InvalidConfig`) is logged as
+  ``serve.job_error`` and skipped. Any other error (Redis unreachable past the retry
+  budget) stops the serving; it is re-raised once the running jobs ended.
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
 
 from lockworker.config import count
-from lockworker.daemons.jobrun import Gate
+from lockworker.daemons.jobrun import SERVING
 from lockworker.daemons.sources import Delivery, as_source
 from lockworker.errors import ForeignValueError, InvalidConfig
 from lockworker.model.state import Outcome
@@ -59,7 +62,7 @@ class Servable(Protocol):
 
     def _install_signal_handlers(self) -> None: ...
 
-    def _process(self, job_id: str, payload: Any, gate: Gate | None = None) -> Outcome: ...
+    def process(self, job_id: str, payload: Any = None) -> Outcome: ...
 
 JOB_ERROR = "serve.job_error"
 STARTED = "serve.started"
@@ -151,7 +154,8 @@ class _Server:
 
     def run_one(self, delivery: Delivery) -> None:
         try:
-            outcome = self.worker._process(delivery.job_id, delivery.payload, self.slots)
+            with SERVING.lend(self.worker, self.slots):
+                outcome = self.worker.process(delivery.job_id, delivery.payload)
         except (InvalidConfig, ForeignValueError) as exc:
             self.log.error(JOB_ERROR, job_id=delivery.job_id, error=repr(exc), skipped=True)
             delivery.resolved()

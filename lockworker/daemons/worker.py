@@ -23,7 +23,7 @@ from lockworker.clock import Clock, SystemClock
 from lockworker.config import default_owner, lease, positive, seconds
 from lockworker.daemons.hooks import Hooks
 from lockworker.daemons.job import Job
-from lockworker.daemons.jobrun import Gate, JobRun
+from lockworker.daemons.jobrun import SERVING, JobRun
 from lockworker.daemons.serve import serve
 from lockworker.errors import InvalidConfig, JobNotFound
 from lockworker.model import policy
@@ -245,15 +245,27 @@ class Worker(WorkerSettings):
         Raises :class:`~lockworker.RedisUnavailable` if Redis stays unreachable past the
         retry budget (the job then stays pending, and is recoverable), and
         :class:`~lockworker.ForeignValueError` if the job's keys hold foreign values.
+
+        :meth:`serve` (and so ``lockworker run``) runs every job through this method: a
+        subclass may override it (tracing, metrics, a check of the payload) and call
+        ``super().process(job_id, payload)``; its result decides whether a stream's
+        delivery counts as resolved, and an :class:`~lockworker.InvalidConfig` it
+        raises skips the delivery, logged (see :mod:`lockworker.daemons.serve`).
         """
-        return self._process(job_id, payload)
+        keys = JobKeys.of(self.namespace, job_id)
+        payload = payload_view(payload)  # what any other process would see
+        log = self._log.bind(job_id=job_id)
+        self._install_signal_handlers()
+        with SERVING.borrow(self) as gate:  # serve's slots, when serve called
+            return JobRun(self, keys, payload, log, gate).run()
 
     def serve(self, source: Any, *, concurrency: int = 4) -> None:
         """Process jobs from ``source`` until it is exhausted or the worker is stopped.
 
         ``source``: any iterable of ``(job_id, payload)``, or a
         :class:`lockworker.StreamSource`. At most ``concurrency`` jobs run at once, each
-        through :meth:`process`; see :mod:`lockworker.daemons.serve`.
+        through :meth:`process` (a subclass's override of it included, whose result
+        is the job's); see :mod:`lockworker.daemons.serve`.
         """
         serve(self, source, concurrency=concurrency)
 
@@ -319,14 +331,6 @@ class Worker(WorkerSettings):
             stack = contextlib.ExitStack()
             if stack.enter_context(stop_on_signals(lambda _signum: self.stop())):
                 self._signals = stack
-
-    def _process(self, job_id: str, payload: Any, gate: Gate | None = None) -> Outcome:
-        """:meth:`process`; ``serve`` passes its slots as ``gate`` (see lockworker.runtime.park)."""
-        keys = JobKeys.of(self.namespace, job_id)
-        payload = payload_view(payload)  # what any other process would see
-        log = self._log.bind(job_id=job_id)
-        self._install_signal_handlers()
-        return JobRun(self, keys, payload, log, gate).run()
 
     def _hook(self, log: events.EventLog, name: str, *args: Any) -> None:
         """Run a hook other than on_acquired; its exceptions are logged, not raised."""

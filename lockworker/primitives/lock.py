@@ -39,6 +39,7 @@ from typing import Any, ClassVar, Generic, TypeVar
 import redis
 
 from lockworker.clock import Clock
+from lockworker.config import local_durability
 from lockworker.errors import AcquireTimeout, LockLost, LockworkerError, NotHeld
 from lockworker.model.codec import Holder, LockValue, new_run
 from lockworker.model.keys import Space
@@ -55,6 +56,8 @@ MAX_ACQUISITIONS = 10**15
 RETENTION = 365 * 86400.0
 """Seconds the token counter outlives the last use, so fencing tokens never repeat."""
 PLACE_MARGIN = 1.0
+NO_WAIT = ("a release hands the lock to the next waiter, which writes nothing WAIT could "
+           "count; for a lock that outlives a failover use Redlock (docs/guarantees.md)")
 """Seconds a waiter's place outlives two slices: room for a slow round trip or a pause."""
 
 C = TypeVar("C")
@@ -85,11 +88,13 @@ class LockCore(common.Primitive, Generic[C]):
         clock: Clock | None = None,
         logger: Any = None,
         redis_retry: retry.RetryPolicy | None = None,
+        durability: str = "local",
     ) -> None:
         self._configure(
             client, name, namespace=namespace, ttl=ttl, auto_renew=auto_renew,
             timeout=timeout, clock=clock, logger=logger, redis_retry=redis_retry,
         )
+        self.durability = local_durability(durability, "Lock", NO_WAIT)
         self.client = client
         self._steps = LockSteps(client, self.keys, publish=self.publishes_release)
         self._retention_ms = round(RETENTION * 1000)
@@ -276,7 +281,7 @@ class Lock(LockCore[redis.Redis]):
     :param auto_renew: renew the lock every ``ttl / 3`` in a background thread while it
         is held; renewal stops at release, or when it fails (the lock is then lost).
     :param timeout: default for :meth:`acquire` and ``with``: seconds to wait, None for
-        ever.
+        ever. ``durability``: ``"local"`` only (:data:`NO_WAIT` says why).
 
     The lock passes in order of arrival: waiters queue, and a release grants the lock
     to the first live one directly (:mod:`lockworker.primitives.lockqueue`), which

@@ -119,15 +119,17 @@ return 1
 
 # REDLOCK_RELEASE: delete one master's lock if the caller's acquisition holds it. Matched
 # on the run id and owner (unique per acquisition), so it also clears a grant whose
-# reply was lost, as the Redlock algorithm requires after a failed attempt.
-# KEYS[1] lock   ARGV[1] '<run>|<owner>'   ARGV[2] wake channel
+# reply was lost, as the Redlock algorithm requires after a failed attempt. Publishes
+# 'released' on the wake channel, unless it is '' (a failed attempt giving back its
+# grants: waking the waiters then would have every loser of a split vote retry at once).
+# KEYS[1] lock   ARGV[1] '<run>|<owner>'   ARGV[2] wake channel, or ''
 # returns 1 deleted, 0 not held by that acquisition (expired, or never granted)
 REDLOCK_RELEASE = LUA_PROLOGUE + """
 local cur = redis.call('GET', KEYS[1])
 local l = cur and lw_lock(cur)
 if l and l.run .. '|' .. l.owner == ARGV[1] then
   redis.call('DEL', KEYS[1])
-  redis.call('PUBLISH', ARGV[2], 'released')
+  if ARGV[2] ~= '' then redis.call('PUBLISH', ARGV[2], 'released') end
   return 1
 end
 return 0

@@ -79,7 +79,9 @@ def address(client: object) -> str | None:
 class _Call:
     """One master's part of one step, run on a pool thread."""
 
-    def __init__(self, shared: _Shared, fn: Callable[[], Any], where: str, wake: threading.Event):
+    def __init__(
+        self, shared: _Shared, fn: Callable[[], Any], where: str, wake: threading.Event | None
+    ) -> None:
         self.shared = shared
         self.fn = fn
         self.where = where
@@ -91,13 +93,28 @@ class _Call:
         """The step stopped waiting while this call ran: the master counts as busy."""
 
     def run(self) -> None:
-        shared = self.shared
-        with shared.lock:
-            self.state = "running"
+        self._started()
         try:
             value, error = self.fn(), None
         except BaseException as exc:  # handed to the waiting step, never lost
             value, error = None, exc
+        self._finished(value, error)
+
+    async def arun(self) -> None:
+        """:meth:`run` for a ``fn`` that returns an awaitable (a task of the loop)."""
+        self._started()
+        try:
+            value, error = await self.fn(), None
+        except BaseException as exc:  # a cancellation included: the step sees it failed
+            value, error = None, exc
+        self._finished(value, error)
+
+    def _started(self) -> None:
+        with self.shared.lock:
+            self.state = "running"
+
+    def _finished(self, value: Any, error: BaseException | None) -> None:
+        shared = self.shared
         with shared.lock:
             self.value, self.error, self.state = value, error, "done"
             if error is None:
@@ -108,7 +125,8 @@ class _Call:
                 shared.busy[self.where] -= 1
                 if not shared.busy[self.where]:
                     del shared.busy[self.where]
-        self.wake.set()
+        if self.wake is not None:
+            self.wake.set()
 
 
 class _Pool:
@@ -187,7 +205,7 @@ def answered(_reply: Any) -> bool:
 class Masters:
     """The masters of one Redlock: names for messages, and :meth:`call`."""
 
-    def __init__(self, clients: Sequence[redis.Redis], quorum: int) -> None:
+    def __init__(self, clients: Sequence[Any], quorum: int) -> None:
         self.clients = list(clients)
         self.quorum = quorum
         found = [address(c) for c in self.clients]
@@ -211,74 +229,38 @@ class Masters:
         decided (``ok`` replies from a majority, or too few left to make one) and the
         rest had their grace. An error other than a connection error is raised here.
         """
-        shared = _shared
-        clock = SystemClock()
-        start = clock.monotonic()
-        end = start + max(0.0, budget)
         wake = threading.Event()
-        targets = range(len(self.clients)) if only is None else sorted(only)
-        calls: dict[int, _Call] = {}
-        failures: dict[int, str] = {}
-        for i in targets:
+        step = self.start(fn, budget, only=only, ok=ok, wake=wake)
+        for call in step.calls.values():
+            step.shared.pool.submit(call)
+        while True:
+            wake.clear()
+            left = step.left()
+            if left is None:
+                return step.collect()
+            wake.wait(left)
+
+    def start(
+        self, fn: Callable[[int], Any], budget: float, *, only: Collection[int] | None = None,
+        ok: Callable[[Any], bool] = answered, wake: threading.Event | None = None,
+    ) -> Step:
+        """The calls of one step, not yet sent: the same bookkeeping and decisions for
+        a pool thread per call (:meth:`call`) or a task per call (``lockworker.aio``)."""
+        shared = _shared
+        step = Step(self, shared, budget, ok)
+        for i in range(len(self.clients)) if only is None else sorted(only):
             where = self._where[i]
             if budget <= 0:
-                failures[i] = "not asked: no time left"
+                step.failures[i] = "not asked: no time left"
                 continue
             with shared.lock:
                 busy = shared.busy.get(where, 0)
                 hint = shared.last_error.get(where)
             if busy:
-                failures[i] = self._unanswered(f"no reply yet to {busy} earlier request(s)", hint)
+                step.failures[i] = unanswered(f"no reply yet to {busy} earlier request(s)", hint)
                 continue
-            calls[i] = _Call(shared, functools.partial(fn, i), where, wake)
-            shared.pool.submit(calls[i])
-        decided = False
-        while True:
-            wake.clear()
-            with shared.lock:
-                finished = [c for c in calls.values() if c.state == "done"]
-            pending = len(calls) - len(finished)
-            if not pending:
-                break
-            good = sum(1 for c in finished if c.error is None and ok(c.value))
-            now = clock.monotonic()
-            if not decided and (good >= self.quorum or good + pending < self.quorum):
-                decided = True
-                end = min(end, now + max(GRACE, now - start, budget * GRACE_SHARE))
-            if now >= end:
-                break
-            wake.wait(end - now)
-        return self._collect(shared, calls, failures, clock.monotonic() - start)
-
-    def _collect(
-        self, shared: _Shared, calls: dict[int, _Call], failures: dict[int, str], waited: float
-    ) -> Round:
-        replies: list[Any] = [None] * len(self.clients)
-        unexpected: BaseException | None = None
-        for i, c in calls.items():
-            with shared.lock:
-                state = c.state
-                if state != "done":  # it still runs (or will): its master is busy until then
-                    c.late = True
-                    shared.busy[c.where] = shared.busy.get(c.where, 0) + 1
-                hint = shared.last_error.get(c.where)
-            if state == "queued":
-                failures[i] = f"not sent within {waited:.3g} s: all {POOL_SIZE} threads busy"
-            elif state == "running":
-                failures[i] = self._unanswered(f"no reply within {waited:.3g} s", hint)
-            elif c.error is None:
-                replies[i] = c.value
-            elif isinstance(c.error, FAILURES):
-                failures[i] = describe(c.error)
-            elif unexpected is None:
-                unexpected = c.error
-        if unexpected is not None:
-            raise unexpected
-        return Round(replies, dict(sorted(failures.items())))
-
-    @staticmethod
-    def _unanswered(what: str, hint: str | None) -> str:
-        return f"{what} (last error: {hint})" if hint else what
+            step.calls[i] = _Call(shared, functools.partial(fn, i), where, wake)
+        return step
 
     def named(self, failures: dict[int, str]) -> dict[str, str]:
         """``failures`` keyed by master name instead of index."""
@@ -292,3 +274,70 @@ class Masters:
             f"{self.quorum} needed; unreachable: "
             + "; ".join(f"{name} ({why})" for name, why in self.named(failures).items())
         )
+
+
+def unanswered(what: str, hint: str | None) -> str:
+    return f"{what} (last error: {hint})" if hint else what
+
+
+class Step:
+    """One step's calls and what it decides: when to stop waiting, and the :class:`Round`."""
+
+    def __init__(
+        self, masters: Masters, shared: _Shared, budget: float, ok: Callable[[Any], bool]
+    ) -> None:
+        self.masters = masters
+        self.shared = shared
+        self.calls: dict[int, _Call] = {}
+        self.failures: dict[int, str] = {}
+        self._ok = ok
+        self._budget = budget
+        self._clock = SystemClock()
+        self._start = self._clock.monotonic()
+        self._end = self._start + max(0.0, budget)
+        self._decided = False
+
+    def left(self) -> float | None:
+        """Seconds to wait for more replies, or None: every call returned, the budget
+        ran out, or the outcome is decided and the rest had their grace."""
+        with self.shared.lock:
+            finished = [c for c in self.calls.values() if c.state == "done"]
+        pending = len(self.calls) - len(finished)
+        if not pending:
+            return None
+        good = sum(1 for c in finished if c.error is None and self._ok(c.value))
+        now = self._clock.monotonic()
+        quorum = self.masters.quorum
+        if not self._decided and (good >= quorum or good + pending < quorum):
+            self._decided = True
+            grace = max(GRACE, now - self._start, self._budget * GRACE_SHARE)
+            self._end = min(self._end, now + grace)
+        return None if now >= self._end else self._end - now
+
+    def collect(self) -> Round:
+        """The replies and failures; a call still running keeps its master busy. An
+        error other than a connection error is raised here."""
+        shared, failures = self.shared, self.failures
+        waited = self._clock.monotonic() - self._start
+        replies: list[Any] = [None] * len(self.masters.clients)
+        unexpected: BaseException | None = None
+        for i, c in self.calls.items():
+            with shared.lock:
+                state = c.state
+                if state != "done":  # it still runs (or will): its master is busy until then
+                    c.late = True
+                    shared.busy[c.where] = shared.busy.get(c.where, 0) + 1
+                hint = shared.last_error.get(c.where)
+            if state == "queued":
+                failures[i] = f"not sent within {waited:.3g} s: all {POOL_SIZE} threads busy"
+            elif state == "running":
+                failures[i] = unanswered(f"no reply within {waited:.3g} s", hint)
+            elif c.error is None:
+                replies[i] = c.value
+            elif isinstance(c.error, FAILURES):
+                failures[i] = describe(c.error)
+            elif unexpected is None:
+                unexpected = c.error
+        if unexpected is not None:
+            raise unexpected
+        return Round(replies, dict(sorted(failures.items())))

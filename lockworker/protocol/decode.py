@@ -27,13 +27,22 @@ def settle_plan(held: LockValue, kind: Ending, max_attempts: int = 0) -> tuple[S
 
     ``kind`` is ``complete``, ``fail`` or ``release``. A failed last attempt writes
     GAVE_UP; a release gives the attempt back so a graceful stop costs none.
+
+    Every value written here is one that only this holder's settle of this attempt
+    writes, because a settle whose lease is gone answers "applied already" when it
+    finds its value (a retry whose reply was lost) and "stale" otherwise. DONE and a
+    refunded attempt are unique as they are; a failure names its owner but no run, as
+    the grant (pending, this attempt and token, this run) and an acquire that gives the
+    job up after its last lease ran out (GAVE_UP, this attempt and token, this run)
+    write the same fields with the run: a holder whose lease ran out is then told it
+    is stale, whatever the state reads.
     """
     if kind is Ending.COMPLETE:
         return StateValue(JobStatus.DONE, held.attempt, held.token, held.run, held.owner), "done"
     if kind is Ending.FAIL:
         final = held.attempt >= max_attempts
         status = JobStatus.GAVE_UP if final else JobStatus.PENDING
-        return StateValue(status, held.attempt, held.token, held.run, held.owner), (
+        return StateValue(status, held.attempt, held.token, "", held.owner), (
             "gave_up" if final else "failed"
         )
     refunded = max(0, held.attempt - 1)

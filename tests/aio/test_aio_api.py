@@ -16,6 +16,7 @@ TWINS: list[tuple[Any, Any]] = [
     (lockworker.Leader, aio.Leader),
     (lockworker.Lock, aio.Lock),
     (lockworker.Semaphore, aio.Semaphore),
+    (lockworker.Redlock, aio.Redlock),
     (lockworker.compute_once, aio.compute_once),
 ]
 

@@ -43,6 +43,7 @@ from lockworker import (
     Outcome,
     Snapshot,
     StreamSource,
+    aio,
 )
 from lockworker.aio.worker import Worker as AsyncWorker
 from lockworker.model.keys import JobKeys
@@ -593,11 +594,20 @@ def test_the_asyncio_worker_refuses_what_it_does_not_support() -> None:
 
     async def scenario() -> None:
         client = redis.asyncio.Redis(host="127.0.0.1", port=1)
+        # each names the argument, the value, and what to use instead
         assert await refused(client, protocol="txn") == (
-            "lockworker.aio supports protocol='script' only, got protocol='txn'"
+            "lockworker.aio supports protocol='script' only (for 'txn' use "
+            "lockworker.Worker), got protocol='txn'"
         )
         assert await refused(client, durability="replicated") == (
-            "lockworker.aio supports durability='local' only, got durability='replicated'"
+            "lockworker.aio supports durability='local' only (for 'replicated' use "
+            "lockworker.Worker), got durability='replicated'"
+        )
+        with pytest.raises(InvalidConfig) as leader:
+            aio.Leader(client, name="n", on_acquired=_ok, durability="replicated")
+        assert str(leader.value) == (
+            "lockworker.aio supports durability='local' only (for 'replicated' use "
+            "lockworker.Leader), got durability='replicated'"
         )
         sync_client = redis.Redis(host="127.0.0.1", port=1)
         message = await refused(sync_client)

@@ -1,6 +1,7 @@
 """One process of the fault battery: a worker, lock holder, leader or redlock holder,
 sync (``worker``, ``lock``, ``leader``, ``redlock``) or on asyncio (``aworker``,
-``alock``, ``aleader``: :mod:`lockworker.aio`'s twins, in one ``asyncio.run``).
+``alock``, ``aleader``, ``aredlock``: :mod:`lockworker.aio`'s twins, in one
+``asyncio.run``).
 
     PYTHONPATH=tests python -m faults.child CONFIG_JSON
 
@@ -29,6 +30,7 @@ from typing import Any
 import redis
 import redis.asyncio
 import structlog
+from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
@@ -387,6 +389,43 @@ async def run_alock(config: dict[str, Any], rec: Recorder, work: Work) -> None:
     await client.aclose()
 
 
+async def run_aredlock(config: dict[str, Any], rec: Recorder, work: Work) -> None:
+    clients = [
+        redis.asyncio.Redis.from_url(
+            url, socket_timeout=0.1, socket_connect_timeout=0.1,
+            retry=AsyncRetry(NoBackoff(), 0),
+        )
+        for url in config["urls"]
+    ]
+    ttl = float(config["lock_timeout"])
+    name = config["names"][0]
+    lock = aio.Redlock(
+        clients, name, ttl=ttl, retry_count=0, retry_delay=0.05,
+        auto_renew=bool(config.get("auto_renew", False)), namespace=config["namespace"],
+    )
+    gap = float(config.get("gap", 0.01))
+    rec.note("ready")
+    while not stop_requested(config):
+        try:
+            if not await lock.acquire(timeout=ttl):
+                continue
+        except lockworker.QuorumNotReached as exc:
+            rec.note("no_quorum", key=name, error=repr(exc))
+            await asyncio.sleep(0.02)
+            continue
+        token = lock.token
+        assert token is not None
+        await work.asection("redlock", name, token, lambda: lock.lost)
+        try:
+            await lock.release()
+        except lockworker.LockLost:
+            rec.note("release_lost", key=name, token=token)
+        await asyncio.sleep(work.rng.uniform(0, gap))
+    lock.close()
+    for client in clients:
+        await client.aclose()
+
+
 async def run_aleader(config: dict[str, Any], rec: Recorder, work: Work) -> None:
     client = aredis_client(config, config["urls"][0])
     name = config["names"][0]
@@ -447,8 +486,11 @@ def jump_wall_clock(rec: Recorder) -> None:
 
 
 MODES = {"worker": run_worker, "lock": run_lock, "leader": run_leader, "redlock": run_redlock}
-AMODES = {"aworker": run_aworker, "alock": run_alock, "aleader": run_aleader}
-"""The asyncio twins of ``worker``, ``lock`` and ``leader``, each run by ``asyncio.run``."""
+AMODES = {
+    "aworker": run_aworker, "alock": run_alock, "aleader": run_aleader, "aredlock": run_aredlock,
+}
+"""The asyncio twins of ``worker``, ``lock``, ``leader`` and ``redlock``, each run by
+``asyncio.run``."""
 
 
 async def run_async(config: dict[str, Any], rec: Recorder) -> None:

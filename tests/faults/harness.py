@@ -37,7 +37,7 @@ LIBRARY_ROOT = Path(lockworker.__file__).resolve().parent.parent
 """Where the parent's ``lockworker`` comes from: children import the same one."""
 DURABLE = ("--appendonly", "yes", "--appendfsync", "always")
 """Server arguments under which every acknowledged write survives a SIGKILL."""
-TWINS = {"worker": "aworker", "lock": "alock", "leader": "aleader"}
+TWINS = {"worker": "aworker", "lock": "alock", "leader": "aleader", "redlock": "aredlock"}
 """Each sync child kind and its asyncio twin (:mod:`faults.child`)."""
 WORKERS = ("worker", "aworker")
 

@@ -531,8 +531,8 @@ def redlock(
     started = time.monotonic()
     with environment(workdir, masters=masters, server_args=DURABLE if durable else (),
                      lock_timeout=ttl, names=["R"], steps=(2, 6), step=0.03) as env:
-        for n in range(contenders):
-            env.fleet.spawn("redlock", auto_renew=n % 2 == 1)
+        for n in range(contenders):  # sync and asyncio in turn, renewing or not
+            env.fleet.spawn(kind_of("redlock", n % 2 == 1), auto_renew=n % 3 != 0)
         for _ in range(rounds):
             time.sleep(rng.uniform(0.1, 0.5))
             server = rng.choice(env.servers)
@@ -540,11 +540,13 @@ def redlock(
         problems = finish(env)
         history = env.fleet.history()
         violations = problems + check(history, effects=env.store.effects(), tokens=durable)
+        mixed = sides(env, history)
     kind = "durable" if durable else "volatile"
     no_quorum = sum(1 for n in history.notes if n.get("what") == "no_quorum")
     return Result(f"redlock{masters}_{kind}", rounds, rounds, handovers(history), violations,
                   time.monotonic() - started,
-                  {"seed": seed, "holds": len(history.sections), "no_quorum": no_quorum})
+                  {"seed": seed, "holds": len(history.sections), "no_quorum": no_quorum,
+                   **mixed})
 
 
 Scenario = Callable[..., Result]

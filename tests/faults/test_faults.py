@@ -96,6 +96,7 @@ def test_redlock_with_masters_killed_and_restarted(tmp_path: Path) -> None:
     result = scenarios.redlock(tmp_path, masters=3, durable=True)
     verdict(result, tmp_path)
     assert result.extra["holds"] >= 1, result.figure()
+    mixed(result)
 
 
 def test_processes_starting_while_the_server_is_unreachable(tmp_path: Path) -> None:

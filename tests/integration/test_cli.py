@@ -9,17 +9,21 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import signal
 import subprocess
 import sys
 import textwrap
+import threading
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import redis
 import structlog
-from helpers import wait_for
+from helpers import in_thread, wait_for
 
 import lockworker
 from lockworker.cli.demo_worker import records_key
@@ -107,8 +111,6 @@ def spawn(procs: list[subprocess.Popen[str]], *args: str) -> subprocess.Popen[st
         (["run", "cli_app:Plain", "--namespace", "n"], 2, "not a subclass of lockworker"),
         (["run", "lockworker:Worker", "--namespace", "n"], 2, "on_acquired is required"),
         (["run", "cli_app:Boss", "--namespace", "n", "--stream", "s"], 2, "only for Worker"),
-        (["run", "cli_app:Boss", "--namespace", "n", "--durability", "replicated"], 2,
-         "--durability: only for Worker"),
         (["run", "cli_app:Stubborn"], 2, "--namespace"),
         (["run", "cli_app:Stubborn", "--namespace", "n", "--lock-timeout", "0"], 2, ">= 0.1"),
         (["run", "cli_app:Stubborn", "--namespace", "n", "--role", "boss"], 2, "invalid choice"),
@@ -160,6 +162,12 @@ def test_unreachable_redis_is_one_line_before_anything_starts(
 # -- submit, status, reset -----------------------------------------------------------------
 
 
+def server_micros(client: redis.Redis) -> int:
+    """The server's clock in microseconds (where a new job's tokens start)."""
+    seconds, micros = client.time()
+    return int(seconds) * 1_000_000 + int(micros)
+
+
 def test_submit_prints_the_entry_id_and_status_shows_jobs_and_leaders(
     redis_server: RedisServer, namespace: str, capsys: pytest.CaptureFixture[str],
 ) -> None:
@@ -170,6 +178,7 @@ def test_submit_prints_the_entry_id_and_status_shows_jobs_and_leaders(
     stored = client.xrange(stream_keys(stream).extra("entries"))
     assert stored == [(entry, {"job_id": "j1", "payload": '{"n":1}'})]
 
+    started, first_token = time.monotonic(), server_micros(client)
     worker = lockworker.Worker(client, namespace=namespace, on_acquired=lambda job: None)
     assert worker.process("done-job") is lockworker.Outcome.DONE
     failing = lockworker.Worker(
@@ -177,25 +186,52 @@ def test_submit_prints_the_entry_id_and_status_shows_jobs_and_leaders(
     )
     assert failing.process("bad-job") is lockworker.Outcome.GAVE_UP
     held = client.set(
-        JobKeys.of(namespace, "held-job").lock, "lw2|7|2|ab|somebody", px=60_000
+        JobKeys.of(namespace, "by-hand").lock, "lw2|7|2|ab|somebody", px=60_000
     )
     assert held
-
-    assert main(["status", "--namespace", namespace, "--json", "--redis", redis_server.url]) == 0
-    doc = json.loads(capsys.readouterr().out)
+    release = threading.Event()
+    holding = lockworker.Worker(
+        client, namespace=namespace, lock_timeout=3.0, owner="holder-1",
+        on_acquired=lambda job: release.wait(30),
+    )
+    thread, _box = in_thread(lambda: holding.process("held-job"))
+    try:
+        wait_for(lambda: inspect(client, JobKeys.of(namespace, "held-job")).holder, timeout=10)
+        last_token = server_micros(client)
+        assert main(
+            ["status", "--namespace", namespace, "--json", "--redis", redis_server.url]
+        ) == 0
+        elapsed = time.monotonic() - started
+        doc = json.loads(capsys.readouterr().out)
+        assert main(["status", "--namespace", namespace, "--redis", redis_server.url]) == 0
+        table = capsys.readouterr().out.splitlines()
+    finally:
+        release.set()
+        thread.join(10)
     rows = {r["id"]: r for r in doc["jobs"]}
     assert rows["done-job"]["state"] == "done" and rows["done-job"]["attempt"] == 1
     assert rows["done-job"]["holder"] == worker.owner
-    assert rows["bad-job"]["state"] == "gave_up"
-    assert 0 <= rows["done-job"]["age"] < 30
-    assert "held-job" not in rows  # no state key yet: only a lock (written by hand here)
+    assert rows["bad-job"]["state"] == "gave_up" and rows["bad-job"]["attempt"] == 1
+    assert rows["held-job"]["state"] == "held" and rows["held-job"]["holder"] == "holder-1"
+    assert rows["held-job"]["attempt"] == 1
+    assert "by-hand" not in rows  # no state key yet: only a lock (written by hand here)
+    # every figure within what this test did: tokens from the server's clock while it
+    # ran, one attempt each, ages within its run, a lease no longer than the lease
+    for row in rows.values():
+        assert first_token <= row["token"] <= last_token, row
+        assert 0 <= row["age"] <= elapsed + 0.05, row
+    assert rows["done-job"]["lease_left"] is None and rows["bad-job"]["lease_left"] is None
+    assert 0 < rows["held-job"]["lease_left"] <= 3.0
 
-    assert main(["status", "--namespace", namespace, "--redis", redis_server.url]) == 0
-    table = capsys.readouterr().out.splitlines()
     assert table[0].split()[:4] == ["KIND", "NAMESPACE", "ID", "STATE"]
     assert any("bad-job" in line and "gave_up" in line for line in table)
+    held_line = next(line.split() for line in table if "held-job" in line)
+    assert held_line[:7] == ["job", namespace, "held-job", "held", "holder-1", "1",
+                             str(rows["held-job"]["token"])]
+    assert re.fullmatch(r"\d+ms|[0-3]\.\ds", held_line[7])  # the lease left: <= 3 s
     worker.close()
     failing.close()
+    holding.close()
     client.close()
 
 
@@ -321,15 +357,22 @@ def test_run_leads_and_status_shows_the_leader(
 ) -> None:
     name = f"boss-{uuid.uuid4().hex[:8]}"
     client = redis_server.client(decode_responses=True)
+    started, first_token = time.monotonic(), server_micros(client)
     proc = spawn(
         procs, "run", "cli_app:Boss", "--app-dir", str(app_dir), "--redis", redis_server.url,
         "--name", name, "--owner", "leader-1", "--lock-timeout", "2",
     )
     wait_for(lambda: lockworker.Leader.current(client, name) is not None, timeout=30)
+    last_token = server_micros(client)
     assert main(["status", "--namespace", "leaders", "--json", "--redis", redis_server.url]) == 0
+    elapsed = time.monotonic() - started
     leaders = {r["id"]: r for r in json.loads(capsys.readouterr().out)["leaders"]}
     assert leaders[name]["state"] == "leading" and leaders[name]["holder"] == "leader-1"
-    assert leaders[name]["token"] >= 1
+    # the term began while this test ran: its token from the server's clock meanwhile,
+    # its age within the test, its lease at most the 2 s given
+    assert first_token <= leaders[name]["token"] <= last_token
+    assert 0 <= leaders[name]["age"] <= elapsed + 0.05
+    assert 0 < leaders[name]["lease_left"] <= 2.0
     proc.send_signal(signal.SIGTERM)
     _out, err = proc.communicate(timeout=20)
     assert proc.returncode == 0, err

@@ -1,5 +1,6 @@
-"""What a newcomer meets first, through the real ``lockworker`` command: a mistyped URL,
-a pipe into ``head``, ``--help``, a misplaced option; and names with braces in them.
+"""What a newcomer meets first, through the real ``lockworker`` command: the README's
+daemon walk-through as written, a mistyped URL, a pipe into ``head``, ``--help``, a
+misplaced option; and names with braces in them.
 
 Every case runs the command as a subprocess against the suite's own server.
 """
@@ -8,19 +9,30 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shlex
+import signal
 import subprocess
 import sys
 import uuid
+from pathlib import Path
+from typing import IO
 
 import pytest
+import redis
+from helpers import wait_for
 from hypothesis import given
 from hypothesis import strategies as st
 from redis.crc import key_slot
+from server_process import ServerProcess
 
 import lockworker
 from lockworker.daemons.sources import stream_keys
 from lockworker.model.keys import JobKeys, Space, escape
+from lockworker.model.state import JobStatus
+from lockworker.protocol import inspect
 from lockworker.testing import RedisServer
+from lockworker.testing.server import free_port
 
 PASSWORD = "s3cr3t-pw"
 BAD_URLS = [
@@ -48,6 +60,136 @@ def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedPr
         lockworker_cmd(*args), capture_output=True, text=True, timeout=60, check=False,
         stdin=subprocess.DEVNULL, env={**os.environ, **(env or {})},
     )
+
+
+# -- the README's daemon walk-through, as written ---------------------------------------------
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+def walkthrough() -> tuple[str, list[list[str]]]:
+    """The README's daemon walk-through: the source of ``myapp/jobs.py`` and the shell
+    commands (continuation lines joined, comments dropped), as written there."""
+    text = README.read_text()
+    code = re.search(r"```python\n(# myapp/jobs\.py\n.*?)```", text, re.S)
+    shell = re.search(r"```sh\n(lockworker server\b.*?)```", text, re.S)
+    assert code and shell, "the README's daemon walk-through is not where this test looks"
+    lines = shell.group(1).replace("\\\n", " ").splitlines()
+    return code.group(1), [cmd for line in lines if (cmd := shlex.split(line, comments=True))]
+
+
+def option(cmd: list[str], name: str) -> str:
+    return cmd[cmd.index(name) + 1]
+
+
+class Walk:
+    """The walk-through's processes and what it learnt so far, command by command."""
+
+    def __init__(self, where: Path) -> None:
+        self.where = where
+        self.env = {k: v for k, v in os.environ.items() if k != "LOCKWORKER_REDIS_URL"}
+        self.server: ServerProcess | None = None
+        self.client: redis.Redis | None = None
+        self.daemons: dict[str, tuple[subprocess.Popen[str], Path]] = {}
+        self.files: list[IO[str]] = []
+        self.stream = self.namespace = self.job_id = ""
+        self.payload: object = None
+        self.status = ""
+
+    def do(self, cmd: list[str]) -> None:
+        if cmd[0] == "export":
+            assert self.server is not None
+            name, _, value = cmd[1].partition("=")
+            # what the server printed, but for the port this test gave it
+            port = self.server.port
+            assert (name, value) == ("LOCKWORKER_REDIS_URL",
+                                     self.server.url.replace(f":{port}/", ":6379/"))
+            self.env[name] = self.server.url
+            self.client = redis.Redis.from_url(self.server.url, decode_responses=True)
+        elif cmd[1] == "server":
+            self.server = ServerProcess(self.where, *cmd[2:], "--port", str(free_port()))
+        elif cmd[1] == "run":
+            owner = option(cmd, "--owner")
+            out = self.where / f"{owner}.out"
+            self.files.append(out.open("w"))
+            proc = subprocess.Popen(
+                [sys.executable, "-m", *cmd], cwd=self.where, env=self.env,
+                stdout=self.files[-1], stderr=self.files[-1], stdin=subprocess.DEVNULL, text=True,
+            )
+            self.daemons[owner] = (proc, out)
+            self.stream, self.namespace = option(cmd, "--stream"), option(cmd, "--namespace")
+        elif cmd[1] == "submit":  # once the daemons read the stream, as a user would wait
+            self.job_id, self.payload = cmd[3], json.loads(cmd[4])
+            wait_for(self.daemons_read, timeout=30)
+            self.command(cmd)
+        else:  # status, once the job is done
+            wait_for(self.job_done, timeout=30)
+            self.status = self.command(cmd)
+
+    def daemons_read(self) -> bool:
+        assert self.client is not None
+        readers = stream_keys(self.stream).extra("readers")
+        return all(self.client.zscore(readers, owner) is not None for owner in self.daemons)
+
+    def job_done(self) -> bool:
+        assert self.client is not None
+        keys = JobKeys.of(self.namespace, self.job_id)
+        return inspect(self.client, keys).status is JobStatus.DONE
+
+    def command(self, cmd: list[str]) -> str:
+        done = subprocess.run(
+            [sys.executable, "-m", *cmd], cwd=self.where, env=self.env, capture_output=True,
+            text=True, timeout=60, check=False, stdin=subprocess.DEVNULL,
+        )
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    def close(self) -> None:
+        for proc, _out in self.daemons.values():
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(timeout=10)
+        for file in self.files:
+            file.close()
+        if self.client is not None:
+            self.client.close()
+        if self.server is not None:
+            self.server.kill()
+
+
+@pytest.mark.processes
+def test_the_readme_walkthrough_works_as_written(tmp_path: Path) -> None:
+    """Each command of the walk-through in turn, from the directory that holds
+    ``myapp/``: ``lockworker server`` (on a free port rather than 6379, which the machine
+    may use), the export of the URL it printed, the primary and the backup, a submit,
+    ``status``. The job is done once, by the daemon ``status`` names, with the token it
+    shows; SIGTERM ends every process with exit 0."""
+    source, commands = walkthrough()
+    assert [cmd[:2] for cmd in commands] == [
+        ["lockworker", "server"], ["export", commands[1][1]], ["lockworker", "run"],
+        ["lockworker", "run"], ["lockworker", "submit"], ["lockworker", "status"],
+    ]
+    (tmp_path / "myapp").mkdir()
+    (tmp_path / "myapp" / "jobs.py").write_text(source)
+    walk = Walk(tmp_path)
+    try:
+        for cmd in commands:
+            walk.do(cmd)
+        row = next(line.split() for line in walk.status.splitlines() if walk.job_id in line)
+        assert row[:4] == ["job", walk.namespace, walk.job_id, "done"], walk.status
+        assert row[5] == "1", walk.status  # one attempt
+        holder, token = row[4], row[6]
+        assert holder in walk.daemons
+        for owner, (proc, out) in walk.daemons.items():
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(timeout=30) == 0, out.read_text()
+            mailed = [line for line in out.read_text().splitlines() if "mailing" in line]
+            expected = [f"mailing {walk.payload} with fencing token {token}"]
+            assert mailed == (expected if owner == holder else []), out.read_text()
+        assert walk.server is not None
+        assert walk.server.stop() == (0, "")
+    finally:
+        walk.close()
 
 
 # -- a bad URL: exit 2, one line naming it, the password masked ------------------------------
@@ -152,7 +294,14 @@ def test_help_shows_the_defaults_and_every_subcommand_describes_itself() -> None
         "submit": ["Add job JOB_ID"],
         "demo": ["(default: 30)", "(default: 6.0)", "(default: 1.0)", "(default: 0.3)",
                  "(default: an embedded server; $LOCKWORKER_REDIS_URL is not read)"],
+        "server": ["export LOCKWORKER_REDIS_URL=...", "(default: 6379)",
+                   "(default: 127.0.0.1)", "(default: a temporary directory, removed at exit)"],
     }
+    out = run("--help")
+    assert out.returncode == 0, out.stderr
+    listed = re.findall(r"^    (\w+) ", out.stdout, re.M)
+    assert listed == ["run", "submit", "status", "reset", "demo", "server"]
+    assert "a Redis-protocol server to try lockworker on" in " ".join(out.stdout.split())
     for command, fragments in expected.items():
         out = run(command, "--help")
         assert out.returncode == 0, out.stderr

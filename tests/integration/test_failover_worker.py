@@ -67,7 +67,7 @@ def test_a_failure_hands_over_to_a_waiting_worker_at_once(
     ta.join(10)
     assert box_b["result"] is lockworker.Outcome.DONE
     assert box_a["result"] is lockworker.Outcome.DONE_ELSEWHERE
-    assert started_at[0] - failed_at[0] < 1.0  # the lease was 5 s: it was a wake-up
+    assert started_at[0] - failed_at[0] < 2.5  # the lease was 5 s: it was a wake-up
 
 
 def test_a_lone_worker_retries_its_failed_attempt_after_retry_delay(

@@ -70,6 +70,53 @@ def test_a_stale_holder_cannot_complete_fail_release_or_renew(
     assert protocol.renew(keys, held(g2, "b"), LEASE, RETENTION) is Renewal.RENEWED
 
 
+def test_a_failure_reported_twice_is_applied_once_and_recognised(
+    protocol: LockProtocol, keys: JobKeys
+) -> None:
+    """A retry after a lost reply finds its own failure applied, last attempt or not."""
+    g = grant(protocol, keys, "a", max_attempts=2)
+    assert protocol.fail(keys, held(g, "a"), 2, RETENTION) is Settle.RELEASED
+    assert protocol.fail(keys, held(g, "a"), 2, RETENTION) is Settle.RELEASED  # lost reply
+    last = grant(protocol, keys, "b", max_attempts=2)
+    assert protocol.fail(keys, held(last, "b"), 2, RETENTION) is Settle.GAVE_UP
+    assert protocol.fail(keys, held(last, "b"), 2, RETENTION) is Settle.GAVE_UP
+    seen = protocol.inspect(keys)
+    assert (seen.status, seen.attempt, seen.owner) == (JobStatus.GAVE_UP, 2, "b")
+
+
+def expire(protocol: LockProtocol, keys: JobKeys) -> None:
+    wait_for(lambda: not protocol.client.exists(keys.lock), timeout=5)  # type: ignore[attr-defined]
+
+
+def test_a_stale_failure_report_is_refused_when_the_state_reads_as_it_would_write(
+    protocol: LockProtocol, keys: JobKeys, redis_client: redis.Redis
+) -> None:
+    """The lease ran out and nobody took the job since: the state still reads as the
+    grant wrote it, the very value a failure of that attempt would write. The late
+    report is a stale holder's, refused, and leaves the job as it was."""
+    g = grant(protocol, keys, "a", lease_ms=100)
+    expire(protocol, keys)
+    before = redis_client.get(keys.state)
+    assert protocol.fail(keys, held(g, "a"), 3, RETENTION) is Settle.NOT_HOLDER
+    assert redis_client.get(keys.state) == before
+    again = grant(protocol, keys, "b")
+    assert (again.attempt, again.token) == (2, g.token + 1)
+
+
+def test_a_stale_failure_of_the_last_attempt_is_refused_after_another_gave_up(
+    protocol: LockProtocol, keys: JobKeys
+) -> None:
+    """The last attempt's lease ran out; another process's acquire gave the job up in
+    the dead holder's name, writing what that holder's failure would write. The holder
+    reporting its failure late is told it is stale, not that it gave up."""
+    g = grant(protocol, keys, "a", max_attempts=1, lease_ms=100)
+    expire(protocol, keys)
+    seen = protocol.acquire(keys, who("b"), LEASE, 1, RETENTION)
+    assert isinstance(seen, Snapshot) and seen.status is JobStatus.GAVE_UP
+    assert protocol.fail(keys, held(g, "a"), 1, RETENTION) is Settle.NOT_HOLDER
+    assert protocol.inspect(keys).status is JobStatus.GAVE_UP
+
+
 def test_an_expired_lease_counts_as_an_attempt_not_as_completion(
     protocol: LockProtocol, keys: JobKeys
 ) -> None:

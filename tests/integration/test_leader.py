@@ -73,19 +73,21 @@ def test_leads_then_stop_resigns(redis_client: redis.Redis, namespace: str) -> N
 def test_returning_resigns_and_a_follower_takes_over_with_a_higher_token(
     redis_client: redis.Redis, namespace: str
 ) -> None:
-    first = Recording(redis_client, name=namespace, owner="first")
+    # A 10 s lease: a follower woken by the release leads within a round trip, one that
+    # waited for the lease to run out would take 10 s; half of it is a bound no busy
+    # machine can make a woken follower miss.
+    first = Recording(redis_client, name=namespace, owner="first", lock_timeout=10.0)
     t1 = start(first)
     wait_for(lambda: first.terms)
-    second = Recording(redis_client, name=namespace, owner="second")
+    second = Recording(redis_client, name=namespace, owner="second", lock_timeout=10.0)
     t2 = start(second)
     wait_for(lambda: second.seen)
     assert second.seen[0].holder == "first"
     assert not second.seen[0].leading and not second.seen[0].lost
     resigned_at = time.monotonic()
     first.resign.set()
-    wait_for(lambda: second.terms, timeout=5)
-    # Woken by the release, not by the lease's end (1 s): generous bound for a busy box.
-    assert time.monotonic() - resigned_at < 0.5
+    wait_for(lambda: second.terms, timeout=8)
+    assert time.monotonic() - resigned_at < 5.0
     assert second.terms[0].token > first.terms[0].token
     finish(first, t1)
     finish(second, t2)

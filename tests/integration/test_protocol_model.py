@@ -14,7 +14,9 @@ The model is written from the protocol's rules, not from its code:
 - a live lease is re-entered only by the same run (not merely the same owner label);
 - only the exact lock value of the holder renews or settles; a stale one changes nothing
   (it is answered as applied only when the state already is what it would write: a
-  retry whose first reply was lost);
+  retry whose first reply was lost); so what a settle writes is unique to it, and a
+  failure names its owner but no run (the grant, and a dead last attempt given up,
+  write the same fields with the run);
 - DONE and GAVE_UP are final except through reset, which keeps the token counter;
 - tokens handed out for a job strictly increase over the whole run.
 """
@@ -104,6 +106,7 @@ def settled_fields(held: LockValue, kind: str, max_attempts: int) -> Fields:
     elif kind == "fail":
         status = JobStatus.GAVE_UP if held.attempt >= max_attempts else JobStatus.PENDING
         attempt = held.attempt
+        return (status, attempt, held.token, "", held.owner)
     else:
         status, attempt = JobStatus.PENDING, held.attempt - 1
     return (status, attempt, held.token, held.run, held.owner)

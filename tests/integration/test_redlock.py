@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 import redis
+from helpers import in_thread, wait_for
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
@@ -28,6 +29,7 @@ from lockworker import (
     QuorumNotReached,
     RedisUnavailable,
 )
+from lockworker.clock import SystemClock
 from lockworker.primitives import Redlock
 from lockworker.testing import RedisServer, capture_events
 
@@ -88,6 +90,32 @@ def test_acquire_release_and_exclusion(healed: Masters, namespace: str) -> None:
     b.release()
     with pytest.raises(NotHeld):
         b.release()
+
+
+def test_token_is_kept_after_the_hold_ends(healed: Masters, namespace: str) -> None:
+    """As ``Lock``: None before the first acquisition; then the last hold's token, after
+    a release, a refused acquisition and a loss, until the next acquisition replaces it."""
+    clients = healed.clients()
+    lock = Redlock(clients, "r", ttl=5.0, namespace=namespace, retry_count=0)
+    assert lock.token is None
+    assert lock.acquire()
+    first = lock.token
+    lock.release()
+    assert first is not None and lock.token == first and not lock.held
+    assert "token=None" not in repr(lock)
+    other = Redlock(clients, "r", ttl=5.0, namespace=namespace)
+    assert other.acquire(blocking=False)
+    assert not lock.acquire()  # held elsewhere: the last token stays
+    assert lock.token == first
+    other.release()
+    assert lock.acquire()
+    second = lock.token
+    assert second is not None and second > first
+    for c in clients:
+        c.delete(lock.keys.lock)  # as if it had expired everywhere
+    with pytest.raises(LockLost) as info:
+        lock.release()
+    assert info.value.token == second and lock.token == second and not lock.held
 
 
 def test_works_with_two_masters_killed(healed: Masters, namespace: str) -> None:
@@ -212,6 +240,108 @@ def test_never_two_holders_while_masters_die_and_return(
     assert len({s[2] for s in sections}) == len(sections)
     for before, after in itertools.pairwise(by_token):
         assert before[1] <= after[0], f"two holders: {before} and {after}"
+
+
+class Pausing(SystemClock):
+    """A waiter's clock that counts its pauses between attempts (a sleep or a wait)."""
+
+    def __init__(self) -> None:
+        self.pauses = 0
+
+    def sleep(self, seconds: float) -> None:
+        self.pauses += 1
+        super().sleep(seconds)
+
+    def wait(self, event: threading.Event, timeout: float) -> bool:
+        self.pauses += 1
+        return super().wait(event, timeout)
+
+
+def handover(holder: Redlock, waiter: Redlock, release: Any) -> float:
+    """Seconds from ``release()`` (called once ``waiter`` pauses after a refused
+    attempt) until ``waiter.acquire`` returned True."""
+    clock = waiter.clock
+    assert isinstance(clock, Pausing)
+    before = clock.pauses
+    thread, box = in_thread(lambda: (waiter.acquire(timeout=10.0), time.monotonic()))
+    wait_for(lambda: clock.pauses > before or "error" in box)
+    released = time.monotonic()
+    release()
+    thread.join(15)
+    assert "error" not in box, box.get("error")
+    got, at = box["result"]
+    assert got and waiter.held and holder.token is not None and waiter.token is not None
+    assert waiter.token > holder.token
+    return float(at - released)
+
+
+def test_a_waiter_is_woken_by_the_release_not_by_its_retry_pause(
+    healed: Masters, namespace: str
+) -> None:
+    """retry_delay=8.0: a pause is uniform in [0, 8 s], so five handovers each under
+    2 s come from the release's wake-up (a PUBLISH on every master); waiters left to
+    their pauses would all be that quick once in a thousand runs. How quick the
+    wake-up is, is the benchmark's to measure."""
+    a, b = (
+        Redlock(healed.clients(), "w", ttl=10.0, namespace=namespace, retry_delay=8.0,
+                clock=Pausing())
+        for _ in range(2)
+    )
+    assert a.acquire()
+    taken = []
+    for _ in range(5):
+        taken.append(handover(a, b, a.release))
+        a, b = b, a
+    a.release()
+    assert max(taken) < 2.0, taken
+
+
+def test_a_waiter_is_woken_with_a_master_down_and_does_not_spin(
+    healed: Masters, namespace: str
+) -> None:
+    """A dead master's broken wake-up connection wakes a waiter once, not every
+    reconnect: a waiter in a 1 s wait pauses a few times, and is still woken (its
+    pauses are up to 8 s long)."""
+    healed.servers[4].kill()
+    a, b = (
+        Redlock(healed.clients(), "w", ttl=10.0, namespace=namespace, retry_delay=8.0,
+                clock=Pausing())
+        for _ in range(2)
+    )
+    assert a.acquire()
+    clock = b.clock
+    assert isinstance(clock, Pausing)
+
+    def release_later() -> None:
+        pauses = clock.pauses
+        # Let the waiter wait for a while (its pauses are what is measured).
+        threading.Event().wait(1.0)
+        assert clock.pauses - pauses < 8, clock.pauses - pauses
+        a.release()
+
+    assert handover(a, b, release_later) < 1.0 + 2.0
+    b.release()
+
+
+def test_a_lost_wake_up_still_ends_in_the_fallback_retry(
+    healed: Masters, namespace: str
+) -> None:
+    """The lock vanishes without a message (as if every master's key expired): the
+    waiter's random retry pause (at most retry_delay) still takes it."""
+    clients = healed.clients()
+    a, b = (
+        Redlock(healed.clients(), "w", ttl=10.0, namespace=namespace, retry_delay=0.3,
+                clock=Pausing())
+        for _ in range(2)
+    )
+    assert a.acquire()
+
+    def vanish() -> None:
+        for c in clients:
+            c.delete(a.keys.lock)
+
+    assert handover(a, b, vanish) < 0.3 + 2.0
+    b.release()
 
 
 @pytest.mark.parametrize(

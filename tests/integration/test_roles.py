@@ -29,7 +29,7 @@ def test_a_live_primary_wins_although_the_backup_looked_first(
     redis_client: redis.Redis, namespace: str
 ) -> None:
     did: list[str] = []
-    backup = worker(redis_client, namespace, "backup", role="backup", backup_delay=1.0,
+    backup = worker(redis_client, namespace, "backup", role="backup", backup_delay=10.0,
                     on_acquired=lambda job: did.append("backup"))
     primary = worker(redis_client, namespace, "primary",
                      on_acquired=lambda job: did.append("primary"))
@@ -39,8 +39,8 @@ def test_a_live_primary_wins_although_the_backup_looked_first(
     tp = run(primary, "job", results)
     for thread in (tb, tp):
         thread.join(timeout=10)
-    # The backup was woken by the DONE message: it did not sit out its whole delay.
-    assert time.monotonic() - started < 0.9
+    # The backup was woken by the DONE message: it did not sit out its 10 s delay.
+    assert time.monotonic() - started < 5.0
     assert did == ["primary"]
     assert results == {"primary": Outcome.DONE, "backup": Outcome.DONE_ELSEWHERE}
     backup.close()

@@ -235,6 +235,41 @@ def test_a_holder_learns_that_the_server_lost_its_state(
     assert redis_client.exists(keys.state)
 
 
+@pytest.mark.parametrize("last", [False, True], ids=["attempt-left", "last-attempt"])
+def test_a_failure_reported_after_the_lease_ran_out_is_lost_not_failed(
+    make: Make, redis_client: redis.Redis, namespace: str, proto_name: str, last: bool
+) -> None:
+    """The hook raises after its lease ran out on the server (deleted here, as expiry
+    does, while the heartbeat is far from its next renewal). Nobody took the attempt
+    over, so the state reads exactly as the failure would write it (or, for the last
+    attempt, another process gave the job up in the holder's name). The worker is told
+    it is stale: it logs the lease lost and calls on_lost, never a released failure."""
+    keys = JobKeys.of(namespace, "job")
+    attempts: list[int] = []
+    lost: list[int] = []
+    protocol = ScriptProtocol(redis_client) if proto_name == "script" else TxnProtocol(redis_client)
+
+    def hook(job: lockworker.Job) -> None:
+        attempts.append(job.attempt)
+        if len(attempts) == 1:
+            redis_client.delete(keys.lock)  # the lease ran out: a pause, a lost renewal
+            if last:  # another process finds the dead last attempt and gives up
+                seen = protocol.acquire(keys, Holder("other", new_run()), 1000, 1, RETENTION_MS)
+                assert isinstance(seen, Snapshot) and seen.status.value == "gave_up"
+            raise RuntimeError("failed after its lease ran out")
+
+    worker = make(hook, protocol=proto_name, lock_timeout=30.0, max_attempts=1 if last else 3,
+                  retry_delay=0.01, on_lost=lambda job: lost.append(job.attempt))
+    with capture_events() as events:
+        outcome = worker.process("job")
+    assert outcome is (Outcome.GAVE_UP if last else Outcome.DONE)
+    assert attempts == ([1] if last else [1, 2])
+    assert lost == [1]
+    mine = [(e["event"], e.get("reason")) for e in events if e.get("attempt") == 1]
+    assert ("lease.lost", "completion refused: lease lost on the server") in mine
+    assert ("job.released", "failed") not in mine
+
+
 def test_reset_of_an_unknown_job_writes_nothing(
     make: Make, redis_client: redis.Redis, namespace: str, proto_name: str
 ) -> None:

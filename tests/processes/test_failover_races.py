@@ -51,5 +51,5 @@ def test_sigterm_to_the_holder_hands_over_at_once_without_spending_an_attempt(
     assert taken["attempt"] == 1  # the stopped attempt was given back
     assert taken["token"] > first["token"]
     stopped_at = cluster.find(owner="holder", event="outcome")[0]["t"]
-    assert taken["t"] - stopped_at < 1.0  # woken, not after the 5 s lease
+    assert taken["t"] - stopped_at < 2.5  # woken, not after the 5 s lease
     assert not cluster.find(owner="holder", event="lost")

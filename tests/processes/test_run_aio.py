@@ -70,6 +70,24 @@ APP = textwrap.dedent(
         async def on_locked(self, term):
             await self.client.sadd(self.name + ":followers", self.owner)
 
+    def traced(worker, job_id, payload):
+        # A subclass's own step before each job: record it; veto some jobs.
+        worker.client.rpush(worker.namespace + ":processed", job_id)
+        return (payload or {}).get("veto")
+
+    class TracedSync(SyncRecorder):
+        def process(self, job_id, payload=None):
+            if traced(self, job_id, payload):
+                return lockworker.Outcome.STOPPED  # not resolved: the stream stays
+            return super().process(job_id, payload)
+
+    class TracedAsync(AsyncRecorder):
+        async def process(self, job_id, payload=None):
+            await self.client.rpush(self.namespace + ":processed", job_id)
+            if (payload or {}).get("veto"):
+                return lockworker.Outcome.STOPPED
+            return await super().process(job_id, payload)
+
     class TxnWorker(aio.Worker):
         def __init__(self, client, **options):
             super().__init__(client, protocol="txn", **options)
@@ -185,6 +203,28 @@ def test_an_asyncio_backup_beside_a_sync_primary_does_each_job_once_and_takes_ov
     done_here = [e["job_id"] for e in events if e["event"] == "job.done"]
     assert sorted(done_here) == ["b-0", "b-1", "b-2", "hang"]
     assert len(daemons.did()) == 8  # nothing ran again while stopping
+
+
+@pytest.mark.parametrize("target", ["TracedSync", "TracedAsync"])
+def test_a_daemon_runs_every_job_through_the_classs_own_process_and_honours_it(
+    daemons: Daemons, target: str
+) -> None:
+    proc = daemons.worker("t", target)
+    wait_for(lambda: daemons.registered("t"), timeout=30)
+    ids = [lockworker.submit(daemons.client, daemons.stream, job_id, payload)
+           for job_id, payload in [("first", None), ("veto", {"veto": True}), ("last", None)]]
+    wait_for(lambda: [r["job"] for r in daemons.did()] == ["first", "last"], timeout=20)
+    processed = daemons.client.lrange(f"{daemons.namespace}:processed", 0, -1)
+    assert processed == ["first", "veto", "last"]
+    # The override said "veto" was not resolved: the saved position stays before it,
+    # past "first" (the stream is trimmed up to it, in the same step), never further.
+    keys = stream_keys(daemons.stream)
+    wait_for(lambda: daemons.client.hget(keys.extra("positions"), "t") == ids[0], timeout=20)
+    entries = daemons.client.xrange(keys.extra("entries"))
+    assert [entry_id for entry_id, _fields in entries] == ids[1:]
+    assert daemons.status("veto") is JobStatus.PENDING
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=20) == 0
 
 
 def test_sigterm_hands_a_checked_job_over_at_once_and_exits_0(daemons: Daemons) -> None:
@@ -314,7 +354,10 @@ def test_metrics_of_an_asyncio_daemon_count_the_jobs_it_did(daemons: Daemons) ->
     assert started["metrics"] == f"http://127.0.0.1:{port}/metrics"
 
 
-REPLICATED = "--durability: lockworker.aio supports durability='local' only"
+REPLICATED = (
+    "--durability: lockworker.aio supports durability='local' only (for 'replicated' use "
+    "lockworker.Worker)"
+)
 
 
 @pytest.mark.parametrize(
@@ -324,7 +367,9 @@ REPLICATED = "--durability: lockworker.aio supports durability='local' only"
          f"{REPLICATED}, got durability='replicated'; aio_app:AsyncRecorder is a "
          "lockworker.aio.Worker"),
         (["AsyncBoss", "--durability", "replicated"],
-         "--durability: only for Worker classes; aio_app:AsyncBoss is a Leader"),
+         "--durability: lockworker.aio supports durability='local' only (for 'replicated' "
+         "use lockworker.Leader), got durability='replicated'; aio_app:AsyncBoss is a "
+         "lockworker.aio.Leader"),
         (["TxnWorker"], "lockworker.aio supports protocol='script' only"),
         (["AsyncBoss", "--concurrency", "2"], "--concurrency: only for Worker classes"),
     ],

