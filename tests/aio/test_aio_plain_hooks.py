@@ -20,9 +20,9 @@ from lockworker.testing.server import RedisServer
 
 T = TypeVar("T")
 
-BLOCK = 0.5
+BLOCK = 1.0
 """How long a plain hook blocks its thread."""
-STALL = 0.25
+STALL = 0.5
 """The largest gap between two ticks of the loop allowed meanwhile: half the block, far
 above a tick (10 ms) even on a loaded machine."""
 
