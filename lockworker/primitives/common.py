@@ -20,9 +20,18 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Generic, TypeVar
 
 from lockworker.clock import Clock, SystemClock
+from lockworker.config import (
+    acquire_wait,
+    count,
+    default_owner,
+    flag,
+    lease,
+    optional_seconds,
+    positive,
+    seconds,
+)
 from lockworker.config import client as config_client
-from lockworker.config import count, default_owner, lease, optional_seconds, positive, seconds
-from lockworker.errors import AlreadyHeld, InvalidConfig
+from lockworker.errors import AlreadyHeld
 from lockworker.model.keys import JobKeys, Space, check_name
 from lockworker.protocol.luacall import LuaScript
 from lockworker.runtime import events
@@ -48,6 +57,7 @@ __all__ = [
     "Primitive",
     "ScriptStep",
     "Steps",
+    "check_acquire",
     "check_client",
     "check_timeout",
     "count",
@@ -73,9 +83,14 @@ def check_timeout(timeout: object, argument: str = "timeout") -> float | None:
 
 
 def check_bool(value: object, argument: str) -> bool:
-    if not isinstance(value, bool):
-        raise InvalidConfig(f"{argument} must be True or False, got {value!r}")
-    return value
+    """True or False (:func:`lockworker.config.flag`)."""
+    return flag(value, argument)
+
+
+def check_acquire(blocking: object, timeout: object) -> tuple[bool, float | None]:
+    """An acquisition's arguments (:func:`lockworker.config.acquire_wait`): a timeout
+    with ``blocking=False`` is refused."""
+    return acquire_wait(blocking, timeout)
 
 
 def new_owner(base: str) -> str:

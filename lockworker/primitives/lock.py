@@ -142,8 +142,7 @@ class LockCore(common.Primitive, Generic[C]):
         self, blocking: object, timeout: object
     ) -> tuple[Holder, float, float | None]:
         """Check an acquisition's arguments; its holder, start and deadline."""
-        common.check_bool(blocking, "blocking")
-        wait = common.check_timeout(timeout)
+        _, wait = common.check_acquire(blocking, timeout)
         if wait is None:
             wait = self.timeout
         if self._held is not None:
