@@ -110,9 +110,13 @@ class Lock(AsyncPrimitive, LockCore[AsyncClient]):
             await self._acall(lambda: self._steps.arun(step), "leave the queue")
 
     def _renewer(self, held: LockValue) -> Callable[[float], Awaitable[bool]]:
+        # Not over self: the heartbeat task must not keep a dropped Lock alive.
+        acall, protocol, keys = self._acall, self.protocol, self.keys
+        ttl_ms, retention_ms = self._ttl_ms, self._retention_ms
+
         async def renew(deadline: float) -> bool:
-            renewed = await self._acall(
-                lambda: self.protocol.renew(self.keys, held, self._ttl_ms, self._retention_ms),
+            renewed = await acall(
+                lambda: protocol.renew(keys, held, ttl_ms, retention_ms),
                 "renew the lock",
                 deadline=deadline,
             )

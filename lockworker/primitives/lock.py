@@ -127,6 +127,10 @@ class LockCore(common.Primitive, Generic[C]):
         """
         return self._held is not None and self._lost()
 
+    def _holding(self) -> dict[str, Any] | None:
+        held = self._held
+        return None if held is None else {"token": held.token}
+
     def _holds_value(self, raw: Any) -> bool:
         """Whether ``raw``, the lock key's value, is this object's hold."""
         held = self._held
@@ -343,12 +347,15 @@ class Lock(LockCore[redis.Redis]):
             self._call(lambda: self._steps.run(step), "leave the queue")
 
     def _renewer(self, held: LockValue) -> Callable[[float], bool]:
+        # Closes over what renewing needs, not over self: the heartbeat must not keep
+        # a dropped Lock alive (its collection stops the renewal, see Primitive.__del__).
+        call, protocol, keys = self._call, self.protocol, self.keys
+        ttl_ms, retention_ms = self._ttl_ms, self._retention_ms
+
         def renew(deadline: float) -> bool:
             return bool(
-                self._call(
-                    lambda: self.protocol.renew(
-                        self.keys, held, self._ttl_ms, self._retention_ms
-                    ),
+                call(
+                    lambda: protocol.renew(keys, held, ttl_ms, retention_ms),
                     "renew the lock",
                     deadline=deadline,
                 )

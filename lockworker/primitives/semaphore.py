@@ -52,6 +52,7 @@ NAMESPACE = "semaphores"
 ACQUIRED = "semaphore.acquired"
 RELEASED = "semaphore.released"
 LOST = "semaphore.lost"
+DROPPED = "semaphore.dropped"
 MIN_WAIT = 0.001
 
 SEM_ACQUIRE = LuaScript(lua.SEM_ACQUIRE)
@@ -69,6 +70,7 @@ class SemaphoreCore(common.Primitive, Generic[C]):
     space = Space.SEMAPHORE
     log_name = events.SEMAPHORE
     label = "semaphore"
+    dropped_event = DROPPED
     client: C
 
     def __init__(
@@ -99,6 +101,9 @@ class SemaphoreCore(common.Primitive, Generic[C]):
     def held(self) -> bool:
         """True between a successful :meth:`acquire` and :meth:`release` (local view)."""
         return self._held is not None
+
+    def _holding(self) -> dict[str, Any] | None:
+        return None if self._held is None else {"holder": self._held}
 
     @property
     def lost(self) -> bool:
@@ -269,10 +274,10 @@ class Semaphore(SemaphoreCore[redis.Redis]):
         return self.clock.wait(event, pause)
 
     def _renewer(self, member: str) -> Callable[[float], bool]:
-        step = self._renew_step(member)
+        step, call, client = self._renew_step(member), self._call, self.client  # not self
 
         def renew(deadline: float) -> bool:
-            return self._call(lambda: step.run(self.client), "renew a permit", deadline=deadline)
+            return call(lambda: step.run(client), "renew a permit", deadline=deadline)
 
         return renew
 

@@ -4,16 +4,20 @@ probe: contradictory arguments, a timeout's precision, a held lock that is dropp
 from __future__ import annotations
 
 import asyncio
+import gc
+import time
+import weakref
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import pytest
 import redis.asyncio
+from helpers import until
 
 from lockworker import InvalidConfig
 from lockworker.aio.lock import Lock
 from lockworker.aio.semaphore import Semaphore
-from lockworker.testing import RedisServer
+from lockworker.testing import RedisServer, capture_events
 
 T = TypeVar("T")
 
@@ -43,3 +47,53 @@ def test_a_timeout_without_blocking_is_refused(
         await obj.release()
 
     play(redis_server, scenario)
+
+
+@pytest.mark.parametrize("kind", ["lock", "semaphore"])
+def test_a_dropped_held_lock_stops_its_heartbeat_task_warns_and_lapses(
+    redis_server: RedisServer, namespace: str, kind: str
+) -> None:
+    ttl = 0.6
+    sync = redis_server.client(decode_responses=True)
+
+    def heartbeats() -> set[asyncio.Task[Any]]:
+        return {t for t in asyncio.all_tasks() if t.get_name() == "lockworker-heartbeat"}
+
+    async def scenario(client: redis.asyncio.Redis) -> None:
+        before = heartbeats()
+        obj: Any = (Lock(client, "res", namespace=namespace, ttl=ttl, auto_renew=True)
+                    if kind == "lock" else
+                    Semaphore(client, "res", 1, namespace=namespace, ttl=ttl))
+        assert await obj.acquire()
+        (renewer,) = heartbeats() - before
+        key, member = obj.keys.lock, obj._held
+        holders = obj._zsets[0] if kind == "semaphore" else ""
+        ref = weakref.ref(obj)
+        with pytest.warns(ResourceWarning, match=rf"{kind} 'res' .* dropped while held"), \
+                capture_events() as logged:
+            del obj
+            gc.collect()
+        dropped = time.monotonic()
+        assert ref() is None, "the heartbeat task kept the dropped object alive"
+        assert [e["event"] for e in logged] == [f"{kind}.dropped"]
+        await until(renewer.done, timeout=5)
+
+        def left() -> int:
+            if kind == "lock":
+                return int(sync.pttl(key))
+            expiry = sync.zscore(holders, member)
+            seconds, micros = sync.time()
+            return -2 if expiry is None else int(expiry - (seconds * 1000 + micros // 1000))
+
+        seen = [left()]
+        while seen[-1] > 0:
+            await asyncio.sleep(0.005)
+            seen.append(left())
+            assert seen[-1] <= seen[-2], f"renewed after it was dropped: {seen}"
+            assert time.monotonic() - dropped < ttl + 2.0, f"never lapsed: {seen[-5:]}"
+        assert time.monotonic() - dropped < ttl + 1.0
+
+    try:
+        play(redis_server, scenario)
+    finally:
+        sync.close()
