@@ -44,9 +44,9 @@ from lockworker.model.codec import Holder, LockValue, new_run
 from lockworker.model.keys import Space
 from lockworker.model.state import Grant, Settle, Snapshot
 from lockworker.primitives import common
-from lockworker.primitives.lockqueue import LockSteps, pause_for, pushed_grant, wait_slice
+from lockworker.primitives.lockqueue import MIN_WAIT, LockSteps, pause_for, pushed_grant, wait_slice
 from lockworker.protocol import ScriptProtocol
-from lockworker.runtime import events, retry
+from lockworker.runtime import events, nudge, retry
 from lockworker.runtime.lease import valid_until
 
 NAMESPACE = "locks"
@@ -332,10 +332,14 @@ class Lock(LockCore[redis.Redis]):
         self, who: Holder, pause: float, deadline: float | None
     ) -> tuple[int, int] | None:
         key = self._steps.grant_key(who)
-        reply = self._call(
-            lambda: self.client.blpop([key], timeout=pause), "wait for the lock",
-            deadline=deadline,
-        )
+        timeout, nudge_at = nudge.pop(pause, self.clock.monotonic(), deadline, MIN_WAIT)
+        nudging = (contextlib.nullcontext() if nudge_at is None
+                   else nudge.Nudger(self.clock, lambda: self.client.exists(key), nudge_at))
+        with nudging:
+            reply = self._call(
+                lambda: self.client.blpop([key], timeout=timeout), "wait for the lock",
+                deadline=deadline,
+            )
         return pushed_grant(key, reply)
 
     def _leave(self, who: Holder) -> None:
@@ -353,13 +357,8 @@ class Lock(LockCore[redis.Redis]):
         ttl_ms, retention_ms = self._ttl_ms, self._retention_ms
 
         def renew(deadline: float) -> bool:
-            return bool(
-                call(
-                    lambda: protocol.renew(keys, held, ttl_ms, retention_ms),
-                    "renew the lock",
-                    deadline=deadline,
-                )
-            )
+            step = lambda: protocol.renew(keys, held, ttl_ms, retention_ms)  # noqa: E731
+            return bool(call(step, "renew the lock", deadline=deadline))
 
         return renew
 

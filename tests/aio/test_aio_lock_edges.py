@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 
 import pytest
 import redis.asyncio
-from helpers import until
+from helpers import TIMEOUTS, assert_on_time, until
 
 from lockworker import InvalidConfig
 from lockworker.aio.lock import Lock
@@ -97,3 +97,26 @@ def test_a_dropped_held_lock_stops_its_heartbeat_task_warns_and_lapses(
         play(redis_server, scenario)
     finally:
         sync.close()
+
+
+@pytest.mark.parametrize("kind", ["lock", "semaphore"])
+def test_acquire_with_a_timeout_returns_within_a_few_ms_of_it(
+    redis_server: RedisServer, namespace: str, kind: str
+) -> None:
+    def make(client: redis.asyncio.Redis) -> Any:
+        return (Lock(client, "res", namespace=namespace, ttl=30.0) if kind == "lock"
+                else Semaphore(client, "res", 1, namespace=namespace, ttl=30.0))
+
+    async def scenario(client: redis.asyncio.Redis) -> list[float]:
+        holder = make(client)
+        assert await holder.acquire()
+        overshoots = []
+        for timeout in TIMEOUTS:
+            waiter = make(client)
+            started = time.monotonic()
+            assert not await waiter.acquire(timeout=timeout)
+            overshoots.append(time.monotonic() - started - timeout)
+        await holder.release()
+        return overshoots
+
+    assert_on_time(play(redis_server, scenario))

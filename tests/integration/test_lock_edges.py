@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 import redis
-from helpers import wait_for
+from helpers import TIMEOUTS, assert_on_time, wait_for
 
 from lockworker.primitives import Lock, Semaphore
 from lockworker.testing import capture_events
@@ -67,3 +67,23 @@ def test_a_dropped_held_lock_stops_renewing_warns_and_lapses_within_its_ttl(
         assert seen[-1] <= seen[-2], f"renewed after it was dropped: {seen}"
         assert time.monotonic() - dropped < ttl + 2.0, f"never lapsed: {seen[-5:]}"
     assert time.monotonic() - dropped < ttl + 1.0
+
+
+@pytest.mark.parametrize("kind", ["lock", "semaphore"])
+def test_acquire_with_a_timeout_returns_within_a_few_ms_of_it(
+    redis_client: redis.Redis, namespace: str, kind: str
+) -> None:
+    def make() -> Any:
+        return (Lock(redis_client, "res", namespace=namespace, ttl=30.0) if kind == "lock"
+                else Semaphore(redis_client, "res", 1, namespace=namespace, ttl=30.0))
+
+    holder = make()
+    assert holder.acquire()
+    overshoots = []
+    for timeout in TIMEOUTS:
+        waiter = make()
+        started = time.monotonic()
+        assert not waiter.acquire(timeout=timeout)
+        overshoots.append(time.monotonic() - started - timeout)
+    holder.release()
+    assert_on_time(overshoots)
