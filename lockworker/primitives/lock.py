@@ -43,8 +43,7 @@ from lockworker.errors import AcquireTimeout, LockLost, LockworkerError, NotHeld
 from lockworker.model.codec import Holder, LockValue, new_run
 from lockworker.model.keys import Space
 from lockworker.model.state import Grant, Settle, Snapshot
-from lockworker.primitives import common
-from lockworker.primitives.lockqueue import MIN_WAIT, LockSteps, pause_for, pushed_grant, wait_slice
+from lockworker.primitives import common, lockqueue
 from lockworker.protocol import ScriptProtocol
 from lockworker.runtime import events, nudge, retry
 from lockworker.runtime.lease import valid_until
@@ -54,8 +53,6 @@ MAX_ACQUISITIONS = 10**15
 """Attempt limit passed to the job protocol's acquire: never reached."""
 RETENTION = 365 * 86400.0
 """Seconds the token counter outlives the last use, so fencing tokens never repeat."""
-PLACE_MARGIN = 1.0
-"""Seconds a waiter's place outlives two slices: room for a slow round trip or a pause."""
 
 C = TypeVar("C")
 
@@ -91,12 +88,12 @@ class LockCore(common.Primitive, Generic[C]):
             timeout=timeout, clock=clock, logger=logger, redis_retry=redis_retry,
         )
         self.client = client
-        self._steps = LockSteps(client, self.keys, publish=self.publishes_release)
+        self._steps = lockqueue.LockSteps(client, self.keys, publish=self.publishes_release)
         self._retention_ms = round(RETENTION * 1000)
         self._held: LockValue | None = None
         self._token: int | None = None
-        self._slice = wait_slice(client, self.ttl)
-        self._place_ms = round((2 * self._slice + PLACE_MARGIN) * 1000)
+        self._slice = lockqueue.wait_slice(client, self.ttl)
+        self._place_ms = lockqueue.place_ms(self._slice)
 
     # -- state -----------------------------------------------------------------------
 
@@ -180,7 +177,7 @@ class LockCore(common.Primitive, Generic[C]):
             if deadline is not None and now >= deadline:
                 self._log.debug(common.TIMED_OUT, waited=now - start)
                 return False
-            pause = pause_for(seen, now, deadline, self._slice)
+            pause = lockqueue.pause_for(seen, now, deadline, self._slice)
             pushed = yield partial(self._await_grant, who, pause, deadline)
             if pushed is not None:
                 # Granted after our last look (the push went to this run only).
@@ -332,7 +329,7 @@ class Lock(LockCore[redis.Redis]):
         self, who: Holder, pause: float, deadline: float | None
     ) -> tuple[int, int] | None:
         key = self._steps.grant_key(who)
-        timeout, nudge_at = nudge.pop(pause, self.clock.monotonic(), deadline, MIN_WAIT)
+        timeout, nudge_at = nudge.pop(pause, self.clock.monotonic(), deadline, lockqueue.MIN_WAIT)
         nudging = (contextlib.nullcontext() if nudge_at is None
                    else nudge.Nudger(self.clock, lambda: self.client.exists(key), nudge_at))
         with nudging:
@@ -340,7 +337,7 @@ class Lock(LockCore[redis.Redis]):
                 lambda: self.client.blpop([key], timeout=timeout), "wait for the lock",
                 deadline=deadline,
             )
-        return pushed_grant(key, reply)
+        return lockqueue.pushed_grant(key, reply)
 
     def _leave(self, who: Holder) -> None:
         # Give our place in the queue up (even on KeyboardInterrupt), so nobody waits

@@ -17,10 +17,11 @@ Free permits are ``limit - |holders|``, computed inside one script, so initialis
 needs no step of its own and cannot race. A waiter takes a ticket and gets a permit
 only when fewer waiters are ahead of it than permits are free: first come, first
 served. Holders and waiters keep their entries alive with a heartbeat; an entry whose
-heartbeat stopped (the process died) expires after ``ttl`` and is purged by the next
-script to run, which wakes the queue. A release of a permit never held is refused
-(:class:`~lockworker.NotHeld` when this object holds none, :class:`~lockworker.LockLost`
-when its permit had already expired).
+heartbeat stopped (the process died) expires and is purged by the next script to run,
+which wakes the queue: a holder's after ``ttl``, a waiter's after one waiter heartbeat
+(``min(ttl / 3, 1 s)``) and a margin, so a dead waiter does not hold the queue up long.
+A release of a permit never held is refused (:class:`~lockworker.NotHeld` when this
+object holds none, :class:`~lockworker.LockLost` when its permit had already expired).
 
 :class:`SemaphoreCore` is the semaphore without its I/O (settings, state, the steps,
 the acquire loop as a generator, every decision); :class:`Semaphore` runs it on a
@@ -41,7 +42,7 @@ import redis
 from lockworker.clock import Clock
 from lockworker.errors import AcquireTimeout, InvalidConfig, LockLost, LockworkerError, NotHeld
 from lockworker.model.keys import Space
-from lockworker.primitives import common, lua
+from lockworker.primitives import common, lockqueue, lua
 from lockworker.protocol import text
 from lockworker.protocol.luacall import LuaScript
 from lockworker.runtime import events, retry
@@ -96,6 +97,9 @@ class SemaphoreCore(common.Primitive, Generic[C]):
         self._zsets = [self.keys.extra(k) for k in ("holders", "queue", "waiting")]
         self._all_keys = [*self._zsets, self.keys.extra("tickets"), self.keys.extra("limit")]
         self._held: str | None = None
+        self._heartbeat_every = min(lockqueue.SLICE, self.ttl / 3)
+        """A waiter looks again at least this often, which keeps its place alive."""
+        self._place_ms = lockqueue.place_ms(self._heartbeat_every)
 
     @property
     def held(self) -> bool:
@@ -139,9 +143,10 @@ class SemaphoreCore(common.Primitive, Generic[C]):
             now = self.clock.monotonic()
             if event is None or (deadline is not None and now >= deadline):
                 return False
-            # Wake on a release, when the first holder's permit would expire, or in
-            # time to refresh this waiter's own place in the queue.
-            pause = min(self.ttl / 3, left + MIN_WAIT if left >= 0 else self.ttl / 3)
+            # Wake on a release, when the first holder's permit (or waiter's place)
+            # would expire, or in time to refresh this waiter's own place in the queue.
+            beat = self._heartbeat_every
+            pause = min(beat, left + MIN_WAIT if left >= 0 else beat)
             if deadline is not None:
                 pause = min(pause, deadline - now)
             yield partial(self._wait, event, max(MIN_WAIT, pause))
@@ -156,7 +161,7 @@ class SemaphoreCore(common.Primitive, Generic[C]):
 
     def _acquire_step(self, member: str, *, queue: bool) -> common.ScriptStep[float | None]:
         """None if granted, else seconds until the first permit expires (-1: unknown)."""
-        args = (member, self.limit, self._ttl_ms, self._ttl_ms, self.keys.wake,
+        args = (member, self.limit, self._ttl_ms, self._place_ms, self.keys.wake,
                 "1" if queue else "0")
         return common.ScriptStep(SEM_ACQUIRE, self._all_keys, args, self._left)
 
