@@ -148,6 +148,29 @@ def optional_seconds(value: object, name: str) -> float | None:
     return cast("float | None", number(value, name, allow_none=True))
 
 
+def flag(value: object, name: str) -> bool:
+    """A switch: exactly True or False (``1`` or ``"yes"`` is refused, not read as one)."""
+    if not isinstance(value, bool):
+        raise InvalidConfig(f"{name} must be True or False, got {_shown(value)}")
+    return value
+
+
+def acquire_wait(blocking: object, timeout: object) -> tuple[bool, float | None]:
+    """An acquisition's ``blocking`` and ``timeout``: a switch, and None or seconds >= 0.
+
+    A ``timeout`` with ``blocking=False`` is refused rather than ignored (a try that
+    never waits cannot honour it), as :meth:`threading.Lock.acquire` refuses it.
+    """
+    wait = flag(blocking, "blocking")
+    seconds_ = optional_seconds(timeout, "timeout")
+    if not wait and seconds_ is not None:
+        raise InvalidConfig(
+            f"timeout must be None when blocking=False (a non-blocking acquire never "
+            f"waits), got {_shown(timeout)}"
+        )
+    return wait, seconds_
+
+
 def count(value: object, name: str, *, minimum: int = 1) -> int:
     """A count: an int >= ``minimum`` (1 by default)."""
     return cast(int, number(value, name, minimum=minimum, integer=True))

@@ -87,3 +87,15 @@ def reap(procs: Iterable[subprocess.Popen[Any]]) -> None:
         if proc.poll() is None:
             proc.kill()
         proc.wait(timeout=10)
+
+
+TIMEOUTS = (0.05, 0.2, 0.35) * 3
+"""Each timeout three times: the server's tick (100 ms at its default hz) would make a
+late answer late by about 50 ms on average, whatever the phase."""
+
+
+def assert_on_time(overshoots: list[float]) -> None:
+    """Never early; on average within a few ms of the timeout (a loaded machine may
+    delay one return, not all of them)."""
+    assert min(overshoots) >= 0, overshoots
+    assert sum(overshoots) / len(overshoots) < 0.02, sorted(overshoots)

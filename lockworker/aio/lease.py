@@ -46,10 +46,20 @@ class AsyncHeartbeat:
         """Stop renewing ``lease``, saying nothing of whether it was still held. A
         renewal in flight is abandoned; its answer would not be applied to a released
         lease anyway."""
-        lease.released = True
+        lease.released = True  # enough by itself: the task ends at its next wake-up
         task = self._tasks.pop(lease, None)
-        if task is not None and task is not asyncio.current_task():
-            task.cancel()
+        if task is None:
+            return
+        try:
+            running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:  # another thread (a collected Lock's finaliser, say)
+            running = None
+        if running is task.get_loop():
+            if task is not asyncio.current_task():
+                task.cancel()
+        else:
+            with contextlib.suppress(RuntimeError):  # its loop is closed: nothing to stop
+                task.get_loop().call_soon_threadsafe(task.cancel)
 
     async def _keep(self, lease: Lease) -> None:
         while not (lease.released or lease.lost):

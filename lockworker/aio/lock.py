@@ -18,6 +18,7 @@ if the task is cancelled again (:func:`~lockworker.aio.primitive.shielded`).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
 from functools import cached_property
@@ -30,7 +31,8 @@ from lockworker.errors import LockworkerError
 from lockworker.model.codec import Holder, LockValue
 from lockworker.model.state import Grant, Snapshot
 from lockworker.primitives.lock import LockCore
-from lockworker.primitives.lockqueue import pushed_grant
+from lockworker.primitives.lockqueue import MIN_WAIT, pushed_grant
+from lockworker.runtime import nudge
 
 __all__ = ["Lock"]
 
@@ -98,11 +100,24 @@ class Lock(AsyncPrimitive, LockCore[AsyncClient]):
         self, who: Holder, pause: float, deadline: float | None
     ) -> tuple[int, int] | None:
         key = self._steps.grant_key(who)
-        reply = await self._acall(
-            lambda: self.client.blpop([key], timeout=pause), "wait for the lock",
-            deadline=deadline,
-        )
+        timeout, nudge_at = nudge.pop(pause, self.clock.monotonic(), deadline, MIN_WAIT)
+        nudging = None if nudge_at is None else asyncio.ensure_future(self._nudge(key, nudge_at))
+        try:
+            reply = await self._acall(
+                lambda: self.client.blpop([key], timeout=timeout), "wait for the lock",
+                deadline=deadline,
+            )
+        finally:
+            if nudging is not None:
+                nudging.cancel()
         return pushed_grant(key, reply)
+
+    async def _nudge(self, key: str, at: float) -> None:
+        """The sync side's :class:`~lockworker.runtime.nudge.Nudger`, as a task."""
+        for when in nudge.schedule(at):
+            await asyncio.sleep(max(0.0, when - self.clock.monotonic()))
+            with contextlib.suppress(Exception):
+                await self.client.exists(key)
 
     async def _leave(self, who: Holder) -> None:
         step = self._steps.leave_step(who, self._retention_ms)
@@ -110,9 +125,13 @@ class Lock(AsyncPrimitive, LockCore[AsyncClient]):
             await self._acall(lambda: self._steps.arun(step), "leave the queue")
 
     def _renewer(self, held: LockValue) -> Callable[[float], Awaitable[bool]]:
+        # Not over self: the heartbeat task must not keep a dropped Lock alive.
+        acall, protocol, keys = self._acall, self.protocol, self.keys
+        ttl_ms, retention_ms = self._ttl_ms, self._retention_ms
+
         async def renew(deadline: float) -> bool:
-            renewed = await self._acall(
-                lambda: self.protocol.renew(self.keys, held, self._ttl_ms, self._retention_ms),
+            renewed = await acall(
+                lambda: protocol.renew(keys, held, ttl_ms, retention_ms),
                 "renew the lock",
                 deadline=deadline,
             )

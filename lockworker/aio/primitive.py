@@ -83,7 +83,7 @@ class AsyncPrimitive(Primitive):
         self._renewals = AsyncHeartbeat(self.clock, interval)
         self._renewals.hold(lease)
 
-    def _stop_background_renewal(self, lease: Lease | None) -> None:
+    def _stop_background_renewal(self, lease: Lease | None, *, wait: bool = True) -> None:
         renewals, self._renewals = self._renewals, None
         if renewals is not None and lease is not None:
             renewals.drop(lease)

@@ -80,12 +80,10 @@ class Semaphore(AsyncPrimitive, SemaphoreCore[AsyncClient]):
         return await wait(event, pause)
 
     def _renewer(self, member: str) -> Callable[[float], Awaitable[bool]]:
-        step = self._renew_step(member)
+        step, acall, client = self._renew_step(member), self._acall, self.client  # not self
 
         async def renew(deadline: float) -> bool:
-            return await self._acall(
-                lambda: step.arun(self.client), "renew a permit", deadline=deadline
-            )
+            return await acall(lambda: step.arun(client), "renew a permit", deadline=deadline)
 
         return renew
 

@@ -14,15 +14,26 @@ classes here send and call them on a ``redis.Redis`` client (:func:`drive`), tho
 
 from __future__ import annotations
 
+import contextlib
 import uuid
+import warnings
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Generic, TypeVar
 
 from lockworker.clock import Clock, SystemClock
+from lockworker.config import (
+    acquire_wait,
+    count,
+    default_owner,
+    flag,
+    lease,
+    optional_seconds,
+    positive,
+    seconds,
+)
 from lockworker.config import client as config_client
-from lockworker.config import count, default_owner, lease, optional_seconds, positive, seconds
-from lockworker.errors import AlreadyHeld, InvalidConfig
+from lockworker.errors import AlreadyHeld
 from lockworker.model.keys import JobKeys, Space, check_name
 from lockworker.protocol.luacall import LuaScript
 from lockworker.runtime import events
@@ -35,11 +46,13 @@ RELEASED = "lock.released"
 LOST = "lock.lost"
 EXTENDED = "lock.extended"
 TIMED_OUT = "lock.timed_out"
+DROPPED = "lock.dropped"
 
 R = TypeVar("R")
 
 __all__ = [
     "ACQUIRED",
+    "DROPPED",
     "EXTENDED",
     "LOST",
     "RELEASED",
@@ -48,6 +61,7 @@ __all__ = [
     "Primitive",
     "ScriptStep",
     "Steps",
+    "check_acquire",
     "check_client",
     "check_timeout",
     "count",
@@ -73,9 +87,14 @@ def check_timeout(timeout: object, argument: str = "timeout") -> float | None:
 
 
 def check_bool(value: object, argument: str) -> bool:
-    if not isinstance(value, bool):
-        raise InvalidConfig(f"{argument} must be True or False, got {value!r}")
-    return value
+    """True or False (:func:`lockworker.config.flag`)."""
+    return flag(value, argument)
+
+
+def check_acquire(blocking: object, timeout: object) -> tuple[bool, float | None]:
+    """An acquisition's arguments (:func:`lockworker.config.acquire_wait`): a timeout
+    with ``blocking=False`` is refused."""
+    return acquire_wait(blocking, timeout)
 
 
 def new_owner(base: str) -> str:
@@ -132,6 +151,8 @@ class Primitive:
     label: ClassVar[str]
     """The field naming the object in its events (``lock``, ``semaphore``)."""
     asyncio_client: ClassVar[bool] = False
+    dropped_event: ClassVar[str] = DROPPED
+    """The event logged when the object is collected while it holds."""
     """Whether the client is a ``redis.asyncio`` one (:mod:`lockworker.aio`)."""
     redis_retry: RetryPolicy
     _log: EventLog
@@ -199,8 +220,10 @@ class Primitive:
         if renew is None:
             return
 
+        log = self._log  # not self: renewal must not keep a dropped object alive
+
         def lost(_lease: Lease, reason: str) -> None:
-            self._log.warning(LOST, reason=reason, **lost_fields)
+            log.warning(LOST, reason=reason, **lost_fields)
 
         self._lease = Lease(
             renew=renew, lease=self.ttl, valid_until=until, next_renewal=next_renewal,
@@ -213,17 +236,41 @@ class Primitive:
         self._heartbeat = Heartbeat(self.clock, interval)
         self._heartbeat.hold(lease)
 
-    def _unhold(self) -> None:
-        """Stop renewing (a release, a loss, a close)."""
+    def _unhold(self, *, wait: bool = True) -> None:
+        """Stop renewing (a release, a loss, a close); ``wait`` for the heartbeat to end."""
         lease, self._lease = self._lease, None
-        self._stop_background_renewal(lease)
+        self._stop_background_renewal(lease, wait=wait)
 
-    def _stop_background_renewal(self, lease: Lease | None) -> None:
+    def _stop_background_renewal(self, lease: Lease | None, *, wait: bool = True) -> None:
         heartbeat, self._heartbeat = self._heartbeat, None
         if heartbeat is not None:
             if lease is not None:
                 heartbeat.drop(lease)
-            heartbeat.close()
+            heartbeat.close(wait=wait)
+
+    def _holding(self) -> dict[str, Any] | None:
+        """What this object holds, as the fields of an event; None if nothing."""
+        return None
+
+    def __del__(self) -> None:
+        """Collected while holding (never released, no ``with``, an error path): stop
+        renewing at once, so the lease lapses within its ttl, and say so, as an unclosed
+        file does. Renewal holds no reference to the object, so dropping it is enough."""
+        try:
+            holding = self._holding()
+        except AttributeError:  # a constructor that raised: nothing was held
+            return
+        if holding is None:
+            return
+        self._unhold(wait=False)  # never block the collector (or interpreter shutdown)
+        warnings.warn(
+            f"{self.label} {self.name!r} (namespace {self.keys.namespace!r}) was dropped "
+            f"while held ({', '.join(f'{k} {v}' for k, v in holding.items())}); renewal "
+            f"stopped and it lapses within its ttl. Release it, or use 'with'",
+            ResourceWarning, stacklevel=2, source=self,
+        )
+        with contextlib.suppress(Exception):  # logging may be gone at interpreter exit
+            self._log.warning(self.dropped_event, **holding)
 
     def _lost(self) -> bool:
         """Whether what is held can no longer be trusted: by the renewing lease, or by

@@ -12,10 +12,9 @@ re-enter it.
 
 Each step is one Lua script, one round trip: acquire (take it if free and nobody is
 queued ahead, else join the queue), release (compare the caller's exact value, then
-grant the lock to the first live waiter or free it; never GET then DEL) and extend.
-A waiter blocks on its own grant list until a release grants it the lock or, if the
-holder died, until the lock's own PTTL runs out on this process's clock; there is no
-polling sleep, and nobody but the new holder wakes.
+grant the lock to the first live waiter or free it; never GET then DEL) and extend. A
+waiter blocks on its own grant list until a release grants it the lock or, if the holder
+died, until the lock's PTTL runs out on this process's clock; nobody else wakes.
 
 Whether this process still holds the lock is judged by its own monotonic clock, taken
 before the request that granted or extended it (:mod:`lockworker.runtime.lease`). A lock that
@@ -44,10 +43,9 @@ from lockworker.errors import AcquireTimeout, LockLost, LockworkerError, NotHeld
 from lockworker.model.codec import Holder, LockValue, new_run
 from lockworker.model.keys import Space
 from lockworker.model.state import Grant, Settle, Snapshot
-from lockworker.primitives import common
-from lockworker.primitives.lockqueue import LockSteps, pause_for, pushed_grant, wait_slice
+from lockworker.primitives import common, lockqueue
 from lockworker.protocol import ScriptProtocol
-from lockworker.runtime import events, retry
+from lockworker.runtime import events, nudge, retry
 from lockworker.runtime.lease import valid_until
 
 NAMESPACE = "locks"
@@ -55,10 +53,8 @@ MAX_ACQUISITIONS = 10**15
 """Attempt limit passed to the job protocol's acquire: never reached."""
 RETENTION = 365 * 86400.0
 """Seconds the token counter outlives the last use, so fencing tokens never repeat."""
-PLACE_MARGIN = 1.0
 NO_WAIT = ("a release hands the lock to the next waiter, which writes nothing WAIT could "
            "count; for a lock that outlives a failover use Redlock (docs/guarantees.md)")
-"""Seconds a waiter's place outlives two slices: room for a slow round trip or a pause."""
 
 C = TypeVar("C")
 
@@ -96,12 +92,12 @@ class LockCore(common.Primitive, Generic[C]):
         )
         self.durability = local_durability(durability, "Lock", NO_WAIT)
         self.client = client
-        self._steps = LockSteps(client, self.keys, publish=self.publishes_release)
+        self._steps = lockqueue.LockSteps(client, self.keys, publish=self.publishes_release)
         self._retention_ms = round(RETENTION * 1000)
         self._held: LockValue | None = None
         self._token: int | None = None
-        self._slice = wait_slice(client, self.ttl)
-        self._place_ms = round((2 * self._slice + PLACE_MARGIN) * 1000)
+        self._slice = lockqueue.wait_slice(client, self.ttl)
+        self._place_ms = lockqueue.place_ms(self._slice)
 
     # -- state -----------------------------------------------------------------------
 
@@ -132,6 +128,10 @@ class LockCore(common.Primitive, Generic[C]):
         """
         return self._held is not None and self._lost()
 
+    def _holding(self) -> dict[str, Any] | None:
+        held = self._held
+        return None if held is None else {"token": held.token}
+
     def _holds_value(self, raw: Any) -> bool:
         """Whether ``raw``, the lock key's value, is this object's hold."""
         held = self._held
@@ -147,8 +147,7 @@ class LockCore(common.Primitive, Generic[C]):
         self, blocking: object, timeout: object
     ) -> tuple[Holder, float, float | None]:
         """Check an acquisition's arguments; its holder, start and deadline."""
-        common.check_bool(blocking, "blocking")
-        wait = common.check_timeout(timeout)
+        _, wait = common.check_acquire(blocking, timeout)
         if wait is None:
             wait = self.timeout
         if self._held is not None:
@@ -182,7 +181,7 @@ class LockCore(common.Primitive, Generic[C]):
             if deadline is not None and now >= deadline:
                 self._log.debug(common.TIMED_OUT, waited=now - start)
                 return False
-            pause = pause_for(seen, now, deadline, self._slice)
+            pause = lockqueue.pause_for(seen, now, deadline, self._slice)
             pushed = yield partial(self._await_grant, who, pause, deadline)
             if pushed is not None:
                 # Granted after our last look (the push went to this run only).
@@ -334,11 +333,15 @@ class Lock(LockCore[redis.Redis]):
         self, who: Holder, pause: float, deadline: float | None
     ) -> tuple[int, int] | None:
         key = self._steps.grant_key(who)
-        reply = self._call(
-            lambda: self.client.blpop([key], timeout=pause), "wait for the lock",
-            deadline=deadline,
-        )
-        return pushed_grant(key, reply)
+        timeout, nudge_at = nudge.pop(pause, self.clock.monotonic(), deadline, lockqueue.MIN_WAIT)
+        nudging = (contextlib.nullcontext() if nudge_at is None
+                   else nudge.Nudger(self.clock, lambda: self.client.exists(key), nudge_at))
+        with nudging:
+            reply = self._call(
+                lambda: self.client.blpop([key], timeout=timeout), "wait for the lock",
+                deadline=deadline,
+            )
+        return lockqueue.pushed_grant(key, reply)
 
     def _leave(self, who: Holder) -> None:
         # Give our place in the queue up (even on KeyboardInterrupt), so nobody waits
@@ -349,16 +352,14 @@ class Lock(LockCore[redis.Redis]):
             self._call(lambda: self._steps.run(step), "leave the queue")
 
     def _renewer(self, held: LockValue) -> Callable[[float], bool]:
+        # Closes over what renewing needs, not over self: the heartbeat must not keep
+        # a dropped Lock alive (its collection stops the renewal, see Primitive.__del__).
+        call, protocol, keys = self._call, self.protocol, self.keys
+        ttl_ms, retention_ms = self._ttl_ms, self._retention_ms
+
         def renew(deadline: float) -> bool:
-            return bool(
-                self._call(
-                    lambda: self.protocol.renew(
-                        self.keys, held, self._ttl_ms, self._retention_ms
-                    ),
-                    "renew the lock",
-                    deadline=deadline,
-                )
-            )
+            step = lambda: protocol.renew(keys, held, ttl_ms, retention_ms)  # noqa: E731
+            return bool(call(step, "renew the lock", deadline=deadline))
 
         return renew
 

@@ -16,13 +16,18 @@ waiting thread. Keys of lock ``report`` in namespace ``locks``::
     lw:lock:locks:{report}:waiters       hash: run -> "place expiry ms|ttl ms|owner";
                                          field "#" numbers the tickets
     lw:lock:locks:{report}:grant:<run>   list: the token granted to that waiter
+    lw:lock:locks:{report}:granted       "run|place expiry ms" of the last grant
 
-A waiter keeps its place alive by looking again at least every slice (one second at
-most); a place not refreshed for ``place_ms`` has expired, and the next step that
-meets it at the head of the queue drops it. A waiter that died after its last look
-can still be granted the lock: it is then held by nobody for that waiter's ttl, as if
-its holder had died. A lock nobody holds while waiters are queued (its holder died)
-goes to the first live waiter, which wakes at the lease's end and takes it.
+A waiter's heartbeat is its look: it looks again at least every slice (one second at
+most), which keeps its place alive for a slice and :data:`PLACE_MARGIN` more; a place
+not refreshed for that long has expired, and the next step that meets it at the head
+of the queue drops it. A waiter that died after its last look can still be granted the
+lock before its place expires; but it never takes the grant (its grant list stays
+full), so once its place would have expired the next look by anyone takes the lock
+back and passes it on (``:granted`` says whose grant it is, until when). A dead waiter
+is thus passed over within one heartbeat of its death, granted or not. A lock nobody
+holds while waiters are queued (its holder died) goes to the first live waiter, which
+wakes at the lease's end and takes it.
 
 Times of places come from the server's ``TIME``: one clock for every process.
 """
@@ -50,7 +55,11 @@ from lockworker.protocol.decode import (
 from lockworker.protocol.luacall import LuaScript
 
 SLICE = 1.0
-"""Longest a waiter blocks before it looks again (and so keeps its place alive)."""
+"""Longest a waiter blocks before it looks again (and so keeps its place alive): the
+waiters' heartbeat, at most (a third of the ttl if that is shorter)."""
+PLACE_MARGIN = 0.5
+"""Seconds a waiter's place outlives one heartbeat: room for a slow round trip, the
+server's tick ending a pop late, a short pause."""
 MIN_SLICE = 0.001
 MIN_WAIT = 0.001
 
@@ -60,6 +69,7 @@ KEEP_MS = 60_000
 R = TypeVar("R")
 
 # Shared by the three scripts. KEYS[1] lock  KEYS[2] state  KEYS[3] queue  KEYS[4] waiters
+# KEYS[5] granted
 _QUEUE = LUA_PROLOGUE + """
 local function lw_now_ms()
   local t = redis.call('TIME')
@@ -112,7 +122,7 @@ end
 -- '' (for those that wait without queueing: compute_once's waiters for a value).
 local function lw_pass(retention_ms, grant_prefix, channel, released)
   if redis.call('EXISTS', KEYS[3]) == 1 then
-    local first, ttl, owner = lw_head(lw_now_ms())
+    local first, ttl, owner, expiry = lw_head(lw_now_ms())
     if first then
       local r = lw_take(first, owner, ttl, retention_ms)
       if r[1] == 'granted' then
@@ -120,14 +130,26 @@ local function lw_pass(retention_ms, grant_prefix, channel, released)
         local g = grant_prefix .. first
         redis.call('RPUSH', g, r[3] .. '|' .. r[2])
         redis.call('PEXPIRE', g, ttl)
+        redis.call('SET', KEYS[5], first .. '|' .. expiry, 'PX', ttl)
         return 1
       end
     end
   end
-  redis.call('DEL', KEYS[1])
+  redis.call('DEL', KEYS[1], KEYS[5])
   if released then redis.call('SET', KEYS[2], released, 'PX', retention_ms) end
   if channel ~= '' then redis.call('PUBLISH', channel, 'released') end
   return 1
+end
+-- If the lock was granted to ``run`` and not taken (its grant list is still full): ms
+-- until that grant is taken back (when the waiter's place would have expired); else nil.
+local function lw_unclaimed(run, grant_prefix)
+  local g = redis.call('GET', KEYS[5])
+  if not g then return nil end
+  local bar = string.find(g, '|', 1, true)
+  if string.sub(g, 1, bar - 1) ~= run or redis.call('EXISTS', grant_prefix .. run) == 0 then
+    return nil
+  end
+  return tonumber(string.sub(g, bar + 1)) - lw_now_ms()
 end
 """
 
@@ -135,19 +157,37 @@ end
 # the queue or keep the caller's place alive.
 # ARGV[1] owner  ARGV[2] ttl ms  ARGV[3] retention ms  ARGV[4] run  ARGV[5] place ms
 # ARGV[6] '1' queue if not granted, '0' one try that never queues
-# ARGV[7] ms the queue's keys outlive the caller's look
+# ARGV[7] ms the queue's keys outlive the caller's look  ARGV[8] grant prefix
+# ARGV[9] wake channel ('' for none)
+# A grant that its waiter did not take before its place expired is taken back first.
 # returns {'granted', attempt, token, reentered(0|1)}    the caller's run holds it
-#         {'locked', attempt, token, owner, pttl ms, run}  another run holds it
+#         {'locked', attempt, token, owner, pttl ms, run}  another run holds it (pttl:
+#                   until the grant is taken back, if sooner and not taken yet)
 #         {'queued', ms}            free, but others are ahead; the head's place ends in ms
 #         {'foreign', key, value}   a key holds a value we did not write
 ACQUIRE = LuaScript(_QUEUE + """
 local cur = redis.call('GET', KEYS[1])
-local r, now = nil, nil
+local r, now, reentered = nil, nil, 1
+local l = cur and lw_lock(cur)
+if l and l.run ~= ARGV[4] then
+  local left = lw_unclaimed(l.run, ARGV[8])
+  if left and left <= 0 then  -- granted to a waiter that died: pass it on
+    redis.call('DEL', ARGV[8] .. l.run, KEYS[5])
+    lw_pass(ARGV[3], ARGV[8], ARGV[9])
+    cur, reentered = redis.call('GET', KEYS[1]), 0
+  end
+end
 if cur then
-  local l = lw_lock(cur)
+  l = lw_lock(cur)
   if not l then return {'foreign', KEYS[1], cur} end
-  if l.run == ARGV[4] and l.owner == ARGV[1] then return {'granted', l.attempt, l.token, 1} end
-  r = {'locked', l.attempt, l.token, l.owner, redis.call('PTTL', KEYS[1]), l.run}
+  if l.run == ARGV[4] and l.owner == ARGV[1] then
+    redis.call('DEL', ARGV[8] .. ARGV[4])  -- taken: not to be taken back
+    return {'granted', l.attempt, l.token, reentered}
+  end
+  local pttl = redis.call('PTTL', KEYS[1])
+  local left = lw_unclaimed(l.run, ARGV[8])
+  if left then pttl = math.max(0, math.min(pttl, left + 1)) end
+  r = {'locked', l.attempt, l.token, l.owner, pttl, l.run}
 else
   local first, expiry = nil, nil
   if redis.call('EXISTS', KEYS[3]) == 1 then
@@ -220,7 +260,8 @@ class LockSteps:
         self.keys = keys
         self._channel = keys.wake if publish else ""
         self.grant_prefix = keys.extra("grant:")
-        self._keys = (keys.lock, keys.state, keys.extra("queue"), keys.extra("waiters"))
+        self._keys = (keys.lock, keys.state, keys.extra("queue"), keys.extra("waiters"),
+                      keys.extra("granted"))
 
     def grant_key(self, who: Holder) -> str:
         """The list on which ``who`` waits for the lock to be granted."""
@@ -231,7 +272,7 @@ class LockSteps:
     ) -> ScriptStep[Grant | Snapshot | float]:
         """One look: a :class:`Grant`, the holder, or seconds until the head's place ends."""
         args = (who.owner, ttl_ms, retention_ms, who.run, place_ms, "1" if queue else "0",
-                KEEP_MS)
+                KEEP_MS, self.grant_prefix, self._channel)
         return ScriptStep(ACQUIRE, self._keys, args, partial(_look, self.keys))
 
     def release_step(self, held: LockValue, retention_ms: int) -> ScriptStep[Settle]:
@@ -294,6 +335,12 @@ def wait_slice(client: Any, ttl: float) -> float:
     if isinstance(socket_timeout, (int, float)) and socket_timeout > 0:
         pause = min(pause, socket_timeout / 2)
     return max(MIN_SLICE, pause)
+
+
+def place_ms(slice_: float) -> int:
+    """Milliseconds a waiter's place lives after its look: one heartbeat (``slice_``,
+    the longest it waits before it looks again) and :data:`PLACE_MARGIN`."""
+    return round((slice_ + PLACE_MARGIN) * 1000)
 
 
 def pause_for(seen: Snapshot | float, now: float, deadline: float | None, slice_: float) -> float:

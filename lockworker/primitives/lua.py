@@ -26,11 +26,13 @@ if #gone > 0 then redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now) end
 # SEM_ACQUIRE: take a permit in first-come-first-served order, or join/keep a place
 # in the queue.
 # KEYS[1] holders  KEYS[2] queue  KEYS[3] waiting  KEYS[4] ticket counter  KEYS[5] limit
-# ARGV[1] id  ARGV[2] limit  ARGV[3] hold ms  ARGV[4] waiter ms  ARGV[5] wake channel
+# ARGV[1] id  ARGV[2] limit  ARGV[3] hold ms  ARGV[4] waiter ms (a place lives that long
+# after the waiter's last look: its heartbeat and a margin)  ARGV[5] wake channel
 # ARGV[6] '1' join the queue if no permit now, '0' take a permit only if nobody waits
 # returns one of
 #   {'granted', reentered(0|1)}            the caller holds a permit now
-#   {'queued', rank, ms until the first holder's permit expires (-1 if none)}
+#   {'queued', rank, ms until the first holder's permit or waiter's place expires
+#    (-1 if none): a waiter ahead that died drops out then}
 #   {'busy'}                               no free permit (ARGV[6] = '0')
 #   {'limit', stored limit}                the semaphore exists with another limit
 # The number of permits is never stored: it is ``limit - ZCARD holders``, so however
@@ -68,9 +70,13 @@ if rank < free then
   return {'granted', 0}
 end
 redis.call('ZADD', KEYS[3], now + tonumber(ARGV[4]), ARGV[1])
-local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
 local left = -1
-if first[2] then left = tonumber(first[2]) - now end
+for _, zset in ipairs({KEYS[1], KEYS[3]}) do
+  local first = redis.call('ZRANGE', zset, 0, 0, 'WITHSCORES')
+  if first[2] and (left < 0 or tonumber(first[2]) - now < left) then
+    left = tonumber(first[2]) - now
+  end
+end
 return {'queued', rank, left}
 """
 

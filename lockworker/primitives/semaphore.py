@@ -17,10 +17,11 @@ Free permits are ``limit - |holders|``, computed inside one script, so initialis
 needs no step of its own and cannot race. A waiter takes a ticket and gets a permit
 only when fewer waiters are ahead of it than permits are free: first come, first
 served. Holders and waiters keep their entries alive with a heartbeat; an entry whose
-heartbeat stopped (the process died) expires after ``ttl`` and is purged by the next
-script to run, which wakes the queue. A release of a permit never held is refused
-(:class:`~lockworker.NotHeld` when this object holds none, :class:`~lockworker.LockLost`
-when its permit had already expired).
+heartbeat stopped (the process died) expires and is purged by the next script to run,
+which wakes the queue: a holder's after ``ttl``, a waiter's after one waiter heartbeat
+(``min(ttl / 3, 1 s)``) and a margin, so a dead waiter does not hold the queue up long.
+A release of a permit never held is refused (:class:`~lockworker.NotHeld` when this
+object holds none, :class:`~lockworker.LockLost` when its permit had already expired).
 
 :class:`SemaphoreCore` is the semaphore without its I/O (settings, state, the steps,
 the acquire loop as a generator, every decision); :class:`Semaphore` runs it on a
@@ -41,7 +42,7 @@ import redis
 from lockworker.clock import Clock
 from lockworker.errors import AcquireTimeout, InvalidConfig, LockLost, LockworkerError, NotHeld
 from lockworker.model.keys import Space
-from lockworker.primitives import common, lua
+from lockworker.primitives import common, lockqueue, lua
 from lockworker.protocol import text
 from lockworker.protocol.luacall import LuaScript
 from lockworker.runtime import events, retry
@@ -52,6 +53,7 @@ NAMESPACE = "semaphores"
 ACQUIRED = "semaphore.acquired"
 RELEASED = "semaphore.released"
 LOST = "semaphore.lost"
+DROPPED = "semaphore.dropped"
 MIN_WAIT = 0.001
 
 SEM_ACQUIRE = LuaScript(lua.SEM_ACQUIRE)
@@ -69,6 +71,7 @@ class SemaphoreCore(common.Primitive, Generic[C]):
     space = Space.SEMAPHORE
     log_name = events.SEMAPHORE
     label = "semaphore"
+    dropped_event = DROPPED
     client: C
 
     def __init__(
@@ -94,11 +97,17 @@ class SemaphoreCore(common.Primitive, Generic[C]):
         self._zsets = [self.keys.extra(k) for k in ("holders", "queue", "waiting")]
         self._all_keys = [*self._zsets, self.keys.extra("tickets"), self.keys.extra("limit")]
         self._held: str | None = None
+        self._heartbeat_every = min(lockqueue.SLICE, self.ttl / 3)
+        """A waiter looks again at least this often, which keeps its place alive."""
+        self._place_ms = lockqueue.place_ms(self._heartbeat_every)
 
     @property
     def held(self) -> bool:
         """True between a successful :meth:`acquire` and :meth:`release` (local view)."""
         return self._held is not None
+
+    def _holding(self) -> dict[str, Any] | None:
+        return None if self._held is None else {"holder": self._held}
 
     @property
     def lost(self) -> bool:
@@ -109,8 +118,7 @@ class SemaphoreCore(common.Primitive, Generic[C]):
 
     def _begin(self, blocking: object, timeout: object) -> tuple[str, float | None]:
         """Check an acquisition's arguments; its member id and deadline."""
-        common.check_bool(blocking, "blocking")
-        wait = common.check_timeout(timeout)
+        _, wait = common.check_acquire(blocking, timeout)
         if wait is None:
             wait = self.timeout
         if self._held is not None:
@@ -135,9 +143,10 @@ class SemaphoreCore(common.Primitive, Generic[C]):
             now = self.clock.monotonic()
             if event is None or (deadline is not None and now >= deadline):
                 return False
-            # Wake on a release, when the first holder's permit would expire, or in
-            # time to refresh this waiter's own place in the queue.
-            pause = min(self.ttl / 3, left + MIN_WAIT if left >= 0 else self.ttl / 3)
+            # Wake on a release, when the first holder's permit (or waiter's place)
+            # would expire, or in time to refresh this waiter's own place in the queue.
+            beat = self._heartbeat_every
+            pause = min(beat, left + MIN_WAIT if left >= 0 else beat)
             if deadline is not None:
                 pause = min(pause, deadline - now)
             yield partial(self._wait, event, max(MIN_WAIT, pause))
@@ -152,7 +161,7 @@ class SemaphoreCore(common.Primitive, Generic[C]):
 
     def _acquire_step(self, member: str, *, queue: bool) -> common.ScriptStep[float | None]:
         """None if granted, else seconds until the first permit expires (-1: unknown)."""
-        args = (member, self.limit, self._ttl_ms, self._ttl_ms, self.keys.wake,
+        args = (member, self.limit, self._ttl_ms, self._place_ms, self.keys.wake,
                 "1" if queue else "0")
         return common.ScriptStep(SEM_ACQUIRE, self._all_keys, args, self._left)
 
@@ -270,10 +279,10 @@ class Semaphore(SemaphoreCore[redis.Redis]):
         return self.clock.wait(event, pause)
 
     def _renewer(self, member: str) -> Callable[[float], bool]:
-        step = self._renew_step(member)
+        step, call, client = self._renew_step(member), self._call, self.client  # not self
 
         def renew(deadline: float) -> bool:
-            return self._call(lambda: step.run(self.client), "renew a permit", deadline=deadline)
+            return call(lambda: step.run(client), "renew a permit", deadline=deadline)
 
         return renew
 

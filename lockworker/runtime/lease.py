@@ -192,11 +192,12 @@ class Heartbeat:
             return
         renewal_answered(lease, sent_at, bool(held), self._interval)
 
-    def close(self) -> None:
-        """Stop the thread; held leases are no longer renewed."""
+    def close(self, *, wait: bool = True) -> None:
+        """Stop the thread; held leases are no longer renewed. ``wait``: until it ended
+        (a renewal in flight finishes first); without, it ends on its own after that."""
         self._stop.set()
         thread, self._thread = self._thread, None
-        if thread is not None and thread is not threading.current_thread():
+        if wait and thread is not None and thread is not threading.current_thread():
             thread.join(timeout=5.0)
 
 

@@ -207,6 +207,20 @@ def test_bad_name_and_client(redis_client: redis.Redis) -> None:
         Lock(redis_client, "x").acquire(timeout="soon")  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize("timeout", [1, 0, 0.5])
+def test_a_timeout_without_blocking_is_refused(
+    redis_client: redis.Redis, namespace: str, timeout: float
+) -> None:
+    """As ``threading.Lock().acquire(False, 1)`` raises: the timeout could never apply."""
+    lock = make(redis_client, namespace, timeout=5.0)  # a default for blocking acquires
+    with pytest.raises(InvalidConfig, match=r"timeout must be None when blocking=False") as e:
+        lock.acquire(blocking=False, timeout=timeout)
+    assert isinstance(e.value, ValueError) and repr(timeout) in str(e.value)
+    assert not lock.held and not lock.locked()
+    assert lock.acquire(blocking=False, timeout=None)  # the constructor's default is fine
+    lock.release()
+
+
 def five_clients_never_overlap(
     redis_server: Any, namespace: str, duration: float
 ) -> list[tuple[float, float, int]]:

@@ -184,3 +184,14 @@ def test_bad_arguments(
 ) -> None:
     with pytest.raises(InvalidConfig, match=argument):
         Semaphore(redis_client, "x", *args, **kwargs)
+
+
+def test_a_timeout_without_blocking_is_refused(
+    redis_client: redis.Redis, namespace: str
+) -> None:
+    sem = Semaphore(redis_client, "x", 1, namespace=namespace, timeout=5.0)
+    with pytest.raises(InvalidConfig, match=r"timeout must be None when blocking=False"):
+        sem.acquire(blocking=False, timeout=1)
+    assert not sem.held and sem.holders() == 0
+    assert sem.acquire(blocking=False)
+    sem.release()

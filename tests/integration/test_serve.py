@@ -15,6 +15,7 @@ import lockworker
 from lockworker import InvalidConfig, Job, JobStatus, Worker
 from lockworker.model.keys import JobKeys
 from lockworker.protocol import ScriptProtocol
+from lockworker.testing import capture_events
 
 
 def make_worker(client: redis.Redis, namespace: str, **kwargs: Any) -> Worker:
@@ -244,3 +245,54 @@ def test_redis_unavailable_stops_serving_and_is_raised(redis_server: Any, namesp
     with pytest.raises(lockworker.RedisUnavailable):
         worker.serve([("a", None), ("b", None)], concurrency=1)
     worker.close()
+
+
+def test_past_the_park_limit_jobs_wait_in_their_slot_and_every_one_is_served_once(
+    redis_client: redis.Redis, namespace: str
+) -> None:
+    """More jobs held elsewhere than PARK_LIMIT: the first PARK_LIMIT park, the next
+    ones wait in their slots (the fallback), the rest wait for a slot; when the holder
+    releases them all, each job runs exactly once, never two attempts at once and
+    never more than ``concurrency`` at a time."""
+    from lockworker.runtime.park import PARK_LIMIT
+
+    concurrency = 2
+    protocol = ScriptProtocol(redis_client)
+    ids = [f"held-{i}" for i in range(PARK_LIMIT + concurrency + 6)]
+    holds = [(JobKeys.of(namespace, j), grant(protocol, JobKeys.of(namespace, j), "alive",
+                                              lease_ms=60_000)) for j in ids]
+    lock = threading.Lock()
+    running: set[str] = set()
+    ran: list[str] = []
+    overlaps: list[str] = []
+    most = 0
+
+    def on_acquired(job: Job) -> None:
+        nonlocal most
+        with lock:
+            if job.id in running:
+                overlaps.append(job.id)
+            running.add(job.id)
+            ran.append(job.id)
+            most = max(most, len(running))
+        threading.Event().wait(0.001)  # long enough for a leaked slot to show
+        with lock:
+            running.discard(job.id)
+
+    worker = make_worker(redis_client, namespace, on_acquired=on_acquired, lock_timeout=30.0)
+    with capture_events() as logged:
+        thread = serve_in_thread(worker, [(j, None) for j in ids], concurrency=concurrency)
+        try:
+            parked = lambda: sum(e["event"] == "job.parked" for e in logged)  # noqa: E731
+            wait_for(lambda: parked() == PARK_LIMIT, timeout=30)
+            assert ran == []  # every slot is taken by a job waiting in it
+            for keys, g in holds:
+                protocol.release(keys, held(g, "alive"), RETENTION)
+            thread.join(60)
+            assert not thread.is_alive()
+        finally:
+            worker.stop()
+            worker.close()
+    assert parked() == PARK_LIMIT  # the others never parked: they waited in a slot
+    assert sorted(ran) == sorted(ids) and overlaps == [] and most <= concurrency
+    assert all(worker.inspect(j).status is JobStatus.DONE for j in ids)

@@ -12,11 +12,12 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
-from helpers import wait_for
+from helpers import in_thread, wait_for
 
-from lockworker.primitives import Semaphore, compute_once
+from lockworker.primitives import Lock, Semaphore, compute_once
 from lockworker.testing import RedisServer
 
 pytestmark = pytest.mark.processes
@@ -47,7 +48,7 @@ client.rpush(namespace + ":out", json.dumps(sections))
 HOLD = r"""
 import sys, threading
 import redis
-from lockworker.primitives import Semaphore, compute_once
+from lockworker.primitives import Lock, Semaphore, compute_once
 
 url, namespace, what = sys.argv[1:4]
 client = redis.Redis.from_url(url, socket_timeout=5)
@@ -136,4 +137,54 @@ def test_another_process_takes_over_a_killed_computation(
     value = compute_once(client, "k", lambda: "taken over", ttl=5.0, namespace=namespace)
     assert value == "taken over"
     assert time.monotonic() - killed < 4.0
+    client.close()
+
+
+WAIT = r"""
+import sys
+import redis
+from lockworker.primitives import Lock, Semaphore
+
+url, namespace, what = sys.argv[1:4]
+client = redis.Redis.from_url(url, socket_timeout=5)
+if what == "lock":
+    Lock(client, "fair", namespace=namespace, ttl=10.0).acquire()
+else:
+    Semaphore(client, "fair", 1, namespace=namespace, ttl=10.0).acquire()
+"""
+
+
+@pytest.mark.parametrize("what", ["lock", "semaphore"])
+def test_a_sigkilled_waiter_is_passed_over_within_one_waiter_heartbeat(
+    redis_server: RedisServer, namespace: str, procs: list[subprocess.Popen[bytes]],
+    what: str,
+) -> None:
+    """A holder, a waiter process SIGKILLed while queued, a live waiter behind it: on
+    the release the live waiter gets it within about one waiter heartbeat (a second,
+    for a ttl of 10 s, plus a margin of half a second), not after the dead waiter's
+    place (and, once granted to it, its lease of 10 s) ran out."""
+    client = redis_server.client(decode_responses=True)
+
+    def make() -> Any:
+        if what == "lock":
+            return Lock(client, "fair", namespace=namespace, ttl=10.0)
+        return Semaphore(client, "fair", 1, namespace=namespace, ttl=10.0)
+
+    holder, live = make(), make()
+    queue = holder.keys.extra("queue")
+    assert holder.acquire()
+    dead = subprocess.Popen([sys.executable, "-c", WAIT, redis_server.url, namespace, what])
+    procs.append(dead)
+    wait_for(lambda: client.zcard(queue) == 1, timeout=20)
+    thread, box = in_thread(lambda: (live.acquire(timeout=8.0), time.monotonic()))
+    wait_for(lambda: client.zcard(queue) == 2)
+    dead.kill()
+    dead.wait(10)
+    released = time.monotonic()
+    holder.release()  # at once: the dead waiter's place is still fresh
+    thread.join(15)
+    got, at = box["result"]
+    assert got, "the live waiter was kept waiting behind the dead one"
+    assert at - released < 3.0
+    live.release()
     client.close()
