@@ -211,8 +211,7 @@ class RedlockCore(common.Primitive, Generic[C]):
 
     def _begin(self, blocking: object, timeout: object) -> float | None:
         """Check an acquisition's arguments; its deadline."""
-        common.check_bool(blocking, "blocking")
-        wait = common.check_timeout(timeout)
+        _, wait = common.check_acquire(blocking, timeout)
         if wait is None:
             wait = self.timeout
         if self._held is not None:

@@ -337,6 +337,27 @@ def test_bad_arguments_are_refused_as_on_the_sync_side(
     play(scenario, masters)
 
 
+def test_a_timeout_without_blocking_is_refused_on_both_sides(
+    masters: list[RedisServer], namespace: str
+) -> None:
+    """As ``threading.Lock().acquire(False, 1)`` raises, and as ``Lock`` does: the
+    timeout of a single try could never apply."""
+    slock = SyncRedlock(sclients(masters), "x", namespace=namespace, timeout=5.0)
+    with pytest.raises(InvalidConfig, match="timeout must be None when blocking=False") as e:
+        slock.acquire(blocking=False, timeout=1)
+    assert not slock.held
+
+    async def scenario(clients: list[redis.asyncio.Redis]) -> None:
+        lock = Redlock(clients, "x", namespace=namespace, timeout=5.0)
+        with pytest.raises(InvalidConfig) as async_error:
+            await lock.acquire(blocking=False, timeout=1)
+        assert str(async_error.value) == str(e.value)
+        assert await lock.acquire(blocking=False)  # the constructor's default is fine
+        await lock.release()
+
+    play(scenario, masters)
+
+
 def test_the_wrong_kind_of_client_is_refused_naming_the_twin(
     masters: list[RedisServer],
 ) -> None:
