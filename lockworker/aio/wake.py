@@ -9,14 +9,14 @@ every ``lockworker.aio`` object on that pool, closed by itself after
 :data:`~lockworker.runtime.wake.IDLE_CLOSE` seconds without a channel.
 
 A broken connection wakes every waiter to re-read, and again once its channel is
-subscribed anew (redis-py's asyncio pub/sub subscribes again when it reconnects).
+subscribed anew (redis-py's asyncio pub/sub subscribes again when it reconnects; on a
+cluster the reader listens on another node instead, as the thread does).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import weakref
 from collections.abc import AsyncIterator
 from typing import Any
@@ -29,13 +29,12 @@ from lockworker.runtime.wake import (
     IDLE_CLOSE,
     LINGER,
     READ_TIMEOUT,
+    replacement,
     route,
 )
 
 CONNECTING_PAUSE = 0.001
 """Seconds the reader waits while the pub/sub's first connection is being made."""
-
-_log = logging.getLogger("lockworker.aio.wake")
 
 
 class AsyncWakeHub:
@@ -173,12 +172,11 @@ class AsyncWakeHub:
         route(message, self._confirmed, self._rejoin, self._waiters)
 
     def _broken(self, exc: Exception) -> None:
-        """Messages may be lost: every waiter re-reads; a connection error is retried by
-        redis-py's reconnect, anything else replaces the pub/sub object."""
-        replace = not isinstance(exc, (redis.ConnectionError, redis.TimeoutError, OSError))
-        if replace:
-            _log.warning("wake.reader_reset", extra={"error": repr(exc)})
-            old, self._pubsub = self._pubsub, self._client.pubsub()
+        """Messages may be lost: every waiter re-reads; what replaces the connection is
+        :func:`~lockworker.runtime.wake.replacement`'s to say."""
+        fresh = replacement(self._client, self._pubsub, exc)
+        if fresh is not None:
+            old, self._pubsub = self._pubsub, fresh
             for confirmed in self._confirmed.values():
                 confirmed.set()  # a listen awaiting it enters, woken to re-read (below)
             self._confirmed.clear()

@@ -22,9 +22,10 @@ blocking-command timer gets round to it (measured up to 100 ms late).
 Lost messages cannot hang anyone: when the pub/sub connection breaks, every waiter is
 woken to re-read, and again once its channel is subscribed anew (a message sent while
 the connection was down is lost); and every waiter wakes at the lease's end anyway.
-The hub closes its connection and ends its thread after :data:`IDLE_CLOSE` seconds
-without a channel; a forked child starts with no hub (its parent's connection and
-thread are not its own).
+On a cluster the connection then moves to another node (:func:`replacement`), since
+its own may be a master that failed over and never comes back. The hub closes its
+connection and ends its thread after :data:`IDLE_CLOSE` seconds without a channel; a
+forked child starts with no hub (its parent's connection and thread are not its own).
 """
 
 from __future__ import annotations
@@ -256,21 +257,17 @@ class WakeHub:
                 route(message, self._confirmed, self._rejoin, self._waiters)
 
     def _broken(self, pubsub: Any, exc: Exception) -> None:
-        """The connection broke, or redis-py failed in a way that leaves it unsure:
-        messages may be lost, so every waiter re-reads. A connection error is retried
-        by redis-py's own reconnect (which subscribes every channel again); anything
-        else replaces the pub/sub object, whose state can no longer be trusted."""
-        replace = not isinstance(exc, (redis.ConnectionError, redis.TimeoutError, OSError))
-        if replace:
-            _log.warning("wake.reader_reset", extra={"error": repr(exc)})
+        """The connection broke, or redis-py failed leaving it unsure: messages may be
+        lost, so every waiter re-reads; :func:`replacement` says what listens now."""
+        fresh = None if self._client is None else replacement(self._client, pubsub, exc)
         with self._lock:
             for confirmed in self._confirmed.values():
                 confirmed.clear()
             self._rejoin.update(self._waiters)
+            replace = fresh is not None and self._pubsub is pubsub
             if replace:
                 self._confirmed.clear()
-                if self._pubsub is pubsub and self._client is not None:
-                    self._pubsub = self._client.pubsub()  # type: ignore[no-untyped-call]
+                self._pubsub = fresh
             for waiters in self._waiters.values():
                 for event in waiters:
                     event.set()
@@ -296,6 +293,35 @@ class WakeHub:
         self.wake_all()
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout=READ_TIMEOUT * 4)
+
+
+def replacement(client: Any, pubsub: Any, exc: Exception) -> Any | None:
+    """The pub/sub to listen with after ``pubsub`` failed with ``exc`` (None: keep it),
+    for the reader thread and the asyncio reader task alike.
+
+    A connection error on one server or through Sentinel keeps it: redis-py reconnects
+    (to the master Sentinel names now) and subscribes again. On a cluster it would
+    reconnect to the same node, maybe a master that died for good (its replica serves
+    its slots now): a new one listens on another node instead. Any node will do, as a
+    cluster forwards every PUBLISH to every node. Any other error gets a new one
+    (logged): the old one's state can no longer be trusted."""
+    if not isinstance(exc, (redis.ConnectionError, redis.TimeoutError, OSError)):
+        _log.warning("wake.reader_reset", extra={"error": repr(exc)})
+        return client.pubsub()
+    get_node = getattr(pubsub, "get_pubsub_node", None)
+    failed = None if get_node is None else get_node()
+    node = None if failed is None else other_node(client.get_nodes(), failed)
+    return None if node is None else client.pubsub(node=node)
+
+
+def other_node(nodes: list[Any], failed: Any) -> Any | None:
+    """The node to listen on instead of ``failed``: the first master after it in ``nodes``
+    (a cluster client's), else any other; the next failure moves on past a dead one."""
+    names = [node.name for node in nodes]
+    start = names.index(failed.name) + 1 if failed.name in names else 0
+    others = [n for n in nodes[start:] + nodes[:start] if n.name != failed.name]
+    masters = [n for n in others if getattr(n, "server_type", None) == "primary"]
+    return (masters or others or [None])[0]
 
 
 class Settable(Protocol):
