@@ -21,7 +21,7 @@ The metric names and labels below are a public contract (docs/daemons.md, "Metri
 - ``lockworker_leader{name}``: 1 while this process leads ``name``, 0 once it
   campaigned for it otherwise (following, resigned, lost);
 - ``lockworker_redis_retries_total{step}``: Redis steps retried after a connection
-  error, by step (the job id, lock or stream name cut off).
+  error or a failover's refusal, by step (the job id, lock or stream name cut off).
 
 Only this module imports ``prometheus_client``; without it, importing this module
 raises :class:`~lockworker.errors.ExtraNotInstalled` naming the install line.
@@ -179,7 +179,7 @@ class Metrics:
         )
         self.redis_retries = Counter(
             "lockworker_redis_retries_total",
-            "Redis steps retried after a connection error, by step.",
+            "Redis steps retried after a connection error or a failover's refusal, by step.",
             ["step"], registry=registry,
         )
         self._collectors = (

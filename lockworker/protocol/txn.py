@@ -70,11 +70,11 @@ class TxnProtocol(SettleSteps):
                 except (redis.ConnectionError, redis.TimeoutError):
                     self._reroute()  # the caller's retry policy tries again, routed anew
                     raise
-                except (ClusterDownError, TryAgainError) as exc:
-                    # A cluster in the middle of a failover: what a cluster client
-                    # retries as it retries a lost connection, and so do we.
+                except (ClusterDownError, TryAgainError):
+                    # A cluster in the middle of a failover: the caller's retry policy
+                    # tries again (runtime.retry.FAILING_OVER), routed anew.
                     self._reroute()
-                    raise redis.ConnectionError(f"{keys.lock}: {exc}") from exc
+                    raise
                 except redis.ResponseError as exc:
                     if "WRONGTYPE" in str(exc):
                         raise ForeignValueError(

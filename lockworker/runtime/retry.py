@@ -6,8 +6,9 @@ deadline, then reported as :class:`~lockworker.errors.RedisUnavailable`. The dea
 what makes it safe: a holder's renewals are retried only until its lease would end,
 never past it, so retrying can never keep two holders alive at once.
 
-Only connection-level failures are retried. Errors in the reply (a script error, a
-foreign value) are raised at once: retrying would not change them.
+Only connection-level failures are retried, and the refusals of a failover under way
+(:data:`FAILING_OVER`), which the next try may find over. Errors in the reply (a script
+error, a foreign value) are raised at once: retrying would not change them.
 
 Retrying is never silent: the first failure and every backoff are logged at WARNING
 (event ``redis.retry``, with the step, the try and the error), so an operator sees a
@@ -23,6 +24,12 @@ from typing import Any, TypeVar
 
 import redis
 import tenacity
+from redis.exceptions import (
+    ClusterDownError,
+    ReadOnlyError,
+    SlotNotCoveredError,
+    TryAgainError,
+)
 
 from lockworker.clock import Clock
 from lockworker.config import seconds
@@ -31,11 +38,20 @@ from lockworker.runtime import events
 
 T = TypeVar("T")
 
-RETRYABLE = (redis.ConnectionError, redis.TimeoutError, Contended, NotReplicated)
+FAILING_OVER = (ClusterDownError, TryAgainError, ReadOnlyError, SlotNotCoveredError)
+"""What a server or a cluster client answers while masters change: ``CLUSTERDOWN`` (and
+``MASTERDOWN``, a subclass), ``TRYAGAIN``, ``READONLY`` from a master demoted to replica,
+and a slot the client's map does not cover. Each refuses the step before it changes
+anything (on a replica a script's first write fails, so it wrote nothing), and every
+step is safe to retry after a lost reply anyway: retried as a lost connection is."""
+
+RETRYABLE = (
+    redis.ConnectionError, redis.TimeoutError, *FAILING_OVER, Contended, NotReplicated
+)
 """Connection refused or reset, socket timeouts, a server still loading its data, a
-transaction that kept losing its WATCH race (:class:`~lockworker.errors.Contended`), and
-a step the replicas did not acknowledge in time
-(:class:`~lockworker.errors.NotReplicated`)."""
+failover under way (:data:`FAILING_OVER`), a transaction that kept losing its WATCH
+race (:class:`~lockworker.errors.Contended`), and a step the replicas did not
+acknowledge in time (:class:`~lockworker.errors.NotReplicated`)."""
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,9 @@ from typing import Any
 import pytest
 from failover_runs import Runs, retried_errors, serve_in_thread
 from helpers import wait_for
+from redis.backoff import NoBackoff
 from redis.exceptions import ClusterDownError
+from redis.retry import Retry
 
 from lockworker import JobStatus, RedisUnavailable, RetryPolicy, Worker
 from lockworker.model.keys import JobKeys
@@ -106,12 +108,14 @@ def test_a_master_crash_mid_run_loses_no_job_and_tokens_never_go_back(
 
 
 
-def test_txn_steps_on_a_cluster_that_stays_down_end_in_redis_unavailable(
-    namespace: str,
+@pytest.mark.parametrize("protocol", ["script", "txn"])
+def test_steps_on_a_cluster_that_stays_down_end_in_redis_unavailable(
+    namespace: str, protocol: str
 ) -> None:
     """A master with no replica dies: every node refuses (CLUSTERDOWN) for good. The
-    WATCH/MULTI/EXEC steps, which talk to one node, retry that as a lost connection
-    and give up at the end of the retry budget, naming the cause."""
+    steps retry that as a lost connection, by lockworker's policy (the client's own
+    retries are off here; the WATCH/MULTI/EXEC steps talk to one node and never had
+    them), and give up at the end of the retry budget, naming the cause."""
     with Cluster(masters=3) as cluster:
         victim = cluster.masters[0]
         survivor = next(n for n in cluster.masters if n is not victim)
@@ -119,15 +123,18 @@ def test_txn_steps_on_a_cluster_that_stays_down_end_in_redis_unavailable(
             f"job-{i}" for i in range(1000)
             if cluster.node_of(JobKeys.of(namespace, f"job-{i}").lock) is survivor
         )
-        cluster.kill(victim)
-        wait_for(lambda: set(cluster.states().values()) == {"fail"}, timeout=30)
-        with cluster.client(decode_responses=True, socket_timeout=2.0) as client:
+        with cluster.client(
+            decode_responses=True, socket_timeout=2.0, retry=Retry(NoBackoff(), 0)
+        ) as client, capture_events() as logged:
+            cluster.kill(victim)
+            wait_for(lambda: set(cluster.states().values()) == {"fail"}, timeout=30)
             worker = Worker(
-                client, namespace=namespace, protocol="txn", handle_signals=False,
+                client, namespace=namespace, protocol=protocol, handle_signals=False,
                 redis_retry=RetryPolicy(budget=0.5), on_acquired=lambda job: None,
             )
             with pytest.raises(RedisUnavailable) as raised:
                 worker.process(job)
             worker.close()
     assert "cluster is down" in str(raised.value)
-    assert isinstance(raised.value.__cause__.__cause__, ClusterDownError)
+    assert isinstance(raised.value.__cause__, ClusterDownError)
+    assert retried_errors(logged)["ClusterDownError"] >= 2
