@@ -23,14 +23,13 @@ from typing import Any
 
 import redis
 
+from lockworker.runtime.subscriptions import replacement, route
 from lockworker.runtime.wake import (
     BROKEN_PAUSE,
     CONFIRM_TIMEOUT,
     IDLE_CLOSE,
     LINGER,
     READ_TIMEOUT,
-    replacement,
-    route,
 )
 
 CONNECTING_PAUSE = 0.001
@@ -173,7 +172,7 @@ class AsyncWakeHub:
 
     def _broken(self, exc: Exception) -> None:
         """Messages may be lost: every waiter re-reads; what replaces the connection is
-        :func:`~lockworker.runtime.wake.replacement`'s to say."""
+        :func:`~lockworker.runtime.subscriptions.replacement`'s to say."""
         fresh = replacement(self._client, self._pubsub, exc)
         if fresh is not None:
             old, self._pubsub = self._pubsub, fresh

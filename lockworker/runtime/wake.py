@@ -22,7 +22,7 @@ blocking-command timer gets round to it (measured up to 100 ms late).
 Lost messages cannot hang anyone: when the pub/sub connection breaks, every waiter is
 woken to re-read, and again once its channel is subscribed anew (a message sent while
 the connection was down is lost); and every waiter wakes at the lease's end anyway.
-On a cluster the connection then moves to another node (:func:`replacement`), since
+On a cluster the connection then moves to another node (:mod:`.subscriptions`), since
 its own may be a master that failed over and never comes back. The hub closes its
 connection and ends its thread after :data:`IDLE_CLOSE` seconds without a channel; a
 forked child starts with no hub (its parent's connection and thread are not its own).
@@ -31,18 +31,17 @@ forked child starts with no hub (its parent's connection and thread are not its 
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 import select
 import threading
 import weakref
-from collections.abc import Iterable, Iterator, Mapping
-from typing import Any, Protocol
+from collections.abc import Iterator
+from typing import Any
 
 import redis
 
 from lockworker.clock import SystemClock
-from lockworker.protocol import text
+from lockworker.runtime.subscriptions import replacement, route
 
 READ_TIMEOUT = 0.2
 """How long the reader thread blocks on the socket before checking whether to stop."""
@@ -55,8 +54,6 @@ CONFIRM_TIMEOUT = 5.0
 """Seconds to wait for the server to confirm a subscription before re-reading anyway."""
 BROKEN_PAUSE = 0.05
 """Seconds the reader pauses after a failed read before it tries (and reconnects) again."""
-
-_log = logging.getLogger("lockworker.runtime.wake")
 
 
 class WakeHub:
@@ -293,61 +290,6 @@ class WakeHub:
         self.wake_all()
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout=READ_TIMEOUT * 4)
-
-
-def replacement(client: Any, pubsub: Any, exc: Exception) -> Any | None:
-    """The pub/sub to listen with after ``pubsub`` failed with ``exc`` (None: keep it),
-    for the reader thread and the asyncio reader task alike.
-
-    A connection error on one server or through Sentinel keeps it: redis-py reconnects
-    (to the master Sentinel names now) and subscribes again. On a cluster it would
-    reconnect to the same node, maybe a master that died for good (its replica serves
-    its slots now): a new one listens on another node instead. Any node will do, as a
-    cluster forwards every PUBLISH to every node. Any other error gets a new one
-    (logged): the old one's state can no longer be trusted."""
-    if not isinstance(exc, (redis.ConnectionError, redis.TimeoutError, OSError)):
-        _log.warning("wake.reader_reset", extra={"error": repr(exc)})
-        return client.pubsub()
-    get_node = getattr(pubsub, "get_pubsub_node", None)
-    failed = None if get_node is None else get_node()
-    node = None if failed is None else other_node(client.get_nodes(), failed)
-    return None if node is None else client.pubsub(node=node)
-
-
-def other_node(nodes: list[Any], failed: Any) -> Any | None:
-    """The node to listen on instead of ``failed``: the first master after it in ``nodes``
-    (a cluster client's), else any other; the next failure moves on past a dead one."""
-    names = [node.name for node in nodes]
-    start = names.index(failed.name) + 1 if failed.name in names else 0
-    others = [n for n in nodes[start:] + nodes[:start] if n.name != failed.name]
-    masters = [n for n in others if getattr(n, "server_type", None) == "primary"]
-    return (masters or others or [None])[0]
-
-
-class Settable(Protocol):
-    def set(self) -> None: ...
-
-
-def route(
-    message: dict[str, Any], confirmed: Mapping[str, Settable], rejoin: set[str],
-    waiters: Mapping[str, Iterable[Settable]],
-) -> None:
-    """Act on one pub/sub message: a confirmed subscription (its waiters re-read if it
-    was joined again after a break), or a wake message (its waiters wake). Shared by
-    the reader thread and the asyncio reader task (:mod:`lockworker.aio.wake`)."""
-    kind = message.get("type")
-    channel = text(message.get("channel"))
-    if kind == "subscribe":
-        done = confirmed.get(channel)
-        if done is not None:
-            done.set()
-        if channel in rejoin:
-            rejoin.discard(channel)
-            for event in waiters.get(channel, ()):
-                event.set()
-    elif kind == "message":
-        for event in waiters.get(channel, ()):
-            event.set()
 
 
 class _Registry:

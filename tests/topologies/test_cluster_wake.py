@@ -24,6 +24,7 @@ from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 import lockworker
 from lockworker import Outcome, Worker, aio
 from lockworker.model.keys import JobKeys
+from lockworker.runtime.wake import hub_for
 from lockworker.testing import Cluster, RedisServer
 
 pytestmark = pytest.mark.processes  # a real cluster, whose masters are SIGKILLed
@@ -69,14 +70,47 @@ def subscriptions(cluster: Cluster, channel: str) -> int:
     return count
 
 
-def fail_over(cluster: Cluster, victim: RedisServer, keys: JobKeys) -> None:
-    """Kill ``victim`` once its replica has the job's lease, wait until the replica
-    serves, and until the waiter listens on the job's channel again, on a live node."""
+class Replies:
+    """A worker's protocol that notes when each of its acquire calls was answered."""
+
+    def __init__(self, protocol: Any) -> None:
+        self.protocol = protocol
+        self.times: list[float] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.protocol, name)
+
+    def acquire(self, *args: Any, **kwargs: Any) -> Any:
+        reply = self.protocol.acquire(*args, **kwargs)
+        self.times.append(time.monotonic())
+        return reply
+
+    def since(self, moment: float) -> bool:
+        """True once an acquire was answered after ``moment``."""
+        return bool(self.times) and self.times[-1] > moment
+
+
+class AsyncReplies(Replies):
+    async def acquire(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+        reply = await self.protocol.acquire(*args, **kwargs)
+        self.times.append(time.monotonic())
+        return reply
+
+
+def fail_over(
+    cluster: Cluster, victim: RedisServer, keys: JobKeys, replies: Replies
+) -> None:
+    """Kill ``victim`` once its replica has the job's lease; wait until the replica
+    serves, the waiter listens on the job's channel again, on a live node, and has
+    read the job since the crash (woken by the break, it reads through its retries:
+    until the read is answered, by the new master, it is not waiting to be woken)."""
     assert subscriptions(cluster, keys.wake) == 1
     wait_for(lambda: replicated(cluster, victim, keys.lock), timeout=10)
+    killed = time.monotonic()
     cluster.kill(victim)
     cluster.wait_for_failover(victim, timeout=30)
     wait_for(lambda: subscriptions(cluster, keys.wake) == 1, timeout=10)
+    wait_for(lambda: replies.since(killed), timeout=20)
 
 
 def test_a_waiter_listening_through_a_failover_is_woken_by_the_next_failure(
@@ -105,6 +139,7 @@ def test_a_waiter_listening_through_a_failover_is_woken_by_the_next_failure(
             (clients[1], waiter, {"on_locked": lambda j: locked.set()}),
         )
     )
+    b.protocol = replies = Replies(b.protocol)  # type: ignore[assignment]
     try:
         held, _ = in_thread(lambda: a.process(job))
         wait_for(lambda: acquired)
@@ -112,7 +147,7 @@ def test_a_waiter_listening_through_a_failover_is_woken_by_the_next_failure(
         # The waiter listens on the job's channel: its only one, so its pub/sub
         # connection is on the victim, the master of the job's slot.
         wait_for(lambda: locked.is_set() and b._hub.subscribed(keys.wake), timeout=10)
-        fail_over(cluster, victim, keys)
+        fail_over(cluster, victim, keys, replies)
         failed_at = time.monotonic()
         fail.set()
         waited.join(LEASE + 10)
@@ -159,12 +194,13 @@ def test_an_asyncio_waiter_listening_through_a_failover_is_woken_by_the_next_fai
                        handle_signals=False, on_acquired=holder)
         b = aio.Worker(clients[1], namespace=namespace, lock_timeout=LEASE,
                        handle_signals=False, on_acquired=waiter, on_locked=on_locked)
+        b.protocol = replies = AsyncReplies(b.protocol)  # type: ignore[assignment]
         try:
             held = asyncio.create_task(a.process(job))
             await until(lambda: acquired)
             waited = asyncio.create_task(b.process(job))
             await until(lambda: locked.is_set() and b._hub.subscribed(keys.wake))
-            await asyncio.to_thread(fail_over, cluster, victim, keys)
+            await asyncio.to_thread(fail_over, cluster, victim, keys, replies)
             moments["failed"] = time.monotonic()
             fail.set()
             outcome = await asyncio.wait_for(waited, LEASE + 10)
@@ -182,3 +218,26 @@ def test_an_asyncio_waiter_listening_through_a_failover_is_woken_by_the_next_fai
     (_, attempt, took_over_at), = [entry for entry in acquired if entry[0] == "waiter"]
     assert attempt == 2
     assert took_over_at - moments["failed"] < WOKEN_WITHIN
+
+
+def test_a_waiter_is_woken_when_its_client_reconnects_the_wake_connection_by_itself(
+    redis_cluster: Cluster, namespace: str
+) -> None:
+    """A cluster client that re-reads its slot map (as after a failover or a moved
+    slot) marks the connections of the node it asked to reconnect, the wake
+    connection's too when it is on that node: redis-py reconnects it at its next read,
+    drops the message that read found, and subscribes anew. The waiter is woken
+    anyway, to re-read. (Marked here on every node, as the refresh does on one.)"""
+    channel = JobKeys.of(namespace, "job").wake
+    with (
+        contextlib.closing(redis_cluster.client(socket_timeout=2.0)) as client,
+        contextlib.closing(redis_cluster.client(socket_timeout=2.0)) as publisher,
+        hub_for(client).listen(client, channel) as woken,
+    ):
+        pools = [client.get_redis_connection(n).connection_pool for n in client.get_nodes()]
+        if not hasattr(pools[0], "update_active_connections_for_reconnect"):
+            pytest.skip("this redis-py never reconnects a pub/sub connection by itself")
+        for pool in pools:
+            pool.update_active_connections_for_reconnect()
+        publisher.publish(channel, "released")
+        assert woken.wait(WOKEN_WITHIN)
