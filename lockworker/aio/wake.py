@@ -18,8 +18,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import weakref
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable
+from typing import Any, TypeVar
 
 import redis
 
@@ -34,6 +34,8 @@ from lockworker.runtime.wake import (
 
 CONNECTING_PAUSE = 0.001
 """Seconds the reader waits while the pub/sub's first connection is being made."""
+
+T = TypeVar("T")
 
 
 class AsyncWakeHub:
@@ -133,8 +135,6 @@ class AsyncWakeHub:
         """Dispatch messages until idle; a broken connection wakes every waiter."""
         idle = 0.0
         while True:
-            if _cancel_swallowed():
-                raise asyncio.CancelledError
             await self._unsubscribe_lingering()
             pubsub = self._pubsub
             if pubsub is None or (
@@ -146,7 +146,7 @@ class AsyncWakeHub:
                 for channel in [c for c in self._waiters if c not in self._confirmed]:
                     unsent = self._unsent.pop(channel, None)
                     self._confirmed[channel] = unsent or asyncio.Event()
-                    await pubsub.subscribe(channel)
+                    await _own_task(pubsub.subscribe(channel))
                 if getattr(pubsub, "connection", True) is None:
                     # Another task's first subscribe is still connecting (or failed, and
                     # the next turn subscribes anew): nothing to read yet, and
@@ -154,7 +154,7 @@ class AsyncWakeHub:
                     idle = 0.0 if self._confirmed else idle + CONNECTING_PAUSE
                     await asyncio.sleep(CONNECTING_PAUSE)
                     continue
-                message = await pubsub.get_message(timeout=READ_TIMEOUT)
+                message = await _own_task(pubsub.get_message(timeout=READ_TIMEOUT))
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
@@ -194,7 +194,7 @@ class AsyncWakeHub:
                 self._confirmed.pop(channel, None)
                 if self._pubsub is not None:
                     with contextlib.suppress(Exception):
-                        await self._pubsub.unsubscribe(channel)
+                        await _own_task(self._pubsub.unsubscribe(channel))
 
     async def _stop(self) -> None:
         pubsub, self._pubsub, self._task = self._pubsub, None, None
@@ -202,20 +202,32 @@ class AsyncWakeHub:
         self._linger.clear()
         self._rejoin.clear()
         if pubsub is not None:
-            await _close(pubsub)
+            await _own_task(_close(pubsub))
 
 
-def _cancel_swallowed() -> bool:
-    """This task was cancelled, and a call below dropped the ``CancelledError``.
+async def _own_task(call: Awaitable[T]) -> T:
+    """Await a redis-py call in a task of its own, so that cancelling the reader always
+    ends it, on every Python.
 
     Before Python 3.12, ``asyncio.wait_for`` returns the result of an awaitable that
-    finished as the awaiting task was cancelled, and redis-py awaits one for every
-    write: a reader cancelled while it reconnects (its client closed, then the loop
-    ended by ``asyncio.run``) would read on until idle. ``Task.cancelling`` (3.11+)
-    still counts the request; the reader never takes one back."""
-    task = asyncio.current_task()
-    cancelling = getattr(task, "cancelling", None)
-    return cancelling is not None and cancelling() > 0
+    finished as the awaiting task was cancelled, dropping the cancellation, and
+    redis-py awaits one for every write: a reader cancelled while it reconnected (its
+    client closed, then the loop ended by ``asyncio.run``) read on until idle, about
+    7 s. Here the reader awaits only ``asyncio.wait``, which never drops one; the call
+    is cancelled too, and ends at the latest with its own read or connect timeout."""
+    task = asyncio.ensure_future(call)
+    try:
+        await asyncio.wait({task})
+    except asyncio.CancelledError:
+        task.cancel()
+        task.add_done_callback(_retrieve)  # what it ends with is nobody's to report
+        raise
+    return task.result()
+
+
+def _retrieve(task: asyncio.Future[Any]) -> None:
+    if not task.cancelled():
+        task.exception()
 
 
 async def _close(pubsub: Any) -> None:

@@ -387,7 +387,7 @@ def test_a_waiter_cancelled_while_blocked_leaves_the_queue(
         with pytest.raises(asyncio.CancelledError):
             await task
         assert env.queued(holder) == 0 and not waiter.held
-        with pytest.raises(TimeoutError):
+        with pytest.raises(asyncio.TimeoutError):
             await asyncio.wait_for(waiter.acquire(), 0.2)
         assert env.queued(holder) == 0
         await holder.release()  # nobody queued: the lock is freed, granted to no one

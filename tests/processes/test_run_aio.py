@@ -314,6 +314,35 @@ def test_asyncio_leader_daemons_elect_one_and_hand_over_on_sigterm(
     assert events[0]["asyncio"] is True and events[-1]["event"] == "run.stopped"
 
 
+@pytest.mark.parametrize("target", ["AsyncBoss", "AsyncRecorder"])
+def test_a_waiting_asyncio_daemon_exits_at_once_on_sigterm(
+    daemons: Daemons, target: str
+) -> None:
+    """A follower, or a backup waiting on a held job: each listens for wake-ups, so its
+    process has a reader task when it stops. It exits within the release's round trip
+    and the process's own start-up and shutdown, on every Python (before 3.12 the
+    reader could miss asyncio.run's final cancel and read on for about 7 s)."""
+    name = daemons.namespace
+    if target == "AsyncBoss":
+        options = ("--name", name, "--lock-timeout", "30")
+        daemons.run("holder", "AsyncBoss", *options)
+        wait_for(lambda: lockworker.Leader.current(daemons.client, name), timeout=30)
+        waiter = daemons.run("waiter", "AsyncBoss", *options)
+        wait_for(lambda: daemons.client.sismember(f"{name}:followers", "waiter"), timeout=30)
+    else:
+        daemons.worker("holder", "AsyncRecorder", "--lock-timeout", "30")
+        wait_for(lambda: daemons.registered("holder"), timeout=30)
+        daemons.submit("held", {"hold_on": "holder"})
+        wait_for(lambda: len(daemons.did()) == 1, timeout=20)
+        waiter = daemons.worker("waiter", "AsyncRecorder", "--lock-timeout", "30")
+        wait_for(lambda: '"job.locked"' in daemons.stderr("waiter"), timeout=30)
+    signalled = time.monotonic()
+    waiter.send_signal(signal.SIGTERM)
+    assert waiter.wait(timeout=20) == 0
+    assert time.monotonic() - signalled < 3.0
+    assert [e["event"] for e in daemons.events("waiter")][-1] == "run.stopped"
+
+
 def scrape(port: int) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as reply:
         text = reply.read().decode()
