@@ -266,7 +266,9 @@ def test_a_failure_reported_after_the_lease_ran_out_is_lost_not_failed(
     assert attempts == ([1] if last else [1, 2])
     assert lost == [1]
     mine = [(e["event"], e.get("reason")) for e in events if e.get("attempt") == 1]
-    assert ("lease.lost", "completion refused: lease lost on the server") in mine
+    assert [reason for event, reason in mine if event == "lease.lost"] == [
+        "the server refused the step ending the lease: lost on the server"
+    ]
     assert ("job.released", "failed") not in mine
 
 
