@@ -40,6 +40,12 @@ def default_owner() -> str:
     return f"{_HOST}:{os.getpid()}:{secrets.token_hex(4)}"
 
 
+def this_process() -> tuple[str, int]:
+    """``(host name, pid)`` of the calling process (the pid read now: a forked child
+    has its own)."""
+    return _HOST, os.getpid()
+
+
 def _bound(limit: float) -> str:
     return str(int(limit)) if float(limit).is_integer() else repr(limit)
 

@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 from lockworker import config
 from lockworker.aio.jobrun import SERVING, AsyncJobRun
 from lockworker.aio.lease import AsyncHeartbeat, Background
+from lockworker.aio.presence import AsyncPresence
 from lockworker.aio.protocol import AsyncScriptProtocol
 from lockworker.aio.serve import serve
 from lockworker.aio.wake import AsyncWaits
@@ -125,6 +126,10 @@ class Worker(WorkerSettings):
         awaiting its source's next item) races against."""
         self._background = Background()
         self._signals: contextlib.ExitStack | None = None
+        self._presence = AsyncPresence(
+            client, self.namespace, self._member, view=self._view, clock=self.clock,
+            log=self._log, on_gone=self._hub.wake_all,
+        )
 
     # -- hooks (override with async def or def, or pass as functions) ----------------
 
@@ -160,6 +165,7 @@ class Worker(WorkerSettings):
         log = self._log.bind(job_id=job_id)
         self._started()
         await ready(self.client)
+        await self._presence.start()  # registered before its first job (once per worker)
         with SERVING.borrow(self) as gate:  # the serving's slots, when it called
             return await AsyncJobRun(self, keys, payload, log, gate).run()
 
@@ -168,12 +174,16 @@ class Worker(WorkerSettings):
         ``(job_id, payload)``, or a :class:`lockworker.StreamSource`) until it is
         exhausted or the worker is stopped, each job through :meth:`process` (a
         subclass's override of it included); see :mod:`lockworker.aio.serve`."""
+        self._started()
+        await ready(self.client)
+        await self._presence.start()
         await serve(self, source, concurrency=concurrency)
 
     def stop(self) -> None:
         """Ask every ``process`` call to end (STOPPED) at its next safe point. Safe from
         any thread and from a signal handler; permanent for this worker object."""
         self._stop.set()
+        self._presence.stopped = True  # never registers from now on; leaves in the loop
         for flag in list(self._source_stops):
             flag.set()
         loop = self._loop
@@ -182,7 +192,9 @@ class Worker(WorkerSettings):
                 loop.call_soon_threadsafe(self._wake_all)
 
     def _wake_all(self) -> None:
-        """In the loop, after :meth:`stop`: wake every wait of this worker."""
+        """In the loop, after :meth:`stop`: leave the namespace's presence, and wake
+        every wait of this worker."""
+        self._presence.stop()
         self._hub.wake_all()
         for event in self._stop_events:
             event.set()
@@ -216,8 +228,10 @@ class Worker(WorkerSettings):
         return result is Reset.RESET
 
     async def close(self) -> None:
-        """End the heartbeat and hook tasks and the signal handlers; the client is the
-        caller's to close."""
+        """End the presence (the registration is removed: backups know at once), the
+        heartbeat and hook tasks and the signal handlers; the client is the caller's
+        to close."""
+        await self._presence.close()
         await self._heartbeat.close()
         self._hub.wake_all()
         await self._background.cancel_all()

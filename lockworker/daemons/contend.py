@@ -1,9 +1,10 @@
 """The contender loop shared by a Worker's job runs and a Leader's campaigns.
 
-Both contend for one lease the same way: look (a backup only, until the lease has been
-free for ``backup_delay``), try to acquire, hold what was granted (the job's attempt,
-the leader's term) and settle it, or report the holder and wait for a wake message or
-the end of its lease; after its own failure a contender steps back ``retry_delay``.
+Both contend for one lease the same way: look (a backup only, while a primary serves,
+until the lease has been free for ``backup_delay``), try to acquire, hold what was
+granted (the job's attempt, the leader's term) and settle it, or report the holder and
+wait for a wake message or the end of its lease; after its own failure a contender
+steps back ``retry_delay``.
 The decisions come from :mod:`lockworker.model.policy`; what differs (what holding
 means, what a resolved lease means, whether a wait gives a slot back) is the
 :class:`Contest`'s.
@@ -17,6 +18,7 @@ one algorithm, and a fix to it is a fix to both.
 from __future__ import annotations
 
 import enum
+import math
 from collections.abc import Generator
 from typing import Any, Protocol, TypeVar
 
@@ -53,6 +55,10 @@ class Contestant(Protocol):
 
     def now(self) -> float: ...
 
+    def primary_until(self) -> float:
+        """Until when a primary is known to serve (a backup defers to it until then)."""
+        ...
+
 
 class Contender(Protocol):
     """What a contest reads of the worker or leader it runs for."""
@@ -88,6 +94,11 @@ class ContestantBase:
 
     def now(self) -> float:
         return float(self.base.clock.monotonic())
+
+    def primary_until(self) -> float:
+        """Always: a leader's backup defers to whoever may hold the one term (a term
+        is taken over once per failover, so its delay is paid once, not per job)."""
+        return math.inf
 
 
 class Contest(Contestant, Protocol[R_co]):
@@ -138,16 +149,19 @@ def contest_steps(c: Contestant) -> Generator[Call, Any, Any]:
             if result is not None:
                 return result
             continue
-        if c.role is Role.BACKUP:
-            # A backup looks before it competes, and competes only once the lease has
-            # been free for ``backup_delay``, so a live primary keeps its work.
+        if c.role is Role.BACKUP and policy.primary_serving(c.primary_until(), now):
+            # While a primary serves, a backup looks before it competes, and competes
+            # only once the lease has been free for ``backup_delay``, so the primary
+            # keeps its work; with no primary serving it competes at once, as one.
             seen = yield ("look", (), {})
             reaction = yield ("seen", (seen,), {})
             if not isinstance(reaction, Next):
                 return reaction
             if reaction is Next.AGAIN:
                 continue
-            view = policy.backup_step(seen, free_since, free_token, now, c.timing)
+            view = policy.backup_step(
+                seen, free_since, free_token, now, c.timing, primary_until=c.primary_until()
+            )
             free_since, free_token = view.free_since, view.free_token
             if not view.compete:
                 result = yield (

@@ -12,7 +12,7 @@ from typing import Any, Protocol
 from lockworker.clock import Clock
 from lockworker.daemons.contend import ContestantBase
 from lockworker.daemons.job import Job
-from lockworker.model import policy
+from lockworker.model import policy, presence
 from lockworker.model.codec import Holder, LockValue
 from lockworker.model.keys import JobKeys
 from lockworker.model.state import Grant, JobStatus, Outcome, Role, Settle, Snapshot
@@ -37,6 +37,8 @@ class RunnerBase(Protocol):
     _who: Holder
     _lease_ms: int
     _retention_ms: int
+    _view: presence.View
+    """What the worker knows of its namespace's primaries (its presence loop's)."""
 
     @property
     def _stop(self) -> Flag: ...
@@ -63,6 +65,9 @@ class RunBase(ContestantBase):
         self.previous: Snapshot | None = None
         self.sightings = policy.Sightings()
         self.not_before = 0.0
+
+    def primary_until(self) -> float:
+        return self.base._view.primary_until
 
     def job(self, attempt: int, token: int, holder: str | None) -> Job:
         w = self.base

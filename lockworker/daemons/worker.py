@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import weakref
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -20,7 +21,7 @@ import redis
 
 from lockworker import config
 from lockworker.clock import Clock, SystemClock
-from lockworker.config import default_owner, lease, positive, seconds
+from lockworker.config import default_owner, lease, positive, seconds, this_process
 from lockworker.daemons.hooks import Hooks
 from lockworker.daemons.job import Job
 from lockworker.daemons.jobrun import SERVING, JobRun
@@ -29,12 +30,14 @@ from lockworker.errors import InvalidConfig, JobNotFound
 from lockworker.model import policy
 from lockworker.model.codec import Holder, new_run, payload_view
 from lockworker.model.keys import JobKeys, check_name
+from lockworker.model.presence import Member, View
 from lockworker.model.state import Durability, Outcome, ProtocolKind, Reset, Role, Snapshot
 from lockworker.protocol import LockProtocol, ScriptProtocol
 from lockworker.protocol.replicated import ReplicatedScriptProtocol
 from lockworker.protocol.txn import TxnProtocol
 from lockworker.runtime import events, retry
 from lockworker.runtime.lease import Heartbeat
+from lockworker.runtime.presence import Presence
 from lockworker.runtime.signals import stop_on_signals
 from lockworker.runtime.wake import Waits
 
@@ -95,6 +98,8 @@ class WorkerSettings:
     _log: events.EventLog
     _lease_ms: int
     _retention_ms: int
+    _member: Member
+    _view: View
 
     def _configure(
         self, base: type, *, namespace: str, lock_timeout: float, max_attempts: int,
@@ -133,6 +138,9 @@ class WorkerSettings:
         )
         w._lease_ms = max(1, round(w.lock_timeout * 1000))
         w._retention_ms = max(1, round(w.retention * 1000))
+        host, pid = this_process()
+        w._member = Member(w.role, w.owner, w.run_id, host, pid, w._lease_ms)
+        w._view = View(w.lock_timeout, watch=w.role is Role.BACKUP)
 
 
 class Worker(WorkerSettings):
@@ -214,6 +222,12 @@ class Worker(WorkerSettings):
         self._heartbeat = Heartbeat(self.clock, self.lock_timeout / 3)
         self._hub = Waits(client)
         self._signals: contextlib.ExitStack | None = None
+        self._presence = Presence(
+            client, self.namespace, self._member, view=self._view, clock=self.clock,
+            log=self._log, on_gone=self._hub.wake_all,
+        )
+        # A worker dropped without close() leaves: its thread holds no reference to it.
+        weakref.finalize(self, self._presence.stop)
 
     # -- hooks (override in a subclass, or pass as functions) ------------------------
 
@@ -256,6 +270,7 @@ class Worker(WorkerSettings):
         payload = payload_view(payload)  # what any other process would see
         log = self._log.bind(job_id=job_id)
         self._install_signal_handlers()
+        self._presence.start()  # registered before its first job (once per worker)
         with SERVING.borrow(self) as gate:  # serve's slots, when serve called
             return JobRun(self, keys, payload, log, gate).run()
 
@@ -267,6 +282,7 @@ class Worker(WorkerSettings):
         through :meth:`process` (a subclass's override of it included, whose result
         is the job's); see :mod:`lockworker.daemons.serve`.
         """
+        self._presence.start()
         serve(self, source, concurrency=concurrency)
 
     def stop(self) -> None:
@@ -277,6 +293,7 @@ class Worker(WorkerSettings):
         signal-safe; permanent for this worker object.
         """
         self._stop.set()
+        self._presence.stop()
         self._hub.wake_all()
 
     @property
@@ -306,7 +323,9 @@ class Worker(WorkerSettings):
         return result is Reset.RESET
 
     def close(self) -> None:
-        """Stop the background threads (heartbeat, wake reader)."""
+        """Stop the background threads (heartbeat, presence, wake reader); the worker's
+        registration in its namespace is removed (backups know at once)."""
+        self._presence.close()
         self._heartbeat.close()
         self._hub.close()
         signals, self._signals = self._signals, None

@@ -7,7 +7,8 @@ Layout, for a worker's job ``2026-11-22`` in namespace ``digest``::
     lw:job:digest:{2026-11-22}:wake    pub/sub channel that wakes waiting processes
 
 The second part is the product (:class:`Space`): a worker's job, a ``Lock``, a
-``Semaphore``, a ``Leader``, a ``compute_once`` key, a ``Redlock`` or a stream source.
+``Semaphore``, a ``Leader``, a ``compute_once`` key, a ``Redlock``, a stream source or
+the workers' presence in a namespace.
 No product can reach another's keys, whatever namespace a user picks.
 
 Names may hold any character. ``%``, ``{`` and ``}`` are written percent-encoded
@@ -42,6 +43,7 @@ class Space(str, enum.Enum):
     ONCE = "once"
     REDLOCK = "redlock"
     STREAM = "stream"
+    PRESENCE = "presence"
 
 
 def check_name(value: object, argument: str) -> str:

@@ -6,6 +6,7 @@ look again. They are unit-tested with plain numbers.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from lockworker.config import seconds
@@ -82,25 +83,34 @@ class BackupView:
     free_token: int | None
 
 
+def primary_serving(primary_until: float, now: float) -> bool:
+    """Whether a backup defers to a primary at ``now``: one of its namespace is
+    registered until ``primary_until`` (see :mod:`lockworker.model.presence`)."""
+    return now < primary_until
+
+
 def backup_step(
-    seen: Snapshot, free_since: float | None, free_token: int | None, now: float, timing: Timing
+    seen: Snapshot, free_since: float | None, free_token: int | None, now: float,
+    timing: Timing, *, primary_until: float = math.inf,
 ) -> BackupView:
     """The backup's move for a pending job it does not hold.
 
-    A backup lets a free job lie for ``backup_delay`` before competing, so a live
-    primary (which competes at once) normally wins and backups step in only when it is
-    gone. Held: wait for the lease's end. Free: start (or keep) the delay's clock;
-    compete once it has run out. A new token since the clock started means somebody
-    held the job in between, so the clock starts again.
+    While a primary serves (registered until ``primary_until``), a backup lets a free
+    job lie for ``backup_delay`` before competing, so the primary (which competes at
+    once) normally wins. Held: wait for the lease's end. Free: start (or keep) the
+    delay's clock; compete once it has run out, or once no primary serves (then at
+    once: look again when the primary's registration ends, if that comes first). A new
+    token since the clock started means somebody held the job in between, so the clock
+    starts again.
     """
     if seen.holder is not None:
         return BackupView(False, recheck_at(seen, now, timing), None, None)
     if free_since is None or free_token != seen.token:
         free_since, free_token = now, seen.token
     ready_at = free_since + timing.backup_delay
-    if now >= ready_at:
+    if now >= ready_at or not primary_serving(primary_until, now):
         return BackupView(True, now, free_since, free_token)
-    return BackupView(False, ready_at, free_since, free_token)
+    return BackupView(False, min(ready_at, primary_until), free_since, free_token)
 
 
 @dataclass

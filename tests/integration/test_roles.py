@@ -10,6 +10,7 @@ import redis
 from helpers import wait_for
 
 from lockworker import Job, Outcome, Worker
+from lockworker.model.keys import JobKeys
 
 
 def worker(client: redis.Redis, namespace: str, owner: str, **kwargs: Any) -> Worker:
@@ -33,6 +34,8 @@ def test_a_live_primary_wins_although_the_backup_looked_first(
                     on_acquired=lambda job: did.append("backup"))
     primary = worker(redis_client, namespace, "primary",
                      on_acquired=lambda job: did.append("primary"))
+    assert primary.process("warm-up") is Outcome.DONE  # serving: registered
+    did.clear()
     results: dict[str, Outcome] = {}
     started = time.monotonic()
     tb = run(backup, "job", results)
@@ -47,15 +50,50 @@ def test_a_live_primary_wins_although_the_backup_looked_first(
     primary.close()
 
 
-def test_a_backup_alone_does_the_job_after_its_delay(
+def test_a_backup_defers_while_a_primary_serves(
     redis_client: redis.Redis, namespace: str
 ) -> None:
+    primary = worker(redis_client, namespace, "primary", on_acquired=lambda job: None)
+    assert primary.process("warm-up") is Outcome.DONE  # registered, busy elsewhere
     did: list[float] = []
     backup = worker(redis_client, namespace, "backup", role="backup", backup_delay=0.3,
                     on_acquired=lambda job: did.append(time.monotonic()))
     started = time.monotonic()
     assert backup.process("job") is Outcome.DONE
     assert 0.3 <= did[0] - started < 2.0
+    backup.close()
+    primary.close()
+
+
+def test_a_backup_with_no_primary_competes_at_once(
+    redis_client: redis.Redis, namespace: str
+) -> None:
+    did: list[float] = []
+    backup = worker(redis_client, namespace, "backup", role="backup", backup_delay=10.0,
+                    on_acquired=lambda job: did.append(time.monotonic()))
+    started = time.monotonic()
+    assert backup.process("job") is Outcome.DONE
+    assert did[0] - started < 2.0  # not its 10 s delay: nobody to defer to
+    backup.close()
+
+
+def test_a_waiting_backup_competes_as_soon_as_the_primary_closes(
+    redis_client: redis.Redis, namespace: str
+) -> None:
+    primary = worker(redis_client, namespace, "primary", on_acquired=lambda job: None)
+    assert primary.process("warm-up") is Outcome.DONE
+    did: list[float] = []
+    backup = worker(redis_client, namespace, "backup", role="backup", backup_delay=30.0,
+                    on_acquired=lambda job: did.append(time.monotonic()))
+    results: dict[str, Outcome] = {}
+    thread = run(backup, "job", results)
+    # It saw the job free and waits out its delay, listening on the job's channel.
+    wait_for(lambda: backup._hub.subscribed(JobKeys.of(namespace, "job").wake))
+    closed = time.monotonic()
+    primary.close()  # a clean stop: the registration goes, and the backup is told
+    thread.join(timeout=10)
+    assert results == {"backup": Outcome.DONE}
+    assert did[0] - closed < 2.0  # a round trip, with room for a busy machine; not 30 s
     backup.close()
 
 

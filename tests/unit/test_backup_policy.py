@@ -71,3 +71,38 @@ def test_sightings_of_a_handover_before_the_lease_end_carry_no_takeover() -> Non
     s = Sightings()
     s.saw(Snapshot(JobStatus.PENDING, 1, 7, "a", holder="a", pttl_ms=5000), 1.0)
     assert s.granted(2.0) == {"waited_ms": 1000.0}
+
+
+# -- with the view of the namespace's primaries ---------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("seen", "free_since", "now", "primary_until", "compete", "look_again"),
+    [
+        # a primary serves until 105: the delay is kept
+        (FREE, None, 100.0, 105.0, False, 100.5),
+        # ... but its registration ends before the delay does: look again then
+        (FREE, None, 100.0, 100.2, False, 100.2),
+        # no primary serves (any more): compete at once, delay or not
+        (FREE, None, 100.0, 99.0, True, 100.0),
+        (FREE, 100.0, 100.1, float("-inf"), True, 100.1),
+        # held by somebody: wait for the lease's end, primary or not
+        (HELD, None, 100.0, float("-inf"), False, 104.001),
+    ],
+)
+def test_backup_step_with_the_primarys_registration(  # noqa: PLR0917
+    seen: Snapshot, free_since: float | None, now: float, primary_until: float,
+    compete: bool, look_again: float,
+) -> None:
+    token = None if free_since is None else seen.token
+    view = backup_step(seen, free_since, token, now, T, primary_until=primary_until)
+    assert view.compete is compete
+    assert view.look_again == pytest.approx(look_again)
+
+
+def test_a_backup_defers_only_while_a_primary_is_registered() -> None:
+    from lockworker.model.policy import primary_serving
+
+    assert primary_serving(10.0, 9.999)
+    assert not primary_serving(10.0, 10.0)
+    assert not primary_serving(float("-inf"), 0.0)

@@ -1,0 +1,109 @@
+"""An ``aio.Worker``'s presence in its namespace, kept by a task of its own.
+
+The same registration, steps, view and schedule as a thread's
+(:mod:`lockworker.runtime.presence`, whose docstring says what it does): the scripts
+are :mod:`lockworker.protocol.presence`'s, awaited; the decisions are the shared
+:class:`~lockworker.runtime.presence.PresenceBase`'s and
+:class:`~lockworker.model.presence.View`'s. A backup's task listens on the presence
+channel through its loop's wake hub.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable
+
+from lockworker.aio.wake import hub_for, wait
+from lockworker.clock import Clock
+from lockworker.model import presence
+from lockworker.model.presence import Member, View
+from lockworker.protocol import presence as steps
+from lockworker.runtime import events
+from lockworker.runtime.presence import FAILURES, PresenceBase, announcement
+
+
+class AsyncPresence(PresenceBase):
+    """One ``aio.Worker``'s registration, refreshed by a task (see the module)."""
+
+    def __init__(
+        self, client: object, namespace: str, member: Member, *, view: View,
+        clock: Clock, log: events.EventLog, on_gone: Callable[[], None],
+    ) -> None:
+        super().__init__(namespace, member, view=view, clock=clock, log=log, on_gone=on_gone)
+        self.client: object = client
+        self._starting: asyncio.Lock | None = None
+        self._wake: asyncio.Event | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        """Register (the first call only) and start the task; no-op once stopped."""
+        if self.started or self.stopped:
+            return
+        if self._starting is None:
+            self._starting = asyncio.Lock()
+        async with self._starting:
+            if self.started or self.stopped:
+                return
+            await self.refresh(presence.JOINED)
+            self._wake = asyncio.Event()
+            self._task = asyncio.get_running_loop().create_task(
+                self._run(self._wake), name="lockworker-presence"
+            )
+            self.started = True
+
+    def stop(self) -> None:
+        """Leave: the task removes the registration and ends. Call it in the loop."""
+        self.stopped = True
+        if self._wake is not None:
+            self._wake.set()
+
+    async def close(self) -> None:
+        """:meth:`stop`, and wait until the registration was removed."""
+        self.stop()
+        task = self._task
+        if task is not None and task is not asyncio.current_task():
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await asyncio.wait_for(asyncio.shield(task), 5.0)
+
+    async def refresh(self, message: str = "") -> None:
+        sent_at = self.clock.monotonic()
+        try:
+            reply = await steps.TOUCH.acall(
+                self.client,
+                *steps.touch_call(self.keys, self.member, announcement(self.member, message)),
+            )
+        except FAILURES as exc:
+            self.refresh_failed(exc, sent_at)
+            return
+        self.refreshed(steps.decode(reply), sent_at)
+
+    async def _run(self, stop: asyncio.Event) -> None:
+        async with self._listening(stop) as message:
+            while not self.stopped:
+                left = self.view.next_read() - self.clock.monotonic()
+                if not message.is_set() and left > 0:
+                    await wait(message, left)
+                    continue  # a stop, a message, or the time: decide again
+                message.clear()
+                if not self.stopped:
+                    await self.refresh()
+        with contextlib.suppress(*FAILURES):
+            await steps.LEAVE.acall(
+                self.client,
+                *steps.leave_call(
+                    self.keys, self.member, announcement(self.member, presence.LEFT)
+                ),
+            )
+
+    @contextlib.asynccontextmanager
+    async def _listening(self, stop: asyncio.Event) -> AsyncIterator[asyncio.Event]:
+        """The event the task waits on: set by :meth:`stop`, and for a backup by a
+        message on the presence channel."""
+        if not self.view.watch:
+            yield stop
+            return
+        async with hub_for(self.client).listen(self.keys.wake) as message:
+            self._wake = message
+            message.set()  # read once listening: a primary may have joined meanwhile
+            yield message

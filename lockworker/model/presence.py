@@ -1,0 +1,155 @@
+"""Which workers of a namespace are alive, and what a backup makes of it. Pure: no
+Redis, no clock, no threads.
+
+Every :class:`~lockworker.Worker` (primary or backup) that serves registers in its
+namespace's presence set, a sorted set whose members are the workers
+(:class:`Member`, JSON) and whose scores say when each registration ends (server time,
+in ms). A background loop of the worker, not its jobs, refreshes the registration
+every third of its time to live (the worker's ``lock_timeout``); a clean stop removes
+it. A primary that registers or leaves publishes on the namespace's presence channel.
+
+A backup keeps a :class:`View`: ``primary_until``, the moment on its own monotonic
+clock until which some primary of its namespace is registered. It updates it from
+every refresh of its own registration (which returns the set), from a re-read when the
+channel says a primary joined or left, and from a re-read at ``primary_until`` itself,
+so that it knows of a clean stop within a round trip and of a crash within one lease.
+While ``primary_until`` lies ahead the backup defers to the primary
+(:func:`lockworker.model.policy.backup_step`); otherwise it competes at once.
+
+Keys of namespace ``billing`` (one hash tag, so one Cluster slot)::
+
+    lw:presence:workers:{billing}:members   sorted set: member -> registration end (ms)
+    lw:presence:workers:{billing}:wake      pub/sub channel: ``joined``, ``left``
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from lockworker.model.keys import JobKeys, Space, check_name
+from lockworker.model.state import Role
+
+NAMESPACE = "workers"
+JOINED = "joined"
+LEFT = "left"
+NOBODY = -math.inf
+"""``primary_until`` when no primary is known to be registered."""
+READ_MARGIN = 0.001
+"""Seconds after a registration's end before re-reading, so the read lands after it."""
+RETRY_PAUSE = 1.0
+"""Longest pause after a failed refresh before the next try."""
+
+
+def presence_keys(namespace: str) -> JobKeys:
+    """The keys of ``namespace``'s presence (see the module docstring)."""
+    return JobKeys(NAMESPACE, check_name(namespace, "namespace"), Space.PRESENCE)
+
+
+@dataclass(frozen=True)
+class Member:
+    """One worker object's registration: who it is, and its time to live."""
+
+    role: Role
+    owner: str
+    run: str
+    host: str
+    pid: int
+    ttl_ms: int
+
+    def encode(self) -> str:
+        """The sorted set's member: canonical JSON, the same for every refresh."""
+        return json.dumps(
+            {"role": self.role.value, "owner": self.owner, "run": self.run,
+             "host": self.host, "pid": self.pid, "ttl_ms": self.ttl_ms},
+            sort_keys=True, separators=(",", ":"),
+        )
+
+
+def decode_member(raw: str) -> Member | None:
+    """The :class:`Member` ``raw`` encodes, or None if lockworker did not write it."""
+    try:
+        data: Any = json.loads(raw)
+        member = Member(
+            Role(data["role"]), str(data["owner"]), str(data["run"]), str(data["host"]),
+            int(data["pid"]), int(data["ttl_ms"]),
+        )
+    except (ValueError, KeyError, TypeError):
+        return None
+    return member
+
+
+@dataclass(frozen=True)
+class Registered:
+    """A live registration as read: the member and the seconds left of it."""
+
+    member: Member
+    left: float
+
+    @property
+    def last_seen(self) -> float:
+        """Seconds since the worker last refreshed its registration."""
+        return max(0.0, self.member.ttl_ms / 1000.0 - self.left)
+
+
+def registered(pairs: Iterable[tuple[str, int]]) -> list[Registered]:
+    """The live registrations among ``(member, ms left)`` pairs (foreign members and
+    ended registrations left out)."""
+    found = []
+    for raw, left_ms in pairs:
+        member = decode_member(raw)
+        if member is not None and left_ms > 0:
+            found.append(Registered(member, left_ms / 1000.0))
+    return found
+
+
+def primary_until(found: Iterable[Registered], at: float) -> float:
+    """Until when (on the clock that read ``at``) some primary is registered, from a
+    reading taken at ``at``; :data:`NOBODY` if none is."""
+    lefts = [r.left for r in found if r.member.role is Role.PRIMARY]
+    return at + max(lefts) if lefts else NOBODY
+
+
+class View:
+    """What one worker knows of its namespace's primaries, and when to read again.
+
+    Updated only by the worker's presence loop (a thread, or a task); the worker's
+    contests read :attr:`primary_until` (a float, read whole).
+    """
+
+    def __init__(self, ttl: float, *, watch: bool) -> None:
+        self.ttl = ttl
+        self.watch = watch
+        """A backup watches the primaries: it also re-reads when the last one's
+        registration ends."""
+        self.primary_until = NOBODY
+        self.due = NOBODY
+        """When the own registration must be refreshed next."""
+        self.tried = NOBODY
+        """When the last reading (or failed try) was sent."""
+
+    def read(self, found: Iterable[Registered], at: float) -> bool:
+        """Apply a reading taken at ``at`` (the own registration refreshed then): True
+        if it shows that no primary serves any more, where the view said one did (its
+        waiting contests should look again at once)."""
+        before = self.primary_until
+        self.primary_until = primary_until(found, at)
+        self.due = at + self.ttl / 3
+        self.tried = at
+        return before > at >= self.primary_until
+
+    def failed(self, at: float) -> None:
+        """A refresh sent at ``at`` failed: try again soon (the view stays, and lapses
+        by itself when the registrations it saw end)."""
+        self.due = at + min(RETRY_PAUSE, self.ttl / 3)
+        self.tried = at
+
+    def next_read(self) -> float:
+        """When to read next: the own refresh, or for a backup the end of the
+        registration of the last primary it saw, whichever comes first."""
+        if self.watch and self.primary_until > self.tried:
+            return min(self.due, self.primary_until + READ_MARGIN)
+        return self.due

@@ -1,0 +1,93 @@
+"""The presence steps: a worker registers, refreshes and removes its registration in
+its namespace's presence set, and anybody reads who is registered
+(:mod:`lockworker.model.presence` says what they mean).
+
+Each is one script on the server, timed by the server's clock, so the times to live of
+workers on different hosts are comparable. The set's key and the channel share one
+hash tag, ``{<namespace>}``, so each step runs unchanged on a cluster (in another slot
+than the namespace's jobs: that is why a backup keeps a view of its own instead of
+reading the set inside a job's steps).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import redis
+
+from lockworker.model.keys import JobKeys
+from lockworker.model.presence import Member, Registered, registered
+from lockworker.protocol.decode import text
+from lockworker.protocol.luacall import LuaScript
+
+_NOW = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+"""
+
+_LIST = """
+local out = {}
+local found = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. now, '+inf', 'WITHSCORES')
+for i = 1, #found, 2 do
+  out[#out + 1] = found[i]
+  out[#out + 1] = math.floor(tonumber(found[i + 1]) - now)
+end
+"""
+
+# TOUCH: register or refresh a worker; forget registrations that ended; list the rest.
+# The set expires with its longest registration, so a namespace nobody serves any more
+# leaves no key behind.
+# KEYS[1] members   ARGV[1] member   ARGV[2] ttl ms   ARGV[3] channel
+# ARGV[4] message to publish ('' for none: a refresh)
+# returns {member1, ms left1, member2, ms left2, ...}, the caller included
+TOUCH = LuaScript(_NOW + """
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
+local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
+redis.call('PEXPIREAT', KEYS[1], last[2])
+if ARGV[4] ~= '' then redis.call('PUBLISH', ARGV[3], ARGV[4]) end
+""" + _LIST + "return out\n")
+
+# LEAVE: remove a worker's registration; tell the others if it was a primary.
+# KEYS[1] members   ARGV[1] member   ARGV[2] channel   ARGV[3] message ('' for none)
+# returns 1 if it was registered, 0 if not
+LEAVE = LuaScript("""
+local removed = redis.call('ZREM', KEYS[1], ARGV[1])
+if ARGV[3] ~= '' then redis.call('PUBLISH', ARGV[2], ARGV[3]) end
+return removed
+""")
+
+# READ: the live registrations, writing nothing (lockworker status).
+# KEYS[1] members   returns as TOUCH
+READ = LuaScript(_NOW + _LIST + "return out\n")
+
+
+def touch_call(keys: JobKeys, member: Member, message: str) -> tuple[list[str], list[Any]]:
+    """The keys and arguments of TOUCH for ``member`` (``message``: '' to refresh)."""
+    return [keys.extra("members")], [member.encode(), member.ttl_ms, keys.wake, message]
+
+
+def leave_call(keys: JobKeys, member: Member, message: str) -> tuple[list[str], list[Any]]:
+    """The keys and arguments of LEAVE for ``member``."""
+    return [keys.extra("members")], [member.encode(), keys.wake, message]
+
+
+def decode(reply: Any) -> list[Registered]:
+    """The live registrations a TOUCH or READ reply lists."""
+    items = list(reply or ())
+    return registered((text(items[i]), int(items[i + 1])) for i in range(0, len(items) - 1, 2))
+
+
+def touch(client: redis.Redis, keys: JobKeys, member: Member, message: str) -> list[Registered]:
+    """Register or refresh ``member``; the live registrations, ``member`` included."""
+    return decode(TOUCH(client, *touch_call(keys, member, message)))
+
+
+def leave(client: redis.Redis, keys: JobKeys, member: Member, message: str) -> None:
+    """Remove ``member``'s registration (publishing ``message`` unless it is '')."""
+    LEAVE(client, *leave_call(keys, member, message))
+
+
+def read(client: redis.Redis, keys: JobKeys) -> list[Registered]:
+    """Who is registered in ``keys``'s namespace now."""
+    return decode(READ(client, [keys.extra("members")], []))

@@ -1,0 +1,162 @@
+"""A worker's presence in its namespace, kept by a thread of its own.
+
+What is stored and what a backup makes of it: :mod:`lockworker.model.presence`; the
+steps: :mod:`lockworker.protocol.presence`. Here the I/O and its schedule, for a
+:class:`~lockworker.Worker` (the asyncio twin is :mod:`lockworker.aio.presence`):
+
+- :meth:`Presence.start` (the worker's first ``process`` or ``serve``) registers in one
+  round trip, so a primary is registered before it takes its first job, then starts
+  the thread. It costs nothing per job.
+- The thread refreshes the registration every third of its time to live; a backup's
+  also listens on the namespace's presence channel (through the process's wake hub)
+  and re-reads when a primary joins or leaves, and when the registration of the last
+  primary it saw ends. When a reading shows that no primary serves any more, the
+  worker's waiting jobs are woken to look again (``on_gone``).
+- :meth:`Presence.stop` (the worker's ``stop``, SIGTERM) is safe in a signal handler:
+  the thread removes the registration (a primary's removal is published) and ends.
+  :meth:`Presence.close` waits for that.
+
+A refresh that fails is logged and tried again soon; meanwhile the registration runs
+out by itself, as after a crash, which only makes backups compete at once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Callable, Iterator
+
+import redis
+
+from lockworker.clock import Clock
+from lockworker.errors import LockworkerError
+from lockworker.model import presence
+from lockworker.model.presence import Member, View
+from lockworker.model.state import Role
+from lockworker.protocol import presence as steps
+from lockworker.runtime import events
+from lockworker.runtime.wake import hub_for
+
+REFRESH_FAILED = "presence.refresh_failed"
+PRIMARY_GONE = "presence.primary_gone"
+FAILURES = (redis.RedisError, OSError, LockworkerError)
+
+
+def announcement(member: Member, message: str) -> str:
+    """What a member publishes when it joins or leaves: only primaries tell (backups
+    change nothing for the others)."""
+    return message if member.role is Role.PRIMARY else ""
+
+
+class PresenceBase:
+    """What the thread and the asyncio task share: the member, the view, the log."""
+
+    def __init__(
+        self, namespace: str, member: Member, *, view: View, clock: Clock,
+        log: events.EventLog, on_gone: Callable[[], None],
+    ) -> None:
+        self.keys = presence.presence_keys(namespace)
+        self.member = member
+        self.view = view
+        self.clock = clock
+        self.log = log
+        self.on_gone = on_gone
+        self.started = False
+        self.stopped = False
+        self.failing = False
+
+    def refreshed(self, found: list[presence.Registered], sent_at: float) -> None:
+        """Apply a reading sent at ``sent_at``; wake the waiting jobs if no primary
+        serves any more."""
+        if self.failing:
+            self.failing = False
+        if self.view.read(found, sent_at):
+            self.log.info(PRIMARY_GONE)
+            self.on_gone()
+
+    def refresh_failed(self, exc: BaseException, sent_at: float) -> None:
+        """Log the first failure of a streak; try again soon."""
+        self.view.failed(sent_at)
+        if not self.failing:
+            self.failing = True
+            self.log.warning(REFRESH_FAILED, error=repr(exc))
+
+
+class Presence(PresenceBase):
+    """One worker's registration, refreshed by a daemon thread (see the module)."""
+
+    def __init__(
+        self, client: redis.Redis, namespace: str, member: Member, *, view: View,
+        clock: Clock, log: events.EventLog, on_gone: Callable[[], None],
+    ) -> None:
+        super().__init__(namespace, member, view=view, clock=clock, log=log, on_gone=on_gone)
+        self.client = client
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        """Register (the first call only) and start the thread; no-op once stopped."""
+        if self.started:
+            return
+        with self._lock:
+            if self.started or self.stopped:
+                return
+            self.refresh(presence.JOINED)
+            self._thread = threading.Thread(
+                target=self._run, name="lockworker-presence", daemon=True
+            )
+            self._thread.start()
+            self.started = True
+
+    def stop(self) -> None:
+        """Leave: the thread removes the registration and ends. No I/O here (safe in a
+        signal handler)."""
+        self.stopped = True
+        self._wake.set()
+
+    def close(self) -> None:
+        """:meth:`stop`, and wait until the registration was removed."""
+        self.stop()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout=5.0)
+
+    def refresh(self, message: str = "") -> None:
+        sent_at = self.clock.monotonic()
+        try:
+            found = steps.touch(
+                self.client, self.keys, self.member, announcement(self.member, message)
+            )
+        except FAILURES as exc:
+            self.refresh_failed(exc, sent_at)
+            return
+        self.refreshed(found, sent_at)
+
+    def _run(self) -> None:
+        with self._listening() as message:
+            while not self.stopped:
+                left = self.view.next_read() - self.clock.monotonic()
+                if not message.is_set() and left > 0:
+                    self.clock.wait(message, left)
+                    continue  # a stop, a message, or the time: decide again
+                message.clear()
+                if not self.stopped:
+                    self.refresh()
+        with contextlib.suppress(*FAILURES):
+            steps.leave(
+                self.client, self.keys, self.member,
+                announcement(self.member, presence.LEFT),
+            )
+
+    @contextlib.contextmanager
+    def _listening(self) -> Iterator[threading.Event]:
+        """The event the thread waits on: set by :meth:`stop`, and for a backup by a
+        message on the presence channel."""
+        if not self.view.watch:
+            yield self._wake
+            return
+        with hub_for(self.client).listen(self.client, self.keys.wake) as message:
+            self._wake = message
+            message.set()  # read once listening: a primary may have joined meanwhile
+            yield message
