@@ -67,7 +67,7 @@ class RunBase(ContestantBase):
         self.not_before = 0.0
 
     def primary_until(self) -> float:
-        return self.base._view.primary_until
+        return self.base._view.defer_until
 
     def job(self, attempt: int, token: int, holder: str | None) -> Job:
         w = self.base

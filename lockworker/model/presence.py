@@ -13,8 +13,9 @@ clock until which some primary of its namespace is registered. It updates it fro
 every refresh of its own registration (which returns the set), from a re-read when the
 channel says a primary joined or left, and from a re-read at ``primary_until`` itself,
 so that it knows of a clean stop within a round trip and of a crash within one lease.
-While ``primary_until`` lies ahead the backup defers to the primary
-(:func:`lockworker.model.policy.backup_step`); otherwise it competes at once.
+While its last reading showed a primary, the backup defers to it
+(:func:`lockworker.model.policy.backup_step`); once a reading shows none (after a
+``left`` message, or at the registration's end), it competes at once.
 
 Keys of namespace ``billing`` (one hash tag, so one Cluster slot)::
 
@@ -131,15 +132,25 @@ class View:
         self.tried = NOBODY
         """When the last reading (or failed try) was sent."""
 
+    @property
+    def defer_until(self) -> float:
+        """Until when the worker's contests defer to a primary: for ever while the last
+        reading showed one registered, else never.
+
+        Not until that registration's end: a backup whose own loop ran late (a loaded
+        machine) would then compete beside a primary that serves. The loop reads again
+        at that end instead, and only a reading says a primary is gone."""
+        return math.inf if self.primary_until != NOBODY else NOBODY
+
     def read(self, found: Iterable[Registered], at: float) -> bool:
         """Apply a reading taken at ``at`` (the own registration refreshed then): True
-        if it shows that no primary serves any more, where the view said one did (its
-        waiting contests should look again at once)."""
+        if it shows no primary where the last one showed one (the worker's waiting
+        contests should look again at once)."""
         before = self.primary_until
         self.primary_until = primary_until(found, at)
         self.due = at + self.ttl / 3
         self.tried = at
-        return before > at >= self.primary_until
+        return before != NOBODY and self.primary_until == NOBODY
 
     def failed(self, at: float) -> None:
         """A refresh sent at ``at`` failed: try again soon (the view stays, and lapses

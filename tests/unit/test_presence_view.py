@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from lockworker.model.presence import (
@@ -46,15 +48,16 @@ def test_primary_until_is_the_longest_primary_registration() -> None:
 
 def test_a_backup_reads_again_when_the_primary_it_saw_ends_and_says_when_it_is_gone() -> None:
     view = View(3.0, watch=True)
+    assert view.defer_until == NOBODY  # nothing read yet: nobody to defer to
     assert not view.read([Registered(PRIMARY, 2.0), Registered(BACKUP, 3.0)], 100.0)
     assert view.primary_until == 102.0
+    assert view.defer_until == math.inf
     assert view.next_read() == pytest.approx(101.0)  # its own refresh (ttl / 3) first
     assert not view.read([Registered(PRIMARY, 1.5)], 101.0)  # refreshed meanwhile
     assert view.next_read() == pytest.approx(102.0)
-    # a clean stop: the next reading, before the registration would have ended, shows
-    # no primary: the waiting jobs are to look again at once
+    # a clean stop: the next reading shows no primary: the waiting jobs look again
     assert view.read([Registered(BACKUP, 3.0)], 101.2)
-    assert view.primary_until == NOBODY
+    assert view.primary_until == view.defer_until == NOBODY
     assert view.next_read() == pytest.approx(102.2)
 
 
@@ -62,16 +65,18 @@ def test_a_crashed_primary_is_noticed_by_the_read_at_its_registrations_end() -> 
     view = View(9.0, watch=True)
     view.read([Registered(PRIMARY, 1.0)], 100.0)
     assert view.next_read() == pytest.approx(101.001)  # not the own refresh at 103
-    # read at its end: gone; nothing left to wake (every wait ended by then anyway)
-    assert not view.read([], 101.001)
-    assert view.next_read() == pytest.approx(104.001)
+    # a loop running late still defers: only a reading says the primary is gone
+    assert view.defer_until == math.inf
+    assert view.read([], 101.3)
+    assert view.defer_until == NOBODY
+    assert view.next_read() == pytest.approx(104.3)
 
 
 def test_a_failed_refresh_is_tried_again_soon_and_never_in_a_busy_loop() -> None:
     view = View(9.0, watch=True)
     view.read([Registered(PRIMARY, 1.0)], 100.0)
     view.failed(101.001)
-    assert view.primary_until == 101.0  # kept: it lapses by itself
+    assert view.defer_until == math.inf  # kept until a reading says otherwise
     assert view.next_read() == pytest.approx(102.001)
 
 
