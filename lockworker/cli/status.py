@@ -6,7 +6,9 @@ is one consistent moment (on a cluster, a batch holds the jobs of one hash slot)
 A job's age is how long ago its state key was last written: the workers write it with a
 time to live of ``retention`` (default one day), so age = retention - time left. Pass
 the workers' ``--retention`` if they use another. Leaders are read with
-:meth:`lockworker.Leader.current`, their age from the term's recorded start.
+:meth:`lockworker.Leader.current`, their age from the term's recorded start. The
+workers alive in each namespace (primaries and backups, as they registered:
+:mod:`lockworker.model.presence`) are read from the namespace's presence set.
 """
 
 from __future__ import annotations
@@ -30,7 +32,8 @@ from lockworker.daemons.leader import Leader
 from lockworker.errors import ForeignValueError
 from lockworker.model.codec import decode_state
 from lockworker.model.keys import JobKeys, Space, parse_state_key, state_pattern
-from lockworker.protocol import snapshot_from, text
+from lockworker.model.presence import MEMBERS_PATTERN, parse_members_key, presence_keys
+from lockworker.protocol import presence, snapshot_from, text
 
 BATCH = 200
 
@@ -48,6 +51,42 @@ class Row:
     token: int
     lease_left: float | None
     age: float | None
+
+
+@dataclass(frozen=True)
+class WorkerRow:
+    """One live worker of a namespace (times in seconds)."""
+
+    namespace: str
+    owner: str
+    role: str
+    host: str
+    pid: int
+    run: str
+    last_seen: float
+    """Since it last refreshed its registration (every third of its lock_timeout)."""
+    expires_in: float
+    """Until its registration ends unless refreshed (a crashed worker's ends so)."""
+
+
+def worker_rows(client: redis.Redis, namespace: str | None) -> list[WorkerRow]:
+    """The workers registered in ``namespace`` (in every namespace if None): primaries
+    first, then by owner."""
+    if namespace is not None:
+        namespaces = [namespace]
+    else:
+        found = (parse_members_key(text(k)) for k in client.scan_iter(match=MEMBERS_PATTERN))
+        namespaces = sorted({n for n in found if n is not None}, key=natural)
+    rows = [
+        WorkerRow(
+            ns, r.member.owner, r.member.role.value, r.member.host, r.member.pid,
+            r.member.run, round(r.last_seen, 3), round(r.left, 3),
+        )
+        for ns in namespaces
+        for r in presence.read(client, presence_keys(ns))
+    ]
+    order = {ns: i for i, ns in enumerate(namespaces)}
+    return sorted(rows, key=lambda w: (order[w.namespace], w.role != "primary", natural(w.owner)))
 
 
 def state_keys(client: redis.Redis, namespace: str | None) -> Iterator[tuple[str, str, str]]:
@@ -245,15 +284,36 @@ def table(rows: list[Row]) -> str:
     )
 
 
+WORKERS_HEADER = ("WORKER", "NAMESPACE", "ROLE", "HOST", "PID", "LAST SEEN", "EXPIRES IN")
+
+
+def workers_table(workers: list[WorkerRow]) -> str:
+    """The live workers, aligned with a header (empty when there are none)."""
+    if not workers:
+        return ""
+    cells = [WORKERS_HEADER] + [
+        (printable(w.owner), printable(w.namespace), w.role, printable(w.host), str(w.pid),
+         duration(w.last_seen), duration(w.expires_in))
+        for w in workers
+    ]
+    widths = [max(len(line[i]) for line in cells) for i in range(len(WORKERS_HEADER))]
+    return "\n".join(
+        "  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)).rstrip()
+        for line in cells
+    )
+
+
 def main(args: argparse.Namespace) -> int:
     client = connect(redis_url(args.redis))
     try:
+        workers = worker_rows(client, args.namespace)
         rows = collect(client, args.namespace, args.retention)
     finally:
         client.close()
     if args.json:
         json.dump(
             {
+                "workers": [asdict(w) for w in workers],
                 "leaders": [asdict(r) for r in rows if r.kind == "leader"],
                 "jobs": [asdict(r) for r in rows if r.kind == "job"],
             },
@@ -262,4 +322,6 @@ def main(args: argparse.Namespace) -> int:
         sys.stdout.write("\n")
     else:
         print(table(rows))
+        if workers:
+            print("\n" + workers_table(workers))
     return EXIT_OK

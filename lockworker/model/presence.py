@@ -31,7 +31,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from lockworker.model.keys import JobKeys, Space, check_name
+from lockworker.model.keys import PREFIX, JobKeys, Space, check_name, unescape
 from lockworker.model.state import Role
 
 NAMESPACE = "workers"
@@ -48,6 +48,19 @@ RETRY_PAUSE = 1.0
 def presence_keys(namespace: str) -> JobKeys:
     """The keys of ``namespace``'s presence (see the module docstring)."""
     return JobKeys(NAMESPACE, check_name(namespace, "namespace"), Space.PRESENCE)
+
+
+MEMBERS_PATTERN = f"{PREFIX}:{Space.PRESENCE.value}:{NAMESPACE}:{{*}}:members"
+"""A SCAN pattern matching every namespace's presence set."""
+
+
+def parse_members_key(key: str) -> str | None:
+    """The namespace whose presence set ``key`` is, or None if it is not one."""
+    head, tail = f"{PREFIX}:{Space.PRESENCE.value}:{NAMESPACE}:{{", "}:members"
+    if not (key.startswith(head) and key.endswith(tail)) or len(key) == len(head + tail):
+        return None
+    name = key[len(head) : -len(tail)]
+    return None if "}" in name else unescape(name)
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,7 @@ from helpers import in_thread, wait_for
 import lockworker
 from lockworker.cli.demo_worker import records_key
 from lockworker.cli.main import main
+from lockworker.cli.status import worker_rows
 from lockworker.daemons.sources import stream_keys
 from lockworker.model.keys import JobKeys
 from lockworker.model.state import JobStatus
@@ -416,3 +417,45 @@ def test_status_shows_corrupt_and_wrong_type_jobs_as_foreign_in_natural_order(
     }
     worker.close()
     client.close()
+
+
+def test_status_shows_the_live_primaries_and_backups_of_a_namespace(
+    redis_server: RedisServer, namespace: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    client = redis_server.client(decode_responses=True)
+    primary = lockworker.Worker(client, namespace=namespace, owner="host-a",
+                                lock_timeout=3.0, on_acquired=lambda job: None)
+    backup = lockworker.Worker(client, namespace=namespace, owner="host-b", role="backup",
+                               lock_timeout=3.0, on_acquired=lambda job: None)
+    elsewhere = lockworker.Worker(client, namespace=f"{namespace}-other", owner="host-c",
+                                  on_acquired=lambda job: None)
+    for worker in (primary, backup, elsewhere):
+        assert worker.process("j") in (lockworker.Outcome.DONE,
+                                       lockworker.Outcome.DONE_ELSEWHERE)
+    args = ["status", "--namespace", namespace, "--redis", redis_server.url]
+    capsys.readouterr()  # the workers' events, if an earlier test configured logging
+    try:
+        assert main([*args, "--json"]) == 0
+        workers = json.loads(capsys.readouterr().out)["workers"]
+        assert main(args) == 0
+        table = capsys.readouterr().out.splitlines()
+        primary.close()  # a clean stop: no longer listed
+        after = worker_rows(client, namespace)
+    finally:
+        for worker in (primary, backup, elsewhere):
+            worker.close()
+        client.close()
+    assert [(w["owner"], w["role"], w["namespace"]) for w in workers] == [
+        ("host-a", "primary", namespace), ("host-b", "backup", namespace)
+    ]
+    for w in workers:
+        assert w["pid"] == os.getpid() and w["host"] and w["run"]
+        assert 0 <= w["last_seen"] <= 3.0 and 0 < w["expires_in"] <= 3.0
+    assert table[0].startswith("KIND")  # the jobs, then a blank line, then the workers
+    at = table.index("") + 1
+    assert table[at].split() == ["WORKER", "NAMESPACE", "ROLE", "HOST", "PID", "LAST", "SEEN",
+                                 "EXPIRES", "IN"]
+    assert [line.split()[:3] for line in table[at + 1 :]] == [
+        ["host-a", namespace, "primary"], ["host-b", namespace, "backup"]
+    ]
+    assert [w.owner for w in after] == ["host-b"]

@@ -84,3 +84,13 @@ def test_a_primary_only_refreshes_its_own_registration() -> None:
     view = View(3.0, watch=False)
     view.read([Registered(OTHER_PRIMARY, 0.2)], 100.0)
     assert view.next_read() == pytest.approx(101.0)
+
+
+def test_a_presence_sets_key_parses_back_to_its_namespace() -> None:
+    from lockworker.model.presence import parse_members_key
+
+    for namespace in ("billing", "a}b{c", "%7B", "x:{y"):
+        assert parse_members_key(presence_keys(namespace).extra("members")) == namespace
+    for key in ("lw:presence:workers:{}:members", "lw:job:workers:{a}:members",
+                "lw:presence:workers:{a}:wake", "lw:presence:workers:{a}b}:members"):
+        assert parse_members_key(key) is None
