@@ -12,7 +12,8 @@ What it does, in order:
 3. Submits ``--jobs`` jobs over ``--duration`` seconds, each 100-300 ms of work. A
    third of the way in it lets the jobs in hand finish, submits one job that takes long
    the first time, and SIGKILLs the primary in the middle of it; a backup takes the job
-   over when the dead primary's lease ends (plus ``backup_delay``).
+   over when the dead primary's lease ends (plus ``backup_delay`` if its registration
+   in the namespace has not run out by then).
 4. Shows who holds what while it runs, then a summary checked against the list each
    completed run appends to in Redis: jobs done exactly once, lost, done twice,
    handovers and the takeover latency. Exit 0 only if every job was done exactly once.
@@ -292,8 +293,8 @@ class Demo:
         if self.takeover is not None:
             lines.append(
                 f"  takeover after SIGKILL: {self.takeover:.2f}s by {self.taken_by} "
-                f"(at least backup delay {a.backup_delay}s; at most lock timeout "
-                f"{a.lock_timeout}s + backup delay {a.backup_delay}s + scheduling)"
+                f"(the rest of the dead lease: at most lock timeout {a.lock_timeout}s "
+                f"+ backup delay {a.backup_delay}s + scheduling)"
             )
         lines.append(f"  elapsed: {self.now():.1f}s")
         sys.stdout.write("\n".join(lines) + "\n")

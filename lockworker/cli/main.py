@@ -156,7 +156,8 @@ def _add_run(sub: argparse._SubParsersAction[Parser], common: Parser) -> None:
     )
     run.add_argument(
         "--role", choices=("primary", "backup"), default="primary",
-        help="a backup lets a free job or leadership lie --backup-delay before competing",
+        help="a backup lets a free job lie --backup-delay before competing while a "
+        "primary of its namespace serves (leadership: always)",
     )
     run.add_argument(
         "--owner", help="this process's id; keep it stable per deployed process so a "

@@ -172,9 +172,12 @@ class Worker(WorkerSettings):
     :param handle_signals: stop on SIGTERM/SIGINT (a second signal acts as before), from
         the first ``process`` call in the main thread until :meth:`close`.
     :param role: ``"primary"`` competes for a free job at once; ``"backup"`` lets a
-        free job lie for ``backup_delay`` seconds first, so a live primary normally
-        does the jobs and backups step in only when it is gone (docs/daemons.md).
-    :param backup_delay: seconds a backup waits before competing (ignored for a primary).
+        free job lie for ``backup_delay`` seconds first while a primary of its
+        namespace serves, so the live primary does the jobs, and competes at once when
+        none does (every worker registers in its namespace from its first
+        ``process``/``serve`` until :meth:`stop`/:meth:`close`; docs/daemons.md).
+    :param backup_delay: seconds a backup waits before competing while a primary
+        serves (ignored for a primary).
     """
 
     def __init__(

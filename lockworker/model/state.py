@@ -114,8 +114,9 @@ class Role(str, enum.Enum):
     PRIMARY = "primary"
     """Competes for a free job or term at once."""
     BACKUP = "backup"
-    """Lets a free job or term lie ``backup_delay`` seconds first, so a live primary
-    keeps its work; takes over when the primary is gone."""
+    """Lets a free job lie ``backup_delay`` seconds first while a primary of its
+    namespace serves (a free term: always), so a live primary keeps its work; competes
+    at once when none serves."""
 
     def __str__(self) -> str:  # logs and messages show "backup", as the option is spelt
         return self.value
