@@ -15,7 +15,6 @@ import contextlib
 from collections.abc import AsyncIterator, Callable
 
 from lockworker.aio.wake import hub_for, wait
-from lockworker.clock import Clock
 from lockworker.model import presence
 from lockworker.model.presence import Member, View
 from lockworker.protocol import presence as steps
@@ -28,9 +27,9 @@ class AsyncPresence(PresenceBase):
 
     def __init__(
         self, client: object, namespace: str, member: Member, *, view: View,
-        clock: Clock, log: events.EventLog, on_gone: Callable[[], None],
+        log: events.EventLog, on_gone: Callable[[], None],
     ) -> None:
-        super().__init__(namespace, member, view=view, clock=clock, log=log, on_gone=on_gone)
+        super().__init__(namespace, member, view=view, log=log, on_gone=on_gone)
         self.client: object = client
         self._starting: asyncio.Lock | None = None
         self._wake: asyncio.Event | None = None

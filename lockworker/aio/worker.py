@@ -127,8 +127,8 @@ class Worker(WorkerSettings):
         self._background = Background()
         self._signals: contextlib.ExitStack | None = None
         self._presence = AsyncPresence(
-            client, self.namespace, self._member, view=self._view, clock=self.clock,
-            log=self._log, on_gone=self._hub.wake_all,
+            client, self.namespace, self._member, view=self._view, log=self._log,
+            on_gone=self._hub.wake_all,
         )
 
     # -- hooks (override with async def or def, or pass as functions) ----------------

@@ -226,8 +226,8 @@ class Worker(WorkerSettings):
         self._hub = Waits(client)
         self._signals: contextlib.ExitStack | None = None
         self._presence = Presence(
-            client, self.namespace, self._member, view=self._view, clock=self.clock,
-            log=self._log, on_gone=self._hub.wake_all,
+            client, self.namespace, self._member, view=self._view, log=self._log,
+            on_gone=self._hub.wake_all,
         )
         # A worker dropped without close() leaves: its thread holds no reference to it.
         weakref.finalize(self, self._presence.stop)

@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterator
 
 import redis
 
-from lockworker.clock import Clock
+from lockworker.clock import Clock, SystemClock
 from lockworker.errors import LockworkerError
 from lockworker.model import presence
 from lockworker.model.presence import Member, View
@@ -52,13 +52,16 @@ class PresenceBase:
     """What the thread and the asyncio task share: the member, the view, the log."""
 
     def __init__(
-        self, namespace: str, member: Member, *, view: View, clock: Clock,
-        log: events.EventLog, on_gone: Callable[[], None],
+        self, namespace: str, member: Member, *, view: View, log: events.EventLog,
+        on_gone: Callable[[], None],
     ) -> None:
         self.keys = presence.presence_keys(namespace)
         self.member = member
         self.view = view
-        self.clock = clock
+        self.clock: Clock = SystemClock()
+        """Real time, whatever the worker's clock: the view says only whether a reading
+        showed a primary, so no time of it is compared with the worker's clock, and a
+        test's fake clock is never moved by this loop."""
         self.log = log
         self.on_gone = on_gone
         self.started = False
@@ -87,9 +90,9 @@ class Presence(PresenceBase):
 
     def __init__(
         self, client: redis.Redis, namespace: str, member: Member, *, view: View,
-        clock: Clock, log: events.EventLog, on_gone: Callable[[], None],
+        log: events.EventLog, on_gone: Callable[[], None],
     ) -> None:
-        super().__init__(namespace, member, view=view, clock=clock, log=log, on_gone=on_gone)
+        super().__init__(namespace, member, view=view, log=log, on_gone=on_gone)
         self.client = client
         self._lock = threading.Lock()
         self._wake = threading.Event()
