@@ -174,8 +174,7 @@ class Leader(LeaderSettings):
         again every few minutes: :mod:`lockworker.runtime.servercheck`)."""
         try:
             with contextlib.ExitStack() as stack:
-                self._call(lambda: servercheck.require_permissions(self.client, self.keys),
-                           "check permissions")
+                servercheck.require_permissions(self.client, self.keys)
                 stack.callback(servercheck.watching(self.client, self._log, self.clock))
                 stack.enter_context(
                     stop_on_signals(lambda _signum: self.stop(), enabled=self.handle_signals)

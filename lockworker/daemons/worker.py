@@ -349,9 +349,7 @@ class Worker(WorkerSettings):
         the Redis user may not run the steps on this namespace, before any handler runs
         (a step refused after a handler's side effects would report work as failed)."""
         if not self._permitted:
-            self._call(lambda: servercheck.require_permissions(self.client, keys),
-                       "check permissions")
-            self._permitted = True
+            self._permitted = servercheck.require_permissions(self.client, keys)
 
     def _hook(self, log: events.EventLog, name: str, *args: Any) -> None:
         """Run a hook other than on_acquired; its exceptions are logged, not raised."""

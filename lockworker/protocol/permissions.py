@@ -56,12 +56,14 @@ _PROBE = LuaScript(PROBE)
 PERMISSION_MARKS = ("noperm", "no permissions", "acl failure", "permission")
 
 
+def is_permission_text(message: str) -> bool:
+    lowered = message.lower()
+    return any(mark in lowered for mark in PERMISSION_MARKS)
+
+
 def is_permission_error(exc: BaseException) -> bool:
     """A refusal by the server's ACL (``NOPERM``, "ACL failure in script")."""
-    message = str(exc).lower()
-    return isinstance(exc, redis.exceptions.NoPermissionError) or any(
-        mark in message for mark in PERMISSION_MARKS
-    )
+    return isinstance(exc, redis.exceptions.NoPermissionError) or is_permission_text(str(exc))
 
 
 def probe_keys(keys: JobKeys) -> JobKeys:
@@ -76,9 +78,11 @@ def probe_call(keys: JobKeys) -> tuple[LuaScript, list[str], list[str]]:
 
 
 def decode_probe(reply: Sequence[Any]) -> list[Denied]:
-    """The probe's flat reply as the refusals it lists."""
+    """The probe's flat reply as the refusals it lists (an error other than a
+    permission's, such as OOM on a full server, is not one)."""
     items = [text(item) for item in reply]
-    return [Denied(*items[i:i + 3]) for i in range(0, len(items) - 2, 3)]
+    found = [Denied(*items[i:i + 3]) for i in range(0, len(items) - 2, 3)]
+    return [d for d in found if is_permission_text(d.error)]
 
 
 def refused(command: str, target: str, exc: BaseException) -> list[Denied]:

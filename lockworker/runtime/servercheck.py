@@ -157,18 +157,22 @@ def permission_finding(client: Any, keys: JobKeys) -> Finding:
     return verdicts.permissions(denied(client, keys), user(client))
 
 
-def require_permissions(client: Any, keys: JobKeys) -> None:
+def require_permissions(client: Any, keys: JobKeys) -> bool:
     """Raise :class:`~lockworker.PermissionDenied` naming the grants the user lacks
-    for ``keys``' namespace; nothing else happens (checked before any handler runs)."""
+    for ``keys``' namespace; nothing else happens (checked before any handler runs).
+    True if checked, False if the server could not be asked (try again later)."""
     try:
         finding = permission_finding(client, keys)
-    except redis.ResponseError:
-        return  # not a refusal (no scripting at all?): the steps themselves will say
+    except ERRORS:
+        # Not a refusal (no scripting at all, Redis unreachable): the steps themselves
+        # report it, naming the step and the job.
+        return False
     if finding.status is Status.FAILURE:
         raise PermissionDenied(
             f"Redis {finding.value} may not use what lockworker needs for "
             f"{keys.namespace!r}: {finding.meaning}; grant it: {finding.fix}"
         )
+    return True
 
 
 def check_all(

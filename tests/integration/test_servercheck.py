@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 import redis
+import structlog
 from helpers import wait_for, who
 
 import lockworker
@@ -35,6 +36,18 @@ def evicting() -> Iterator[RedisServer]:
     server = started("--maxmemory", "8mb", "--maxmemory-policy", "volatile-lru")
     yield server
     server.close()
+
+
+@pytest.fixture
+def structlog_unconfigured() -> Iterator[None]:
+    """structlog as an application that never configured it: events go to ``logging``."""
+    was_configured, saved = structlog.is_configured(), structlog.get_config()
+    structlog.reset_defaults()
+    yield
+    if was_configured:
+        structlog.configure(**saved)
+    else:
+        structlog.reset_defaults()
 
 
 def by_check(findings: list[Any]) -> dict[str, Any]:
@@ -73,7 +86,7 @@ def test_a_server_refusing_config_is_judged_through_info() -> None:
 
 
 def test_serve_logs_the_evicting_policy_at_start_through_logging(
-    evicting: RedisServer, caplog: pytest.LogCaptureFixture
+    evicting: RedisServer, caplog: pytest.LogCaptureFixture, structlog_unconfigured: None
 ) -> None:
     client = evicting.client(decode_responses=True)
     done: list[str] = []
@@ -137,6 +150,9 @@ def acl_server() -> Iterator[RedisServer]:
         "nokeys": ["~other:*", "&*", "+@all"],
         "noevalsha": ["~lw:*", "&*", "+@all", "-evalsha"],
         "allowed": ["~lw:*", "&lw:*", "+@all"],
+        # docs/deployment.md's minimal line
+        "documented": ["~lw:*", "&lw:*", "+@read", "+@write", "+@scripting", "+@pubsub",
+                       "+@stream", "+@connection", "+ping", "+time", "+info"],
     }
     for name, rules in users.items():
         admin.execute_command("ACL", "SETUSER", name, "on", ">pw", *rules)
@@ -175,12 +191,14 @@ def test_a_user_missing_a_permission_is_told_the_grant_before_any_handler(
     client.close()
 
 
-def test_a_user_with_the_documented_grants_passes(acl_server: RedisServer) -> None:
-    client = user_client(acl_server, "allowed")
+@pytest.mark.parametrize("user", ["allowed", "documented"])
+def test_a_user_with_the_documented_grants_passes(acl_server: RedisServer, user: str) -> None:
+    client = user_client(acl_server, user)
     assert servercheck.permission_finding(client, JobKeys.of("acl", "-")).status is Status.OK
-    worker = lockworker.Worker(client, namespace="acl-ok", handle_signals=False,
+    worker = lockworker.Worker(client, namespace=f"acl-{user}", handle_signals=False,
                                on_acquired=lambda job: None)
     assert worker.process("j") is lockworker.Outcome.DONE
+    worker.serve([("k", None)])
     worker.close()
     client.close()
 
