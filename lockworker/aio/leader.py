@@ -297,7 +297,7 @@ class _Campaign(CampaignBase):
         except StopRequested:
             pass
         except Exception as exc:
-            log.error(HOOK_ERROR, hook="on_acquired", error=repr(exc))
+            log.error(HOOK_ERROR, hook="on_acquired", error=events.describe(exc))
         except asyncio.CancelledError:
             cancelled = True
             raise
@@ -324,7 +324,7 @@ class _Campaign(CampaignBase):
             pipe.pexpire(key, lead._retention_ms)
             await pipe.execute()
         except redis.RedisError as exc:
-            log.warning("leader.record_failed", error=repr(exc))
+            log.warning("leader.record_failed", error=events.describe(exc))
 
     async def resign(self, held: LockValue, lease: Lease, log: events.EventLog) -> None:
         """Release the lease (waking followers); report a loss not reported yet."""
