@@ -167,12 +167,18 @@ def require_permissions(client: Any, keys: JobKeys) -> bool:
         # Not a refusal (no scripting at all, Redis unreachable): the steps themselves
         # report it, naming the step and the job.
         return False
+    refuse_if_denied(finding, keys)
+    return True
+
+
+def refuse_if_denied(finding: Finding, keys: JobKeys) -> None:
+    """Raise :class:`~lockworker.PermissionDenied` if the permissions ``finding`` is a
+    failure, naming the grants (both sides' first-use checks end here)."""
     if finding.status is Status.FAILURE:
         raise PermissionDenied(
             f"Redis {finding.value} may not use what lockworker needs for "
             f"{keys.namespace!r}: {finding.meaning}; grant it: {finding.fix}"
         )
-    return True
 
 
 def check_all(

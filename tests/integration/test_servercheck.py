@@ -4,16 +4,19 @@ missing a channel, a key pattern or EVALSHA."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import redis
+import redis.asyncio
 import structlog
 from helpers import wait_for, who
 
 import lockworker
+from lockworker import aio
 from lockworker.model.keys import JobKeys
 from lockworker.model.servercheck import Status
 from lockworker.model.state import Settle
@@ -224,3 +227,51 @@ def test_a_server_error_in_the_log_carries_its_message() -> None:
     error = redis.ResponseError("ACL failure in script: No permissions to access a channel")
     assert "No permissions to access a channel" in events.describe(error)
     assert events.describe(ValueError("x")) == "ValueError('x')"
+
+
+@pytest.mark.parametrize(
+    ("user", "grant"),
+    [("nochannel", "&lw:*"), ("nokeys", "~lw:*"), ("noevalsha", "+evalsha")],
+)
+def test_an_asyncio_worker_or_leader_is_told_the_grant_before_any_handler(
+    acl_server: RedisServer, user: str, grant: str
+) -> None:
+    """The asyncio twins check on first use as the sync classes do, with the same error."""
+    ran: list[str] = []
+
+    async def scenario() -> None:
+        client = redis.asyncio.Redis(port=acl_server.port, username=user, password="pw")
+        worker = aio.Worker(client, namespace="acl", handle_signals=False,
+                            on_acquired=lambda job: ran.append(job.id))
+        with pytest.raises(lockworker.PermissionDenied,
+                           match=f"ACL SETUSER {user} .*{grant[1:]}"):
+            await worker.process("j1")
+        with pytest.raises(lockworker.PermissionDenied):
+            await worker.serve([("j2", None)])
+        await worker.close()
+        leader = aio.Leader(client, name="acl", handle_signals=False,
+                            on_acquired=lambda term: ran.append("leader"))
+        with pytest.raises(lockworker.PermissionDenied, match=f"ACL SETUSER {user}"):
+            await leader.run()
+        await client.aclose()
+
+    asyncio.run(scenario())
+    assert ran == []
+    admin = acl_server.client(decode_responses=True)
+    assert admin.keys("lw:*") == []  # nothing written, nothing held
+    admin.close()
+
+
+def test_an_asyncio_worker_with_the_documented_grants_passes(acl_server: RedisServer) -> None:
+    async def scenario() -> lockworker.Outcome:
+        client = redis.asyncio.Redis(port=acl_server.port, username="documented",
+                                     password="pw")
+        worker = aio.Worker(client, namespace="acl-aio", handle_signals=False,
+                            on_acquired=lambda job: None)
+        outcome = await worker.process("j")
+        await worker.serve([("k", None)])
+        await worker.close()
+        await client.aclose()
+        return outcome
+
+    assert asyncio.run(scenario()) is lockworker.Outcome.DONE
