@@ -5,7 +5,7 @@ A primary and a backup serve one stream (fan-out) as OS processes; the backup's
 longer there would crawl (``concurrency / backup_delay``, 4 jobs a second). The
 primary's own pace is measured first, in the same test; after its SIGKILL (it dies
 holding jobs) or its SIGTERM (a clean stop, as in a deploy), the jobs left must all be
-done within the lease + 2 x the time the primary needed for as many.
+done within the lease + 1 s + 2 x the time the primary needed for as many.
 """
 
 from __future__ import annotations
@@ -172,6 +172,12 @@ def test_the_backup_serves_at_the_primarys_pace_once_the_primary_is_gone(
     wait_for(lambda: daemons.done("hang", HANGING), timeout=10)
     gone_at = time.monotonic()
     daemons.procs["primary"].send_signal(how)
+    # Gone before the next jobs come: a stopping primary finishes what it was given
+    # before the signal, and jobs it read before it handled the signal are its own.
+    if how == signal.SIGTERM:
+        assert daemons.procs["primary"].wait(timeout=10) == 0
+    else:
+        daemons.procs["primary"].wait(timeout=10)
     daemons.submit("b", JOBS)
     wait_for(lambda: daemons.done("b", JOBS) and len(daemons.did("hang")) == 2 * HANGING,
              timeout=60)
@@ -185,10 +191,10 @@ def test_the_backup_serves_at_the_primarys_pace_once_the_primary_is_gone(
         # a stop hands its jobs over without spending their attempt
         [("backup", 1)] * HANGING + [("primary", 1)] * HANGING
     )
-    # A backup still deferring to the dead primary needs JOBS / 4 seconds (37 s).
-    assert backup_took < LEASE + 2 * primary_took, (backup_took, primary_took)
-    if how == signal.SIGTERM:
-        assert daemons.procs["primary"].wait(timeout=10) == 0
+    # A backup still deferring to the dead primary needs JOBS / 4 seconds (37 s); one
+    # that knows it is alone needs the lease (a crash's registration runs out), then
+    # about the primary's time: 1 s is room for a loaded machine, far below 37 s.
+    assert backup_took < LEASE + 1.0 + 2 * primary_took, (backup_took, primary_took)
     assert all(r.member.role is Role.BACKUP for r in daemons.alive())  # gone
 
 
