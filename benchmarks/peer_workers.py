@@ -34,10 +34,12 @@ PROCESSES = 3
 CONCURRENCY = 4
 """lockworker's ``serve`` concurrency and the Celery threads pool's, per process."""
 RQ_MAINTENANCE = 5
-RQ_MONITORING = 5
 RQ_WORKER_TTL = 20
 """An idle RQ worker blocks ``worker_ttl - 15`` s for a job, and runs its maintenance
 (which finds abandoned jobs) only between two such waits: 420 - 15 s by default."""
+RQ_TIMEOUT_MARGIN = 10
+"""Seconds the tuned RQ job's timeout gives beyond its work: a dead ``SimpleWorker``'s
+job is abandoned only 60 s after its timeout (180 s by default) has passed."""
 TUNED_LEASE = 2.0
 REPLY_TIMEOUT = 60.0
 
@@ -53,8 +55,7 @@ def rq_main(port: int, queue: str, setting: str, pipe: Connection) -> None:
     client = redis.Redis(host="127.0.0.1", port=port)
     tuned: dict[str, Any] = (
         {
-            "maintenance_interval": RQ_MAINTENANCE, "job_monitoring_interval": RQ_MONITORING,
-            "worker_ttl": RQ_WORKER_TTL,
+            "maintenance_interval": RQ_MAINTENANCE, "worker_ttl": RQ_WORKER_TTL,
         }
         if setting == "tuned" else {}
     )
@@ -157,12 +158,13 @@ class Workers:
         elif self.tool == "RQ":
             from rq import Queue, Retry
 
-            retry = Retry(max=1) if self.setting == "tuned" else None
+            tuned: dict[str, Any] = (
+                {"retry": Retry(max=1), "timeout": round(self.hold) + RQ_TIMEOUT_MARGIN}
+                if self.setting == "tuned" else {}
+            )
             queue = Queue(self.name, connection=client)
             func = f"benchmarks.peer_jobs.{handler}"
-            queue.enqueue_many(
-                [Queue.prepare_data(func, one, retry=retry) for one in args]
-            )
+            queue.enqueue_many([Queue.prepare_data(func, one, **tuned) for one in args])
         else:
             for one in args:
                 self._celery.send_task(f"bench.{handler}", args=one, queue=self.name)

@@ -32,7 +32,7 @@ from benchmarks.common import installed
 from benchmarks.peer_workers import (
     PROCESSES,
     RQ_MAINTENANCE,
-    RQ_MONITORING,
+    RQ_TIMEOUT_MARGIN,
     RQ_WORKER_TTL,
     TUNED_LEASE,
     Workers,
@@ -47,8 +47,8 @@ SETTINGS: dict[tuple[str, str], str] = {
     ("RQ", "default"): "`SimpleWorker()`, `enqueue()`",
     ("RQ", "tuned"): (
         f"`SimpleWorker(maintenance_interval={RQ_MAINTENANCE}, "
-        f"job_monitoring_interval={RQ_MONITORING}, worker_ttl={RQ_WORKER_TTL})`, "
-        "`enqueue(retry=Retry(max=1))`"
+        f"worker_ttl={RQ_WORKER_TTL})`, `enqueue(retry=Retry(max=1), "
+        f"job_timeout=<the job's work> + {RQ_TIMEOUT_MARGIN} s)`"
     ),
     ("Celery (threads)", "default"): "`-P threads -c 4`, defaults",
     ("Celery (threads)", "tuned"): (
@@ -210,6 +210,8 @@ class PeersRun:
     rates: list[PeerRate]
     recoveries: list[Recovery]
     versions: str = ""
+    side_by_side: bool = False
+    """The trials ran during the jobs/s rows (a quick run)."""
 
 
 def run(port: int, client: redis.Redis, *, jobs: int, bound: float, hold: float,
@@ -230,11 +232,13 @@ def run(port: int, client: redis.Redis, *, jobs: int, bound: float, hold: float,
             rates.append(throughput(tool, port, client, jobs))
     if say is not None:
         say(f"  peers: a killed worker's job, {len(SETTINGS)} trials side by side, "
-            f"watched up to {bound:g} s")
+            f"watched up to {bound:g} s" + (" (running already)" if side_by_side else ""))
     if not side_by_side:
         trials.start()
     trials.join()
-    return PeersRun(jobs, bound, hold, rates, found[0] if found else [], versions())
+    return PeersRun(
+        jobs, bound, hold, rates, found[0] if found else [], versions(), side_by_side
+    )
 
 
 def versions() -> str:

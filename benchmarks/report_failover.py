@@ -116,10 +116,11 @@ def _stream(runs: list[FailoverRun]) -> list[str]:
         "the primary's jobs/s, reached within the lease plus one second after a crash, "
         "within a round trip plus one second after a clean stop (taken as 1 s). A backup "
         f"that lets every free job lie for `backup_delay` before it competes serves "
-        f"about concurrency / backup_delay = {CONCURRENCY / BACKUP_DELAY:g} jobs/s per "
-        "backup, whatever the handler costs, so while backups defer also when no primary "
-        "is alive the rows show that crawl, and a run that stops at its time limit says "
-        "how many jobs were left."
+        f"about concurrency / backup_delay = {CONCURRENCY / BACKUP_DELAY:g} jobs/s, "
+        "whatever the handler costs (the two backups defer the same jobs, so the second "
+        "adds nothing), so while backups defer also when no primary is alive the rows "
+        "show that crawl, and a run that stops at its time limit says how many jobs were "
+        "left."
     )
     add("")
     return out
@@ -165,7 +166,8 @@ def _peers(peers: PeersRun) -> list[str]:
         "rerun to its end (within the same limit): **runs after the kill** counts the "
         "job's starts after the kill and **at once** the most that ran at the same "
         "time; once means one run after the kill. The trials of all tools and settings "
-        "run side by side, each with its own queue (or namespace) and workers."
+        "run side by side, each with its own queue (or namespace) and workers"
+        + (", here during the jobs/s rows (a quick run)." if peers.side_by_side else ".")
     )
     add("")
     add("| tool | setting | configured as | runs again after | runs after the kill "
@@ -193,11 +195,13 @@ def _peers(peers: PeersRun) -> list[str]:
     )
     add(
         "- **RQ**: a job whose worker died stays in the queue's `StartedJobRegistry` until "
-        "its entry expires (its heartbeat TTL: `min(job timeout, "
-        "job_monitoring_interval) + 60` s) and a worker's maintenance (every "
-        "`maintenance_interval`, 10 minutes by default) finds it: then it is retried if "
-        "it was enqueued with `Retry`, else moved to the `FailedJobRegistry`. By default "
-        "the job never runs again by itself."
+        "its entry expires (for a `SimpleWorker`, 60 s after the job's timeout, which is "
+        "180 s by default and must exceed the job's work, since the timeout ends the job) "
+        "and a worker's maintenance finds it (every `maintenance_interval`, 10 minutes "
+        "by default, and only between two of an idle worker's waits for a job, "
+        "`worker_ttl` - 15 s long): then it is retried if it was enqueued with `Retry`, "
+        "else moved to the `FailedJobRegistry`. By default the job never runs again by "
+        "itself."
     )
     add(
         "- **Celery** (Redis broker): by default a task is acknowledged when a worker "

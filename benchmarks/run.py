@@ -61,7 +61,7 @@ FULL = report.Settings(
     failover_cap=30.0,
     failover_lease=stream_failover.LEASE,
     peer_jobs=5_000,
-    peer_bound=90.0,
+    peer_bound=120.0,
     peer_hold=30.0,
 )
 QUICK = report.Settings(
