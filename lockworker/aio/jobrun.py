@@ -261,7 +261,7 @@ class AsyncJobRun(RunBase):
         self, job: Job, held: LockValue, exc: Exception, log: events.EventLog
     ) -> Outcome | None:
         w = self.w
-        log.warning(events.FAILED, error=repr(exc), last=job.is_last_attempt)
+        log.warning(events.FAILED, error=events.describe(exc), last=job.is_last_attempt)
         try:
             await w._hook(log, "on_failed", job, exc)
         except asyncio.CancelledError:

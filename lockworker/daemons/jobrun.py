@@ -231,7 +231,7 @@ class JobRun(RunBase):
         self, job: Job, held: LockValue, exc: Exception, log: events.EventLog
     ) -> Outcome | None:
         w = self.w
-        log.warning(events.FAILED, error=repr(exc), last=job.is_last_attempt)
+        log.warning(events.FAILED, error=events.describe(exc), last=job.is_last_attempt)
         w._hook(log, "on_failed", job, exc)
         settled = self.call(
             lambda: w.protocol.fail(self.keys, held, w.max_attempts, w._retention_ms),

@@ -65,6 +65,15 @@ def settle_result(reply: int, new_state: StateValue) -> Settle:
     return Settle.RELEASED
 
 
+def applied_despite_error(new_state: StateValue, raw_state: Any) -> Settle | None:
+    """The settle's result if the state read after its error is exactly the value it
+    writes (unique to this holder's settle of this attempt, as for a retry after a lost
+    reply: :func:`settle_plan`), else None."""
+    if raw_state is not None and text(raw_state) == new_state.encode():
+        return settle_result(1, new_state)
+    return None
+
+
 def snapshot_from(keys: JobKeys, raw_state: Any, raw_lock: Any, pttl: int | None) -> Snapshot:
     """Build a :class:`Snapshot` from raw reads of the state and lock keys."""
     state = None

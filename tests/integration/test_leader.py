@@ -104,7 +104,10 @@ def test_a_leader_that_cannot_renew_sees_lost_first(
     redis_client.delete(leader_keys(namespace).lock)
     wait_for(lambda: leader.lost, timeout=5)
     assert term.lost
-    assert leader.waits and leader.waits[0] is True  # term.wait returned early on loss
+    # term.wait, in on_acquired's thread, returns early on the loss (on_lost runs in the
+    # heartbeat's thread: the hook's thread may wake a moment later).
+    wait_for(lambda: leader.waits, timeout=5)
+    assert leader.waits[0] is True
     with pytest.raises(lockworker.LockLost):
         term.check()
     # Then it campaigns again and leads a new term.
