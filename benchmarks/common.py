@@ -162,7 +162,8 @@ def machine(server: RedisServer) -> Machine:
         hiredis=_version("hiredis"),
         peers=(
             f"python-redis-lock {_version('python-redis-lock')}, "
-            f"pottery {_version('pottery')}"
+            f"pottery {_version('pottery')}, rq {_version('rq')}, "
+            f"celery {_version('celery')}"
         ),
         matplotlib=_version("matplotlib"),
         lockworker=_lockworker_version(),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from benchmarks import report_aio, report_load
+from benchmarks import report_aio, report_failover, report_load
 from benchmarks.common import Machine, median, spread
 from benchmarks.contended import Contended
 from benchmarks.cycle import BASELINE, CycleResult
@@ -40,6 +40,17 @@ class Settings:
     scale_jobs: int = 10_000
     market_seconds: float = 3.0
     masters_jobs: int = 4_000
+    failover_jobs: int = 4_000
+    failover_cap: float = 30.0
+    """Seconds the failover rows wait at most after the primary's signal."""
+    failover_lease: float = 2.0
+    peer_jobs: int = 5_000
+    peer_bound: float = 120.0
+    """Seconds a killed worker's job is watched for its rerun."""
+    peer_hold: float = 30.0
+    """Seconds that job works."""
+    peer_side_by_side: bool = False
+    """The killed-job trials run during the jobs/s rows (a quick run's shortcut)."""
     wall_seconds: float = 0.0
 
 
@@ -59,6 +70,7 @@ class Run:
     market: list[MarketRun] = field(default_factory=list)
     masters: MastersRun | None = None
     leaders: list[LeaderHandover] = field(default_factory=list)
+    failover: report_failover.FailoverSection | None = None
     charts: dict[str, str] = field(default_factory=dict)
     """Chart kind ("handovers", "takeover") -> file name beside the page."""
 
@@ -191,6 +203,8 @@ def summary(run: Run) -> list[str]:
                 f"{sc.collect_seconds:.2f} s)"
             ))
         )
+    if run.failover is not None:
+        lines.extend(report_failover.summary(run.failover))
     return lines
 
 
@@ -205,14 +219,16 @@ def render(run: Run) -> str:
     add("")
     add(
         "How fast lockworker's locks and jobs run, alone and contended, hand over after a "
-        "failure and take over after a crash, next to the Redis locks people already use, "
-        "all measured in one run against servers that the run started itself (one; three "
-        "for Redlock). Re-run with:"
+        "failure and take over after a crash, next to the Redis locks people already use "
+        "and (section 9) the worker frameworks RQ and Celery, all measured in one run "
+        "against servers that the run started itself (one; three for Redlock). Re-run "
+        "with:"
     )
     add("")
     add("```")
     add("pip install -e '.[bench]'   # the peers, hiredis and a server binary")
     add(s.command)
+    add("python -m benchmarks --only failover   # section 9 alone, put into this page")
     add("```")
     add("")
     add("## Summary")
@@ -411,4 +427,5 @@ def render(run: Run) -> str:
     out.extend(report_load.scale(run.scale))
     out.extend(report_load.market(run.market, s.market_seconds))
     out.extend(report_load.masters(run.masters))
+    out.extend(report_failover.section(run.failover))
     return "\n".join(out)

@@ -1,11 +1,17 @@
-"""The one command: ``python -m benchmarks [--quick] [--output PATH]``.
+"""The one command: ``python -m benchmarks [--quick] [--only SECTION] [--output PATH]``.
 
 Starts its own servers on free loopback ports (one, plus two more masters for
 Redlock), runs every benchmark against them (uncontended cycles, contended locks,
 handover after a failure and between leaders, takeover after SIGKILL, a stream served
 by a primary and two backups, jobs in flight at scale, the "Redis in Action"
-marketplace), prints a summary with the targets and writes the figures and charts to
-``docs/`` (a full run) or beside ``--output``.
+marketplace, a cluster, a stream's failover beside RQ and Celery), prints a summary
+with the targets and writes the figures and charts to ``docs/`` (a full run) or beside
+``--output``.
+
+``--only failover`` measures section 9 alone (the stream's failover, RQ and Celery)
+and puts it, with its summary lines, into the page already at the output path, leaving
+the other sections' figures as they were (a page that does not exist yet gets that
+section only).
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ import argparse
 import random
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 from benchmarks import (
@@ -24,9 +31,12 @@ from benchmarks import (
     leaders,
     market,
     masters,
+    peers,
     report,
+    report_failover,
     scale,
     stream,
+    stream_failover,
 )
 from benchmarks.common import counting_client, installed, machine, quiet_logging
 from lockworker.testing.server import RedisServer
@@ -47,6 +57,12 @@ FULL = report.Settings(
     scale_jobs=10_000,
     market_seconds=3.0,
     masters_jobs=4_000,
+    failover_jobs=4_000,
+    failover_cap=30.0,
+    failover_lease=stream_failover.LEASE,
+    peer_jobs=5_000,
+    peer_bound=120.0,
+    peer_hold=30.0,
 )
 QUICK = report.Settings(
     command="python -m benchmarks --quick",
@@ -61,7 +77,15 @@ QUICK = report.Settings(
     scale_jobs=500,
     market_seconds=0.5,
     masters_jobs=200,
+    failover_jobs=400,
+    failover_cap=2.5,
+    failover_lease=1.0,
+    peer_jobs=300,
+    peer_bound=6.0,
+    peer_hold=2.0,
+    peer_side_by_side=True,
 )
+SECTIONS = ("failover",)
 
 
 def measure(
@@ -76,7 +100,7 @@ def measure(
     quick = settings.rounds == 1
     say(f"server: {server.version()} on 127.0.0.1:{server.port} "
         f"(+{len(servers) - 1} Redlock masters)")
-    say(f"1/8 uncontended: {settings.rounds} rounds x {len(cycle.CONTENDERS)} contenders "
+    say(f"1/9 uncontended: {settings.rounds} rounds x {len(cycle.CONTENDERS)} contenders "
         f"x {settings.seconds:g} s")
     cycles = cycle.run(
         servers, rounds=settings.rounds, seconds=settings.seconds, warmup=20 if quick else 200
@@ -97,19 +121,19 @@ def measure(
     ]
     client = server.client()
     kinds = contended.kinds()
-    say(f"2/8 contended: {len(kinds)} contenders x {settings.contended_seconds:g} s")
+    say(f"2/9 contended: {len(kinds)} contenders x {settings.contended_seconds:g} s")
     contention = contended.run(
         [s.port for s in servers], client, settings.contended_seconds
     )
     pair = failover.Pair(server.port, namespace)
     try:
-        say(f"3/8 handover: {settings.handover_trials} trials x {len(handovers)} contenders, "
+        say(f"3/9 handover: {settings.handover_trials} trials x {len(handovers)} contenders, "
             f"then x {len(leaders.PAIRS)} leader pairings")
         for _ in range(settings.handover_trials):
             for handover in handovers:
                 failover.handover_trial(pair, handover)
         by_leaders = leaders.run(server.port, settings.handover_trials)
-        say(f"4/8 takeover after SIGKILL: {settings.takeover_trials} trials (lockworker), "
+        say(f"4/9 takeover after SIGKILL: {settings.takeover_trials} trials (lockworker), "
             f"{settings.peer_takeover_trials} per peer, {settings.takeover_lease:g} s lease")
         for trial in range(max(settings.takeover_trials, settings.peer_takeover_trials)):
             for takeover in takeovers:
@@ -123,17 +147,19 @@ def measure(
     finally:
         pair.close()
     try:
-        say(f"5/8 stream: {settings.stream_jobs} jobs x concurrency {stream.CONCURRENCY}")
+        say(f"5/9 stream: {settings.stream_jobs} jobs x concurrency {stream.CONCURRENCY}")
         streams = stream.run(server.port, client, settings.stream_jobs)
-        say(f"6/8 scale: {settings.scale_jobs} jobs in flight over {scale.PROCESSES} processes")
+        say(f"6/9 scale: {settings.scale_jobs} jobs in flight over {scale.PROCESSES} processes")
         scaled = scale.run(server.port, server.url, client, settings.scale_jobs)
-        say(f"7/8 marketplace: {2 * len(market.SETUPS)} setups x {settings.market_seconds:g} s")
+        say(f"7/9 marketplace: {2 * len(market.SETUPS)} setups x {settings.market_seconds:g} s")
         markets = market.run(server.port, settings.market_seconds)
     finally:
         client.close()
-    say(f"8/8 masters: {settings.masters_jobs} jobs through serve() on 1 server and on a "
+    say(f"8/9 masters: {settings.masters_jobs} jobs through serve() on 1 server and on a "
         f"{masters.MASTERS}-master cluster, then {settings.scale_jobs} in flight on it")
     by_masters = masters.run(settings.masters_jobs, settings.scale_jobs)
+    say(f"9/9 failover of a stream ({len(stream_failover.CASES)} rows), then RQ and Celery")
+    failover_section = measure_failover(server, settings, say, time.monotonic())
     settings = report.Settings(
         **{**settings.__dict__, "wall_seconds": time.monotonic() - started}
     )
@@ -143,7 +169,30 @@ def measure(
     return report.Run(
         machine(server), settings, cycles, overhead, handovers, takeovers, missing,
         contended=contention, streams=streams, scale=scaled, market=markets,
-        masters=by_masters, leaders=by_leaders,
+        masters=by_masters, leaders=by_leaders, failover=failover_section,
+    )
+
+
+def measure_failover(
+    server: RedisServer, settings: report.Settings, say: Callable[[str], None],
+    started: float,
+) -> report_failover.FailoverSection:
+    """Section 9: the stream's failover rows, then lockworker beside RQ and Celery."""
+    facts = machine(server)  # the load before this section's run
+    client = server.client()
+    try:
+        streams = stream_failover.run(
+            server.port, client, jobs=settings.failover_jobs, cap=settings.failover_cap,
+            lease=settings.failover_lease, say=say,
+        )
+        by_peers = peers.run(
+            server.port, client, jobs=settings.peer_jobs, bound=settings.peer_bound,
+            hold=settings.peer_hold, side_by_side=settings.peer_side_by_side, say=say,
+        )
+    finally:
+        client.close()
+    return report_failover.FailoverSection(
+        streams, by_peers, facts, settings.command, time.monotonic() - started
     )
 
 
@@ -161,10 +210,17 @@ def main(argv: list[str] | None = None) -> int:
         "--output", type=Path, default=None,
         help=f"where to write the report (default: {DOC.relative_to(ROOT)} for a full run)",
     )
+    parser.add_argument(
+        "--only", choices=SECTIONS, default=None,
+        help="measure one section (failover: section 9, a stream's failover beside RQ "
+        "and Celery) and put it into the page at the output path, the rest kept",
+    )
     args = parser.parse_args(argv)
     settings = QUICK if args.quick else FULL
     output = args.output if args.output is not None else (None if args.quick else DOC)
     quiet_logging()
+    if args.only is not None:
+        return only_failover(settings, args.only, output)
     with RedisServer() as server, RedisServer() as second, RedisServer() as third:
         run = measure([server, second, third], settings)
     print()
@@ -182,5 +238,33 @@ def main(argv: list[str] | None = None) -> int:
                 run.charts[kind] = name
                 print(f"wrote {folder / name}")
         output.write_text(report.render(run), encoding="utf-8")
+        print(f"wrote {output}")
+    return 0
+
+
+def only_failover(settings: report.Settings, only: str, output: Path | None) -> int:
+    """``--only failover``: section 9 alone, spliced into the page at ``output``."""
+    command = f"{settings.command} --only {only}"
+    settings = report.Settings(**{**settings.__dict__, "command": command})
+    started = time.monotonic()
+
+    def say(text: str) -> None:
+        print(f"[{time.monotonic() - started:5.1f}s] {text}", flush=True)
+
+    with RedisServer() as server:
+        say(f"server: {server.version()} on 127.0.0.1:{server.port}")
+        say(f"failover of a stream ({len(stream_failover.CASES)} rows), then RQ and Celery")
+        section = measure_failover(server, settings, say, started)
+    lines = report_failover.summary(section)
+    print()
+    for line in lines:
+        print(line)
+    if output is not None:
+        page = output.read_text(encoding="utf-8") if output.exists() else "# Benchmarks\n"
+        output.parent.mkdir(parents=True, exist_ok=True)
+        output.write_text(
+            report_failover.splice(page, report_failover.section(section), lines),
+            encoding="utf-8",
+        )
         print(f"wrote {output}")
     return 0

@@ -6,6 +6,7 @@ asserts nothing about speed (figures on a shared machine are not test material).
 
 from __future__ import annotations
 
+import importlib.util
 import subprocess
 import sys
 from pathlib import Path
@@ -17,6 +18,7 @@ ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.processes
 
 
+@pytest.mark.timeout(330)
 def test_quick_benchmark_run_writes_a_report(tmp_path: Path) -> None:
     output = tmp_path / "benchmarks.md"
     done = subprocess.run(
@@ -24,7 +26,7 @@ def test_quick_benchmark_run_writes_a_report(tmp_path: Path) -> None:
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=300,
         check=False,
     )
     assert done.returncode == 0, done.stdout + done.stderr
@@ -41,6 +43,9 @@ def test_quick_benchmark_run_writes_a_report(tmp_path: Path) -> None:
         "## 6. Scale: jobs in flight",
         '## 7. The "Redis in Action" marketplace',
         "## 8. Beyond one server: a 3-master cluster",
+        "## 9. Failover of a stream, beside RQ and Celery",
+        "### The stream's jobs/s before and after its primary goes",
+        "### Beside RQ and Celery: jobs/s, and a killed worker's job",
     ):
         assert heading in report
     for row in (
@@ -68,8 +73,26 @@ def test_quick_benchmark_run_writes_a_report(tmp_path: Path) -> None:
         "| aio.Leader -> aio.Leader |",
         "| Leader -> aio.Leader |",
         "| aio.Leader -> Leader |",
+        "| SIGKILL | sync (`Worker`) |",
+        "| SIGTERM | sync (`Worker`) |",
+        "| SIGKILL | asyncio (`aio.Worker`) |",
+        "| SIGTERM | asyncio (`aio.Worker`) |",
+        "| lockworker | 300 |",
+        "| lockworker | default |",
+        "| lockworker | tuned |",
     ):
         assert row in report
+    peers = {"rq": ("RQ",), "celery": ("Celery (threads)",)}  # the [bench] extra's
+    for module, tools in peers.items():
+        if importlib.util.find_spec(module) is not None:
+            for tool in tools:
+                for setting in ("default", "tuned"):
+                    assert f"| {tool} | {setting} |" in report
+    section = report.split("## 9. ", 1)[1]
+    # A trial that broke says so in its row; no job of a jobs/s row ran twice (nothing
+    # failed there).
+    assert "| error: " not in section
+    assert "**no**" not in section.split("### Beside", 1)[1].split("**A killed", 1)[0]
     # Mutual exclusion is a correctness check, not a speed figure: it must hold.
     assert "MUTUAL EXCLUSION BROKEN" not in done.stdout
     assert "| 3-master cluster |" in report and "\nError:" not in report
@@ -82,6 +105,8 @@ def test_quick_benchmark_run_writes_a_report(tmp_path: Path) -> None:
         "compute_once, cached key:",
         "contended handovers/s, asyncio:",
         "leadership handover, stop to election (median ms):",
+        "stream failover, the backups' jobs/s after the primary went",
+        "beside RQ and Celery, 3 worker processes: jobs/s",
     ):
         assert line in done.stdout
     for chart in ("benchmarks-handovers.png", "benchmarks-takeover.png"):

@@ -1,0 +1,262 @@
+"""Section 9 of the page: a stream's failover, and lockworker beside RQ and Celery.
+
+The section can be measured on its own (``python -m benchmarks --only failover``): then
+:func:`splice` puts it, and its summary lines, into the page a full run wrote, leaving
+every other section's figures as they were.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from benchmarks.common import Machine, installed
+from benchmarks.peers import PROCESSES, SETTINGS, PeersRun
+from benchmarks.stream_failover import (
+    BACKUP_DELAY,
+    CONCURRENCY,
+    TARGET_RATIO,
+    WINDOW,
+    FailoverRun,
+)
+
+HEADING = "## 9. Failover of a stream, beside RQ and Celery"
+SUMMARY_PREFIXES = ("- stream failover", "- beside RQ and Celery")
+KINDS = {"sync": "sync (`Worker`)", "aio": "asyncio (`aio.Worker`)"}
+
+
+@dataclass(frozen=True)
+class FailoverSection:
+    streams: list[FailoverRun]
+    peers: PeersRun | None
+    machine: Machine
+    command: str
+    wall_seconds: float
+
+
+def _n(value: float, digits: int = 0) -> str:
+    return "-" if math.isnan(value) else f"{value:,.{digits}f}"  # NaN: nothing measured
+
+
+def _s(seconds: float | None, cap: float) -> str:
+    return f"not within {cap:g} s" if seconds is None else f"{seconds:.2f} s"
+
+
+def summary(section: FailoverSection) -> list[str]:
+    lines = []
+    if section.streams:
+        cases = ", ".join(
+            f"{r.how} {r.kind} {r.ratio:.2f}x"
+            + ("" if r.steady_after is not None else f" (0.8x not within {r.cap:g} s)")
+            for r in section.streams
+        )
+        met = all(r.met for r in section.streams)
+        lines.append(
+            f"stream failover, the backups' jobs/s after the primary went / the primary's "
+            f"before: {cases}; target >= {TARGET_RATIO:g}x within the lease + 1 s after "
+            f"SIGKILL, 1 s after SIGTERM: {'met' if met else '**not met**'}"
+        )
+    if section.peers is not None and section.peers.rates:
+        rates = ", ".join(f"{r.tool} {_n(r.rate)}" for r in section.peers.rates)
+        again = ", ".join(
+            f"{r.tool} {r.setting} {_s(r.latency, r.bound)}" for r in section.peers.recoveries
+        )
+        lines.append(
+            f"beside RQ and Celery, {PROCESSES} worker processes: jobs/s {rates}; a SIGKILLed "
+            f"worker's job ran again after: {again}"
+        )
+    return lines
+
+
+def _stream(runs: list[FailoverRun]) -> list[str]:
+    out: list[str] = []
+    add = out.append
+    if not runs:
+        return out
+    r0 = runs[0]
+    add("### The stream's jobs/s before and after its primary goes")
+    add("")
+    add(
+        f"A backlog of {_n(r0.jobs)} jobs is submitted to one stream; a primary and two "
+        f"backups (`role=\"backup\"`, `backup_delay={BACKUP_DELAY:g}`, a {r0.lease:g} s "
+        f"lease) each read the whole stream (fan-out) and `serve` it with concurrency "
+        f"{CONCURRENCY}; each job's `on_acquired` makes one round trip (recording when it "
+        f"started, and where). Once {_n(r0.kill_after)} jobs have run, the primary gets "
+        "SIGKILL (a crash) or SIGTERM (a clean stop, as in a deploy). **primary before**: "
+        "its jobs/s from its first job to the signal. **first job**: from the signal to "
+        "the backups' first job. **0.8x after**: from the signal until the backups' jobs/s "
+        f"over a {WINDOW:g} s window first reaches {TARGET_RATIO:g}x the primary's. "
+        "**backups after**: their jobs/s from their first job to their last. The run "
+        f"waits at most {r0.cap:g} s after the signal; **jobs left** counts those that had "
+        "not run by then. **ran twice**: jobs run more than once, which a crash allows "
+        "for the jobs the primary was running (at least once), a clean stop does not."
+    )
+    add("")
+    add(
+        "| primary stopped by | processes | primary before (jobs/s) | first job | 0.8x after "
+        "| target | backups after (jobs/s) | after / before | jobs left | ran twice "
+        "| jobs by primary / backups |"
+    )
+    add("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for r in runs:
+        backups = sum(count for role, count in r.by_role.items() if role != "primary")
+        left = (
+            "0" if not r.left
+            else f"{_n(r.left)} (did not finish in {r.cap:g} s)"
+        )
+        add(
+            f"| {r.how} | {KINDS[r.kind]} | {_n(r.before_rate)} | {_s(r.first_after, r.cap)} "
+            f"| {_s(r.steady_after, r.cap)} | <= {r.steady_target:g} s "
+            f"| {_n(r.after_rate, 1)} | {r.ratio:.3f}x | {left} | {r.twice} "
+            f"| {_n(r.by_role.get('primary', 0))} / {_n(backups)} |"
+        )
+    add("")
+    add(
+        f"Target: after the primary is gone the backups serve at least {TARGET_RATIO:g}x "
+        "the primary's jobs/s, reached within the lease plus one second after a crash, "
+        "within a round trip plus one second after a clean stop (taken as 1 s). A backup "
+        f"that lets every free job lie for `backup_delay` before it competes serves "
+        f"about concurrency / backup_delay = {CONCURRENCY / BACKUP_DELAY:g} jobs/s, "
+        "whatever the handler costs (the two backups defer the same jobs, so the second "
+        "adds nothing), so while backups defer also when no primary is alive the rows "
+        "show that crawl, and a run that stops at its time limit says how many jobs were "
+        "left."
+    )
+    add("")
+    return out
+
+
+def _peers(peers: PeersRun) -> list[str]:
+    out: list[str] = []
+    add = out.append
+    add("### Beside RQ and Celery: jobs/s, and a killed worker's job")
+    add("")
+    add(
+        f"The same server and the same one-round-trip handler, {PROCESSES} worker processes "
+        f"per tool: lockworker's 3 primaries read one stream (fan-out) and `serve` it with "
+        f"concurrency {CONCURRENCY}; RQ runs `SimpleWorker`s (one job at a time each; "
+        "RQ's default `Worker` forks a child per job); Celery's workers use the `threads` "
+        f"pool with {CONCURRENCY} threads, or the `solo` pool, with a Redis broker and no "
+        f"result backend. {_n(peers.jobs)} jobs are queued before the workers are released "
+        "together (lockworker and RQ: processes that are ready are sent a go; Celery: "
+        "running workers are told to consume the queue); time runs from the first job's "
+        "start until every job has run. **each ran once** checks the runs counted in "
+        "Redis."
+    )
+    add("")
+    left = [tool for tool, module in (("RQ", "rq"), ("Celery", "celery"))
+            if not installed(module)]
+    if left:
+        add(f"Left out (not installed): {', '.join(left)}; `pip install -e '.[bench]'`.")
+        add("")
+    add("| tool | jobs | seconds | jobs/s | each ran once |")
+    add("|---|---:|---:|---:|---|")
+    for r in peers.rates:
+        once = "yes" if r.once else f"**no** ({r.runs} runs of {r.distinct} jobs)"
+        add(
+            f"| {r.tool} | {_n(r.jobs)} | {r.seconds:.2f} | {_n(r.rate)} "
+            f"| {once}{f'; {r.error}' if r.error else ''} |"
+        )
+    add("")
+    add(
+        f"**A killed worker's job.** One job that works for {peers.hold:g} s; once it "
+        "started, the worker process running it gets SIGKILL (a crash: no handler runs, "
+        "no acknowledgement is sent). **runs again after**: from the kill to the job's "
+        f"next start, watched for at most {peers.bound:g} s. The run then watches the "
+        "rerun to its end (within the same limit): **runs after the kill** counts the "
+        "job's starts after the kill and **at once** the most that ran at the same "
+        "time; once means one run after the kill. The trials of all tools and settings "
+        "run side by side, each with its own queue (or namespace) and workers"
+        + (", here during the jobs/s rows (a quick run)." if peers.side_by_side else ".")
+    )
+    add("")
+    add("| tool | setting | configured as | runs again after | runs after the kill "
+        "| at once | ran once |")
+    add("|---|---|---|---:|---:|---:|---|")
+    for r in peers.recoveries:
+        if r.error:
+            add(f"| {r.tool} | {r.setting} | {SETTINGS[(r.tool, r.setting)]} "
+                f"| error: {r.error} | - | - | - |")
+            continue
+        once = "-" if not r.runs_after else ("yes" if r.runs_after == 1 else "**no**")
+        add(
+            f"| {r.tool} | {r.setting} | {SETTINGS[(r.tool, r.setting)]} "
+            f"| {_s(r.latency, r.bound)} | {r.runs_after} (watched {r.watched:.0f} s) "
+            f"| {r.at_once} | {once} |"
+        )
+    add("")
+    add("What each promises about a job whose worker dies:")
+    add("")
+    add(
+        "- **lockworker**: a job is held under a lease that the holder's heartbeat renews; "
+        "when the holder dies, the lease runs out and a waiting process takes the job "
+        "(a new attempt, with a larger fencing token) within the lease. While the holder "
+        "lives, nobody else runs the job, however long it takes."
+    )
+    add(
+        "- **RQ**: a job whose worker died stays in the queue's `StartedJobRegistry` until "
+        "its entry expires (for a `SimpleWorker`, 60 s after the job's timeout, which is "
+        "180 s by default and must exceed the job's work, since the timeout ends the job) "
+        "and a worker's maintenance finds it (every `maintenance_interval`, 10 minutes "
+        "by default, and only between two of an idle worker's waits for a job, "
+        "`worker_ttl` - 15 s long): then it is retried if it was enqueued with `Retry`, "
+        "else moved to the `FailedJobRegistry`. By default the job never runs again by "
+        "itself."
+    )
+    add(
+        "- **Celery** (Redis broker): by default a task is acknowledged when a worker "
+        "takes it, so a worker's crash loses it. With `task_acks_late` the message stays "
+        "unacknowledged until the task ends, and the Redis transport delivers it again "
+        "after the `visibility_timeout` (one hour by default) to any worker, whether or "
+        "not the first is still running it: a visibility timeout shorter than the task "
+        "gives copies that run at once."
+    )
+    add("")
+    return out
+
+
+def section(section: FailoverSection | None) -> list[str]:
+    out = [HEADING, ""]
+    if section is None:
+        out += ["Not run.", ""]
+        return out
+    m = section.machine
+    out.append(
+        f"Measured {m.date} with `{section.command}` ({section.wall_seconds:.0f} s wall), "
+        f"lockworker {m.lockworker}, {section.peers.versions if section.peers else ''}, "
+        f"{m.server.split(' sha=')[0]}; the machine ({m.cores} cores) was shared with other "
+        f"work, load before the run {m.load} (1/5/15 min), so read the figures against "
+        "each other, not as absolutes."
+    )
+    out.append("")
+    out.extend(_stream(section.streams))
+    if section.peers is not None:
+        out.extend(_peers(section.peers))
+    return out
+
+
+def splice(page: str, section_lines: list[str], summary_lines: list[str]) -> str:
+    """``page`` with section 9 and its summary lines replaced by (or given) these."""
+    lines = page.split("\n")
+    # The section: from its heading to the next "## " heading (or the end).
+    start = next((i for i, line in enumerate(lines) if line == HEADING), None)
+    if start is None:
+        if lines and lines[-1] != "":
+            lines.append("")
+        lines.extend(section_lines)
+    else:
+        end = next(
+            (i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines)
+        )
+        lines[start:end] = section_lines
+    # The summary: drop this section's old lines, add the new ones after the others.
+    top = next((i for i, line in enumerate(lines) if line == "## Summary"), None)
+    if top is not None:
+        end = next(
+            (i for i in range(top + 1, len(lines)) if lines[i].startswith("## ")), len(lines)
+        )
+        block = [line for line in lines[top + 1:end] if not line.startswith(SUMMARY_PREFIXES)]
+        last = max((i for i, line in enumerate(block) if line.startswith("- ")), default=0)
+        block[last + 1:last + 1] = [f"- {line}" for line in summary_lines]
+        lines[top + 1:end] = block
+    return "\n".join(lines)
