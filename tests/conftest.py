@@ -1,12 +1,14 @@
 """Shared fixtures: a real server started by this test session (never one it did not start),
-and the metrics installed on a registry of the test's own."""
+the metrics installed on a registry of the test's own, and logging as each test found it."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import structlog
 
 pytest_plugins = ["lockworker.testing.plugin"]
 
@@ -23,3 +25,17 @@ def metrics_registry() -> Iterator[Any]:
     installed = metrics.install(fresh)
     yield fresh
     installed.uninstall()
+
+
+@pytest.fixture(autouse=True)
+def _restore_logging() -> Iterator[None]:
+    """A test that runs the CLI's ``main()`` in-process configures logging and structlog
+    for the whole process (a handler on the test's captured stderr, a level): undo it,
+    so later tests' events are neither filtered out nor written to a closed stream."""
+    saved = structlog.get_config()
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    yield
+    structlog.configure(**saved)
+    root.handlers[:] = handlers
+    root.setLevel(level)

@@ -36,7 +36,7 @@ from typing import Any, TypeVar
 import redis
 
 from lockworker import config
-from lockworker.clock import Clock, wall_time
+from lockworker.clock import Clock, SystemClock, wall_time
 from lockworker.daemons import contend
 from lockworker.daemons.contend import Next
 from lockworker.daemons.term import Term
@@ -175,7 +175,7 @@ class Leader(LeaderSettings):
         try:
             with contextlib.ExitStack() as stack:
                 servercheck.require_permissions(self.client, self.keys)
-                stack.callback(servercheck.watching(self.client, self._log, self.clock))
+                stack.callback(servercheck.watching(self.client, self._log, SystemClock()))
                 stack.enter_context(
                     stop_on_signals(lambda _signum: self.stop(), enabled=self.handle_signals)
                 )

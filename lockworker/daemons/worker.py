@@ -294,7 +294,7 @@ class Worker(WorkerSettings):
         """
         self._check_permissions(JobKeys.of(self.namespace, "-"))
         self._presence.start()
-        stop_watch = servercheck.watching(self.client, self._log, self.clock)
+        stop_watch = servercheck.watching(self.client, self._log, SystemClock())
         try:
             serve(self, source, concurrency=concurrency)
         finally:

@@ -250,7 +250,9 @@ class Watch:
 
 
 def watching(client: Any, log: events.EventLog, clock: Clock) -> Callable[[], None]:
-    """Start a :class:`Watch` and return what stops it."""
+    """Start a :class:`Watch` and return what stops it. Daemons pass the real clock,
+    whatever clock they were given: the repeat is a schedule of checks, not a lease, and
+    a fake clock that a test steps by hand must not be moved by a thread's long wait."""
     watch = Watch(client, log, clock)
     watch.start()
     return watch.stop

@@ -7,7 +7,6 @@ subprocesses for ``run`` (signals, exit codes, stderr) and for bad input.
 from __future__ import annotations
 
 import json
-import logging
 import os
 import re
 import signal
@@ -22,7 +21,6 @@ from pathlib import Path
 
 import pytest
 import redis
-import structlog
 from helpers import in_thread, wait_for
 
 import lockworker
@@ -56,18 +54,6 @@ APP = textwrap.dedent(
         pass
     """
 )
-
-
-@pytest.fixture(autouse=True)
-def _restore_logging() -> Iterator[None]:
-    """In-process ``main()`` configures logging and structlog for this process: undo it."""
-    saved = structlog.get_config()
-    root = logging.getLogger()
-    handlers, level = root.handlers[:], root.level
-    yield
-    structlog.configure(**saved)
-    root.handlers[:] = handlers
-    root.setLevel(level)
 
 
 def lockworker_cmd(*args: str) -> list[str]:

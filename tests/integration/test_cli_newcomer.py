@@ -296,11 +296,13 @@ def test_help_shows_the_defaults_and_every_subcommand_describes_itself() -> None
                  "(default: an embedded server; $LOCKWORKER_REDIS_URL is not read)"],
         "server": ["export LOCKWORKER_REDIS_URL=...", "(default: 6379)",
                    "(default: 127.0.0.1)", "(default: a temporary directory, removed at exit)"],
+        "check": ["(default: lockworker-check)", "(default: only report them)",
+                  "(default: 1.0)"],
     }
     out = run("--help")
     assert out.returncode == 0, out.stderr
     listed = re.findall(r"^    (\w+) ", out.stdout, re.M)
-    assert listed == ["run", "submit", "status", "reset", "demo", "server"]
+    assert listed == ["run", "submit", "status", "reset", "demo", "server", "check"]
     assert "a Redis-protocol server to try lockworker on" in " ".join(out.stdout.split())
     for command, fragments in expected.items():
         out = run(command, "--help")

@@ -41,13 +41,15 @@ IDS = [type(e).__name__ for e in ERRORS]
 
 
 class FailsOnce:
-    """Raise ``error`` for the first EVALSHA (the job's acquire), then pass through."""
+    """Raise ``error`` for the first EVALSHA on job ``j``'s keys (its acquire), then pass
+    through (the worker's own steps before it, on other keys, are left alone)."""
 
     def __init__(self, error: Exception) -> None:
         self.error: Exception | None = error
 
     def check(self, args: tuple[Any, ...]) -> None:
-        if args[0] == "EVALSHA" and self.error is not None:
+        on_the_job = any(isinstance(a, str) and ":{j}:" in a for a in args)
+        if args[0] == "EVALSHA" and on_the_job and self.error is not None:
             error, self.error = self.error, None
             raise error
 
