@@ -19,6 +19,7 @@ from lockworker.errors import (
     Contended,
     ExtraNotInstalled,
     ForeignValueError,
+    GiveUp,
     InvalidConfig,
     InvalidHook,
     JobNotFound,
@@ -28,6 +29,7 @@ from lockworker.errors import (
     NotReplicated,
     QuorumNotReached,
     RedisUnavailable,
+    Retry,
     StopRequested,
 )
 from lockworker.model.state import Durability, JobStatus, Outcome, ProtocolKind, Role, Snapshot
@@ -45,6 +47,7 @@ __all__ = [
     "Durability",
     "ExtraNotInstalled",
     "ForeignValueError",
+    "GiveUp",
     "InvalidConfig",
     "InvalidHook",
     "JSONCodec",
@@ -63,6 +66,7 @@ __all__ = [
     "QuorumNotReached",
     "RedisUnavailable",
     "Redlock",
+    "Retry",
     "RetryPolicy",
     "Role",
     "Semaphore",
