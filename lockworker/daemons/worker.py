@@ -154,8 +154,14 @@ class Worker(WorkerSettings):
     :param max_attempts: attempts (by any process) before the job is given up.
     :param owner: this process's id in Redis and logs; default ``host:pid:random``.
     :param retention: seconds that DONE/GAVE_UP (and the attempt count) are kept.
-    :param retry_delay: seconds a process whose attempt failed waits before competing
-        again (others are woken at once); default ``min(1, lock_timeout / 4)``.
+    :param retry_delay: the job's retry schedule: when its next attempt may start after
+        a failure, in any process (the fail step records it on the server). Seconds, a
+        tenacity wait strategy, or a function of the failed attempt's number returning
+        seconds; default :data:`lockworker.config.DEFAULT_RETRY_DELAY` (the first
+        failure handed over at once, then 2, 4, 8 ... 60 s). ``on_acquired`` may raise
+        :class:`~lockworker.Retry` to set one failure's delay (docs/daemons.md).
+    :param give_up_on: exception types that give the job up at once when
+        ``on_acquired`` raises them (as :class:`~lockworker.GiveUp` does).
     :param clock: time source (tests pass :class:`lockworker.testing.FakeClock`).
     :param protocol: ``"script"`` (default) or ``"txn"`` (WATCH/MULTI/EXEC).
     :param durability: ``"local"`` (default): a step counts once the master applied it.
