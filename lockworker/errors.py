@@ -66,6 +66,12 @@ class RedisUnavailable(LockworkerError):
     """Redis could not be reached within the retry budget (bounded backoff ran out)."""
 
 
+class PermissionDenied(LockworkerError):
+    """The connected Redis user may not run a command, or use a key or channel, that
+    lockworker needs; the message names what to grant (``ACL SETUSER ...``). Raised
+    before any handler runs, so no work is done that could not be recorded."""
+
+
 class NotReplicated(LockworkerError):
     """A step was applied on the master but fewer replicas than asked acknowledged it
     (``durability="replicated"``); retried like a lost connection, since every step is

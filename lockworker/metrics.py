@@ -21,7 +21,12 @@ The metric names and labels below are a public contract (docs/daemons.md, "Metri
 - ``lockworker_leader{name}``: 1 while this process leads ``name``, 0 once it
   campaigned for it otherwise (following, resigned, lost);
 - ``lockworker_redis_retries_total{step}``: Redis steps retried after a connection
-  error or a failover's refusal, by step (the job id, lock or stream name cut off).
+  error or a failover's refusal, by step (the job id, lock or stream name cut off);
+- ``lockworker_server_check{server,check}``: the last ``server.check`` of a daemon
+  (at start and every few minutes): 0 ok, 1 warning, 2 unknown, 3 failure (alert on
+  ``lockworker_server_check{check="eviction"} == 3``);
+- ``lockworker_server_evicted_keys{server}``: the keys the server evicted since it
+  started (``INFO stats``), as last checked (alert on any increase).
 
 Only this module imports ``prometheus_client``; without it, importing this module
 raises :class:`~lockworker.errors.ExtraNotInstalled` naming the install line.
@@ -70,6 +75,7 @@ OUTCOMES = {
 }
 """The worker events counted by ``lockworker_job_outcomes_total``, and their ``outcome``."""
 
+CHECK_LEVELS = {"ok": 0, "warning": 1, "unknown": 2, "failure": 3}
 ENDS = frozenset({events.DONE, events.FAILED, events.RELEASED, events.LOST, events.STOPPED})
 """The events that end an attempt this process held (the first of them, per token)."""
 
@@ -182,9 +188,20 @@ class Metrics:
             "Redis steps retried after a connection error or a failover's refusal, by step.",
             ["step"], registry=registry,
         )
+        self.server_check = Gauge(
+            "lockworker_server_check",
+            "Last verdict of a server check: 0 ok, 1 warning, 2 unknown, 3 failure.",
+            ["server", "check"], registry=registry,
+        )
+        self.evicted_keys = Gauge(
+            "lockworker_server_evicted_keys",
+            "Keys the server evicted since it started (INFO stats), as last checked.",
+            ["server"], registry=registry,
+        )
         self._collectors = (
             self.outcomes, self.attempt_duration, self.handover_wait,
             self.takeover_latency, self.leases_held, self.leader, self.redis_retries,
+            self.server_check, self.evicted_keys,
         )
         self._lock = threading.Lock()
         self._held: OrderedDict[tuple[str, str], tuple[Any, float]] = OrderedDict()
@@ -221,6 +238,17 @@ class Metrics:
                     gauge.set(0)
         if event == events.REDIS_RETRY:
             self.redis_retries.labels(step_label(fields.get("step"))).inc()
+        elif event == events.SERVER_CHECK:
+            self._server_check(fields)
+
+    def _server_check(self, fields: Mapping[str, Any]) -> None:
+        server, check = str(fields.get("server", "")), str(fields.get("check", ""))
+        level = CHECK_LEVELS.get(str(fields.get("status")))
+        if level is not None:
+            self.server_check.labels(server, check).set(level)
+        value = str(fields.get("value", ""))
+        if check == "evicted_keys" and value.isdigit():
+            self.evicted_keys.labels(server).set(int(value))
 
     def _job(self, event: str, fields: Mapping[str, Any]) -> None:
         namespace = fields.get("namespace")

@@ -262,7 +262,7 @@ class AsyncJobRun(RunBase):
     ) -> Outcome | None:
         w = self.w
         exc, failure = self.failure_plan(job, exc)
-        log.warning(events.FAILED, error=repr(exc), last=job.is_last_attempt)
+        log.warning(events.FAILED, error=events.describe(exc), last=job.is_last_attempt)
         try:
             await w._hook(log, "on_failed", job, exc)
         except asyncio.CancelledError:

@@ -21,6 +21,7 @@ import redis
 
 from lockworker.aio import contend
 from lockworker.aio.lease import AsyncHeartbeat, Background, Reports
+from lockworker.aio.permissions import require_permissions
 from lockworker.aio.protocol import AsyncScriptProtocol
 from lockworker.aio.wake import AsyncWaits, wait
 from lockworker.aio.worker import AsyncHook, check_async_client, check_local_script
@@ -155,10 +156,13 @@ class Leader(LeaderSettings):
         return leader_info(keys, *await pipe.execute())
 
     async def run(self) -> None:
-        """Campaign, lead, resign and campaign again until :meth:`stop`."""
+        """Campaign, lead, resign and campaign again until :meth:`stop`. First checks
+        that the Redis user may do what leading needs (:class:`~lockworker.PermissionDenied`
+        naming the grant, before any hook runs)."""
         self._loop = asyncio.get_running_loop()
         await ready(self.client)
         try:
+            await require_permissions(self.client, self.keys)
             with stop_on_signals(lambda _signum: self.stop(), enabled=self.handle_signals):
                 async with self._hub.listen(self.keys.wake) as wake:
                     await contend.run(_Campaign(self, wake))
@@ -297,7 +301,7 @@ class _Campaign(CampaignBase):
         except StopRequested:
             pass
         except Exception as exc:
-            log.error(HOOK_ERROR, hook="on_acquired", error=repr(exc))
+            log.error(HOOK_ERROR, hook="on_acquired", error=events.describe(exc))
         except asyncio.CancelledError:
             cancelled = True
             raise
@@ -324,7 +328,7 @@ class _Campaign(CampaignBase):
             pipe.pexpire(key, lead._retention_ms)
             await pipe.execute()
         except redis.RedisError as exc:
-            log.warning("leader.record_failed", error=repr(exc))
+            log.warning("leader.record_failed", error=events.describe(exc))
 
     async def resign(self, held: LockValue, lease: Lease, log: events.EventLog) -> None:
         """Release the lease (waking followers); report a loss not reported yet."""

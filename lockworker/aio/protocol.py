@@ -39,6 +39,10 @@ class AsyncScriptProtocol:
         try:
             reply = await step.script.acall(self.client, (keys.lock, keys.state), step.args)
         except redis.ResponseError as exc:
+            if step.recover is not None and "WRONGTYPE" not in str(exc):  # applied anyway?
+                done = step.recover(await self.client.get(keys.state))
+                if done is not None:
+                    return done
             raise foreign_on_wrongtype(keys, exc) from exc
         return step.decode(reply)
 

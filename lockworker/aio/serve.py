@@ -247,11 +247,15 @@ class _Server:
             with SERVING.lend(self.worker, self.slots):
                 outcome = await self.worker.process(delivery.job_id, delivery.payload)
         except (InvalidConfig, ForeignValueError) as exc:
-            self.log.error(JOB_ERROR, job_id=delivery.job_id, error=repr(exc), skipped=True)
+            self.log.error(
+                JOB_ERROR, job_id=delivery.job_id, error=events.describe(exc), skipped=True
+            )
             await self.resolved(delivery)
             return
         except Exception as exc:
-            self.log.error(JOB_ERROR, job_id=delivery.job_id, error=repr(exc), skipped=False)
+            self.log.error(
+                JOB_ERROR, job_id=delivery.job_id, error=events.describe(exc), skipped=False
+            )
             if self.error is None:
                 self.error = exc
             return

@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 from lockworker import config
 from lockworker.aio.jobrun import SERVING, AsyncJobRun
 from lockworker.aio.lease import AsyncHeartbeat, Background
+from lockworker.aio.permissions import require_permissions
 from lockworker.aio.protocol import AsyncScriptProtocol
 from lockworker.aio.serve import serve
 from lockworker.aio.wake import AsyncWaits
@@ -117,6 +118,7 @@ class Worker(WorkerSettings):
         self.protocol = AsyncScriptProtocol(client)
         self._call = retry.AsyncCaller(self.clock, self.redis_retry, self._log)
         self._stop = threading.Event()
+        self._permitted = False
         self._source_stops: set[threading.Event] = set()
         """Set with ``_stop``: the flags of the sync sources being served (each also set
         when its ``serve`` ends, so a cancelled one leaves no reader thread behind)."""
@@ -163,6 +165,7 @@ class Worker(WorkerSettings):
         log = self._log.bind(job_id=job_id)
         self._started()
         await ready(self.client)
+        await self._check_permissions(keys)
         with SERVING.borrow(self) as gate:  # the serving's slots, when it called
             return await AsyncJobRun(self, keys, payload, log, gate).run()
 
@@ -170,8 +173,17 @@ class Worker(WorkerSettings):
         """Process jobs from ``source`` (an iterable or async iterable of
         ``(job_id, payload)``, or a :class:`lockworker.StreamSource`) until it is
         exhausted or the worker is stopped, each job through :meth:`process` (a
-        subclass's override of it included); see :mod:`lockworker.aio.serve`."""
+        subclass's override of it included); see :mod:`lockworker.aio.serve`. First
+        checks what :meth:`process` checks on first use (the Redis user's permissions)."""
+        await ready(self.client)
+        await self._check_permissions(JobKeys.of(self.namespace, "-"))
         await serve(self, source, concurrency=concurrency)
+
+    async def _check_permissions(self, keys: JobKeys) -> None:
+        """Once per worker: :class:`~lockworker.PermissionDenied` naming what to grant if
+        the Redis user may not run the steps on this namespace, before any handler runs."""
+        if not self._permitted:
+            self._permitted = await require_permissions(self.client, keys)
 
     def stop(self) -> None:
         """Ask every ``process`` call to end (STOPPED) at its next safe point. Safe from

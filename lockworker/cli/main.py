@@ -11,6 +11,7 @@ closed pipe (``lockworker status | head``) ends quietly, exit 141.
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -19,7 +20,7 @@ from typing import Any, NoReturn, TypeVar
 import redis
 
 from lockworker import __version__, config
-from lockworker.cli import logs, schedule
+from lockworker.cli import check, logs, schedule
 from lockworker.cli.common import (
     DEFAULT_URL,
     ENV_URL,
@@ -208,6 +209,7 @@ def _add_run(sub: argparse._SubParsersAction[Parser], common: Parser) -> None:
         help="the address --metrics-port listens on (default: 0.0.0.0, every IPv4 "
         "interface; 127.0.0.1 keeps it on this host)",
     )
+    check.add_run_option(run)
 
 
 RETENTION_HELP = "(default: 86400, one day)"
@@ -322,6 +324,7 @@ def build_parser() -> Parser:
     _add_jobs(sub, common)
     _add_demo(sub)
     _add_server(sub)
+    check.add_parser(sub, common, positive_float, positive_int)
     return parser
 
 
@@ -338,27 +341,20 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return args
 
 
+HANDLERS = {
+    "run": ("run", "main"), "submit": ("jobs", "submit_main"),
+    "reset": ("jobs", "reset_main"), "status": ("status", "main"),
+    "server": ("server", "main"), "demo": ("demo", "main"), "check": ("check", "main"),
+}
+
+
 def _handler(command: str) -> Callable[[argparse.Namespace], int]:
     # Imported on demand: `lockworker submit` need not import the demo's machinery.
-    if command == "run":
-        from lockworker.cli.run import main as run_main  # noqa: PLC0415
-
-        return run_main
-    if command in ("submit", "reset"):
-        from lockworker.cli import jobs  # noqa: PLC0415
-
-        return jobs.submit_main if command == "submit" else jobs.reset_main
-    if command == "status":
-        from lockworker.cli.status import main as status_main  # noqa: PLC0415
-
-        return status_main
-    if command == "server":
-        from lockworker.cli.server import main as server_main  # noqa: PLC0415
-
-        return server_main
-    from lockworker.cli.demo import main as demo_main  # noqa: PLC0415
-
-    return demo_main
+    module, name = HANDLERS[command]
+    handler: Callable[[argparse.Namespace], int] = getattr(
+        importlib.import_module(f"lockworker.cli.{module}"), name
+    )
+    return handler
 
 
 def main(argv: Sequence[str] | None = None) -> int:

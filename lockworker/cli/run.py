@@ -30,6 +30,7 @@ from lockworker.cli.run_common import (
     WORKER_ONLY,
     build,
     metrics_extra,
+    require_safe,
     session,
     socket_timeout,
     stream_source,
@@ -53,6 +54,7 @@ def main(args: argparse.Namespace) -> int:
         return run_aio.main(cls, args, url, metrics)
     client = connect(url, socket_timeout=socket_timeout(args.lock_timeout))
     try:
+        require_safe(client, args)
         daemon = build(cls, client, args)
         with session(daemon, args, url, metrics):
             try:

@@ -7,8 +7,9 @@ The same options, start-up checks, events, metrics and stopping as a sync class
 - The daemon gets a ``redis.asyncio`` client of the URL, and the start-up PING is that
   client's, in the loop the daemon then runs in (an asyncio client is bound to its
   loop).
-- A Worker serves the stream through a ``StreamSource`` on a sync client of the same
-  URL (with a PING of its own): ``aio.Worker.serve`` reads it in a worker thread, so
+- The server's checks (``--require-safe-server``, the ``server.check`` events) run on a
+  sync client of the same URL (with a PING of its own); a Worker serves the stream
+  through a ``StreamSource`` on it: ``aio.Worker.serve`` reads it in a worker thread, so
   the event loop never waits on a blocking XREAD.
 - The signal handlers are installed in the loop's thread (the main thread); the first
   signal calls ``daemon.stop()`` from a courier thread, which is safe for both asyncio
@@ -43,10 +44,18 @@ from lockworker.cli.common import (
     safe_url,
     timeouts,
 )
-from lockworker.cli.run_common import build, session, socket_timeout, stream_source
+from lockworker.cli.run_common import (
+    build,
+    require_safe,
+    session,
+    socket_timeout,
+    stream_source,
+)
 from lockworker.cli.target import describe_kind, is_leader
+from lockworker.clock import SystemClock
 from lockworker.errors import InvalidConfig
 from lockworker.model.state import ProtocolKind
+from lockworker.runtime import events, servercheck
 
 
 def main(cls: Any, args: argparse.Namespace, url: str, metrics: ModuleType | None) -> int:
@@ -93,23 +102,35 @@ async def _run(
 ) -> None:
     timeout = socket_timeout(args.lock_timeout)
     client = await connect_async(url, socket_timeout=timeout)
-    stream_client: redis.Redis | None = None
+    # A sync client of the same URL: a Worker's stream, and the server's checks (the
+    # asyncio classes leave those to the command).
+    sync_client: redis.Redis | None = None
     try:
-        if not is_leader(cls):
-            stream_client = await asyncio.to_thread(connect, url, socket_timeout=timeout)
+        sync_client = await asyncio.to_thread(connect, url, socket_timeout=timeout)
+        await asyncio.to_thread(require_safe, sync_client, args)
         daemon = build(cls, client, args)
+        log = events.logger(events.CLI, None, owner=daemon.owner)
         with session(daemon, args, url, metrics):
-            if stream_client is None:
-                await daemon.run()  # closes the leader itself
-                return
+            stop_watch = await asyncio.to_thread(
+                servercheck.watching, sync_client, log, SystemClock()
+            )
             try:
-                await daemon.serve(
-                    stream_source(stream_client, args, daemon.owner),
-                    concurrency=args.concurrency or 4,
-                )
+                await _serve(daemon, cls, args, sync_client)
             finally:
-                await daemon.close()
+                stop_watch()
     finally:
-        if stream_client is not None:
-            stream_client.close()
+        if sync_client is not None:
+            sync_client.close()
         await client.aclose()
+
+
+async def _serve(daemon: Any, cls: Any, args: argparse.Namespace, client: redis.Redis) -> None:
+    if is_leader(cls):
+        await daemon.run()  # closes the leader itself
+        return
+    try:
+        await daemon.serve(
+            stream_source(client, args, daemon.owner), concurrency=args.concurrency or 4,
+        )
+    finally:
+        await daemon.close()

@@ -21,12 +21,13 @@ from typing import Any, NoReturn
 
 import redis
 
-from lockworker.cli.common import EXIT_INTERRUPTED, CliError, safe_url
+from lockworker.cli.common import EXIT_INTERRUPTED, EXIT_USAGE, CliError, safe_url
 from lockworker.cli.schedule import give_up_on
 from lockworker.cli.target import is_asyncio, is_leader
 from lockworker.daemons.sources import StreamSource
 from lockworker.errors import InvalidConfig, InvalidHook
-from lockworker.runtime import events
+from lockworker.model.servercheck import Status
+from lockworker.runtime import events, servercheck
 from lockworker.runtime.signals import stop_on_signals
 
 EXIT_GRACE_EXPIRED = 1
@@ -86,6 +87,18 @@ def stream_source(client: redis.Redis, args: argparse.Namespace, owner: str) -> 
         return StreamSource(client, args.stream or args.namespace, owner=owner)
     except InvalidConfig as exc:
         raise CliError(str(exc)) from exc
+
+
+def require_safe(client: Any, args: argparse.Namespace) -> None:
+    """With ``--require-safe-server``: one line and exit 2 if a check of the server's
+    eviction and persistence settings fails (the daemon logs every finding itself)."""
+    if not args.require_safe_server:
+        return
+    failed = [f for f in servercheck.settings_findings(client) if f.status is Status.FAILURE]
+    if failed:
+        raise CliError("--require-safe-server: " + "; ".join(
+            f"{f.check} on {f.server}: {f.value}: {f.meaning}; fix: {f.fix}" for f in failed
+        ), EXIT_USAGE)
 
 
 class GraceTimer:

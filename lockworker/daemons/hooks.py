@@ -40,7 +40,7 @@ from collections.abc import Callable
 from typing import Any
 
 from lockworker.errors import InvalidConfig, InvalidHook
-from lockworker.runtime.events import HOOK_ERROR, EventLog
+from lockworker.runtime.events import HOOK_ERROR, EventLog, describe
 
 HOOK_NAMES = ("on_acquired", "on_locked", "on_failed", "on_lost", "on_gave_up")
 
@@ -77,7 +77,7 @@ class Hooks:
         try:
             getattr(self._owner, name)(*args)
         except Exception as exc:
-            log.error(HOOK_ERROR, hook=name, error=repr(exc))
+            log.error(HOOK_ERROR, hook=name, error=describe(exc))
 
 
     async def given_async(self, name: str, *args: Any) -> None:
@@ -101,7 +101,7 @@ class Hooks:
         try:
             await self.call_async(name, *args)
         except Exception as exc:
-            log.error(HOOK_ERROR, hook=name, error=repr(exc))
+            log.error(HOOK_ERROR, hook=name, error=describe(exc))
 
 
 async def run_hook(fn: Callable[..., Any], *args: Any) -> None:

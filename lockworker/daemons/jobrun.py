@@ -232,7 +232,7 @@ class JobRun(RunBase):
     ) -> Outcome | None:
         w = self.w
         exc, failure = self.failure_plan(job, exc)
-        log.warning(events.FAILED, error=repr(exc), last=job.is_last_attempt)
+        log.warning(events.FAILED, error=events.describe(exc), last=job.is_last_attempt)
         w._hook(log, "on_failed", job, exc)
         settled = self.call(
             lambda: w.protocol.fail(

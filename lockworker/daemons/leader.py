@@ -44,7 +44,7 @@ from lockworker.daemons.worker import make_protocol
 from lockworker.errors import StopRequested
 from lockworker.model.codec import LockValue
 from lockworker.model.state import Durability, Grant, ProtocolKind, Role, Snapshot
-from lockworker.runtime import events, retry
+from lockworker.runtime import events, retry, servercheck
 from lockworker.runtime.lease import Heartbeat, Lease
 from lockworker.runtime.signals import stop_on_signals
 from lockworker.runtime.wake import Waits
@@ -166,9 +166,16 @@ class Leader(LeaderSettings):
         return leader_info(keys, *pipe.execute())
 
     def run(self) -> None:
-        """Campaign, lead, resign and campaign again until :meth:`stop` (or SIGTERM)."""
+        """Campaign, lead, resign and campaign again until :meth:`stop` (or SIGTERM).
+
+        First checks that the Redis user may do what leading needs
+        (:class:`~lockworker.PermissionDenied` naming the grant, before any hook runs),
+        and the server's eviction and persistence settings (``server.check`` events,
+        again every few minutes: :mod:`lockworker.runtime.servercheck`)."""
         try:
             with contextlib.ExitStack() as stack:
+                servercheck.require_permissions(self.client, self.keys)
+                stack.callback(servercheck.watching(self.client, self._log, self.clock))
                 stack.enter_context(
                     stop_on_signals(lambda _signum: self.stop(), enabled=self.handle_signals)
                 )
@@ -298,7 +305,7 @@ class _Campaign(CampaignBase):
         except StopRequested:
             pass
         except Exception as exc:
-            log.error(HOOK_ERROR, hook="on_acquired", error=repr(exc))
+            log.error(HOOK_ERROR, hook="on_acquired", error=events.describe(exc))
         finally:
             # A term that ran out before the hook returned is reported lost here, if
             # the heartbeat has not yet; a refused resignation in ``resign``.
@@ -317,7 +324,7 @@ class _Campaign(CampaignBase):
             pipe.pexpire(key, lead._retention_ms)
             pipe.execute()
         except redis.RedisError as exc:
-            log.warning("leader.record_failed", error=repr(exc))
+            log.warning("leader.record_failed", error=events.describe(exc))
 
     def resign(self, held: LockValue, lease: Lease, log: events.EventLog) -> None:
         """Release the lease (waking followers); report a loss not reported yet."""

@@ -157,11 +157,15 @@ class _Server:
             with SERVING.lend(self.worker, self.slots):
                 outcome = self.worker.process(delivery.job_id, delivery.payload)
         except (InvalidConfig, ForeignValueError) as exc:
-            self.log.error(JOB_ERROR, job_id=delivery.job_id, error=repr(exc), skipped=True)
+            self.log.error(
+                JOB_ERROR, job_id=delivery.job_id, error=events.describe(exc), skipped=True
+            )
             delivery.resolved()
             return
         except BaseException as exc:
-            self.log.error(JOB_ERROR, job_id=delivery.job_id, error=repr(exc), skipped=False)
+            self.log.error(
+                JOB_ERROR, job_id=delivery.job_id, error=events.describe(exc), skipped=False
+            )
             with self.mutex:
                 if self.error is None:
                     self.error = exc

@@ -306,4 +306,4 @@ class StreamSource:
             try:
                 self.touch(advanced)
             except (redis.RedisError, LockworkerError) as exc:  # the next save goes past it
-                self._log.warning(SAVE_FAILED, position=advanced, error=repr(exc))
+                self._log.warning(SAVE_FAILED, position=advanced, error=events.describe(exc))

@@ -33,7 +33,7 @@ from lockworker.model.state import Durability, Outcome, ProtocolKind, Reset, Rol
 from lockworker.protocol import LockProtocol, ScriptProtocol
 from lockworker.protocol.replicated import ReplicatedScriptProtocol
 from lockworker.protocol.txn import TxnProtocol
-from lockworker.runtime import events, retry
+from lockworker.runtime import events, retry, servercheck
 from lockworker.runtime.lease import Heartbeat
 from lockworker.runtime.signals import stop_on_signals
 from lockworker.runtime.wake import Waits
@@ -225,6 +225,7 @@ class Worker(WorkerSettings):
         self._heartbeat = Heartbeat(self.clock, self.lock_timeout / 3)
         self._hub = Waits(client)
         self._signals: contextlib.ExitStack | None = None
+        self._permitted = False
 
     # -- hooks (override in a subclass, or pass as functions) ------------------------
 
@@ -266,6 +267,7 @@ class Worker(WorkerSettings):
         keys = JobKeys.of(self.namespace, job_id)
         payload = payload_view(payload)  # what any other process would see
         log = self._log.bind(job_id=job_id)
+        self._check_permissions(keys)
         self._install_signal_handlers()
         with SERVING.borrow(self) as gate:  # serve's slots, when serve called
             return JobRun(self, keys, payload, log, gate).run()
@@ -277,8 +279,18 @@ class Worker(WorkerSettings):
         :class:`lockworker.StreamSource`. At most ``concurrency`` jobs run at once, each
         through :meth:`process` (a subclass's override of it included, whose result
         is the job's); see :mod:`lockworker.daemons.serve`.
+
+        First checks what :meth:`process` checks on first use (the Redis user's
+        permissions), and the server's eviction and persistence settings
+        (``server.check`` events, again every few minutes while serving:
+        :mod:`lockworker.runtime.servercheck`).
         """
-        serve(self, source, concurrency=concurrency)
+        self._check_permissions(JobKeys.of(self.namespace, "-"))
+        stop_watch = servercheck.watching(self.client, self._log, self.clock)
+        try:
+            serve(self, source, concurrency=concurrency)
+        finally:
+            stop_watch()
 
     def stop(self) -> None:
         """Ask every ``process`` call of this worker to end (STOPPED) at its next safe point.
@@ -342,6 +354,13 @@ class Worker(WorkerSettings):
             stack = contextlib.ExitStack()
             if stack.enter_context(stop_on_signals(lambda _signum: self.stop())):
                 self._signals = stack
+
+    def _check_permissions(self, keys: JobKeys) -> None:
+        """Once per worker: :class:`~lockworker.PermissionDenied` naming what to grant if
+        the Redis user may not run the steps on this namespace, before any handler runs
+        (a step refused after a handler's side effects would report work as failed)."""
+        if not self._permitted:
+            self._permitted = servercheck.require_permissions(self.client, keys)
 
     def _hook(self, log: events.EventLog, name: str, *args: Any) -> None:
         """Run a hook other than on_acquired; its exceptions are logged, not raised."""

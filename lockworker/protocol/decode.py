@@ -86,6 +86,22 @@ def settle_result(reply: int, new_state: StateValue) -> Settle:
     return Settle.RELEASED
 
 
+def applied_despite_error(
+    new_state: StateValue, raw_state: Any, delay_ms: int = 0
+) -> Settle | None:
+    """The settle's result if the state read after its error is exactly the value it
+    writes (unique to this holder's settle of this attempt, as for a retry after a lost
+    reply: :func:`settle_plan`), or, for a failure with a due time (``delay_ms``), that
+    value with a due time (:func:`same_failure`); else None."""
+    if raw_state is None:
+        return None
+    if text(raw_state) == new_state.encode() or (
+        delay_ms > 0 and same_failure(decode_state(raw_state), new_state)
+    ):
+        return settle_result(1, new_state)
+    return None
+
+
 def snapshot_from(
     keys: JobKeys, raw_state: Any, raw_lock: Any, pttl: int | None, now_ms: int | None = None
 ) -> Snapshot:

@@ -22,6 +22,7 @@ from lockworker.model.keys import JobKeys
 from lockworker.model.state import Ending, Grant, Renewal, Reset, Settle, Snapshot
 from lockworker.protocol import lua as scripts
 from lockworker.protocol.decode import (
+    applied_despite_error,
     decode_acquire,
     decode_reset,
     failure_due_ms,
@@ -49,6 +50,10 @@ class Step(Generic[R]):
     keys: JobKeys
     args: Sequence[str | int]
     decode: Callable[[Any], R]
+    recover: Callable[[Any], R | None] | None = None
+    """For a step that may fail after its writes (a settle whose PUBLISH the server
+    refused, "ACL failure in script"): given the state key read after the error, the
+    result if the step's writes were applied, else None (the error stands)."""
 
 
 def acquire_step(
@@ -76,7 +81,10 @@ def settle_step(
     new_state, message = settle_plan(held, kind, max_attempts, give_up=give_up)
     due = failure_due_ms(new_state, delay_ms)
     args = (held.encode(), new_state.encode(), retention_ms, keys.wake, message, due or "")
-    return Step(_SETTLE, keys, args, lambda reply: settle_result(int(reply), new_state))
+    return Step(
+        _SETTLE, keys, args, lambda reply: settle_result(int(reply), new_state),
+        partial(applied_despite_error, new_state, delay_ms=due),
+    )
 
 
 def reset_step(keys: JobKeys, retention_ms: int, *, force: bool = False) -> Step[Reset]:
@@ -102,7 +110,17 @@ class ScriptProtocol(SettleSteps):
             raise foreign_on_wrongtype(keys, exc) from exc
 
     def _do(self, step: Step[R]) -> R:
-        return step.decode(self._run(step.script, step.keys, step.args))
+        try:
+            reply = self._run(step.script, step.keys, step.args)
+        except redis.ResponseError:
+            # A script's error after its writes (nothing is rolled back): as after a
+            # lost reply, the state says whether the step was applied.
+            if step.recover is not None:
+                done = step.recover(self.client.get(step.keys.state))
+                if done is not None:
+                    return done
+            raise
+        return step.decode(reply)
 
     def acquire(
         self, keys: JobKeys, who: Holder, lease_ms: int, max_attempts: int, retention_ms: int

@@ -55,9 +55,15 @@ STATE_LOST = "server.state_lost"
 (a restart without persistence, a failover to a replica that had not received it).
 Work finished before the loss may run again; see docs/guarantees.md."""
 
+SERVER_CHECK = "server.check"
+"""A check of the server's settings (eviction, persistence, evicted keys...) at a
+daemon's start and every few minutes: ERROR for a setting that voids the guarantees
+(an evicting policy), WARNING for one that weakens them, DEBUG when all is well;
+fields ``check``, ``status``, ``server``, ``value``, ``consequence``, ``fix``."""
+
 ALL = (
     ACQUIRED, LOCKED, RENEWED, DONE, DONE_ELSEWHERE, FAILED, LOST, RELEASED, GAVE_UP,
-    STOPPED, REDIS_UNAVAILABLE, REDIS_RETRY, HOOK_ERROR, STATE_LOST, PARKED,
+    STOPPED, REDIS_UNAVAILABLE, REDIS_RETRY, HOOK_ERROR, STATE_LOST, PARKED, SERVER_CHECK,
 )
 
 # Logger names: one per product, under the ``lockworker`` logger.
@@ -297,6 +303,16 @@ def logger(name: str, base: Any = None, **context: Any) -> EventLog:
     if base is not None:
         return Forwarding(name, base.bind(**context), context)
     return _root(name).bind(**context)
+
+
+def describe(exc: BaseException) -> str:
+    """An exception for a log field: its ``repr``, unless that drops the message (redis-py
+    8's errors print as ``server:ResponseError``): then ``Type('message')``."""
+    shown = repr(exc)
+    message = str(exc)
+    if message and message not in shown:
+        return f"{type(exc).__name__}({message!r})"
+    return shown
 
 
 def renewed(renewal: Renewal, log: EventLog) -> bool:

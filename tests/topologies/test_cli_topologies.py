@@ -165,3 +165,27 @@ def test_an_asyncio_leader_daemon_leads_on_a_cluster_and_resigns_on_sigterm(
         if proc.poll() is None:
             proc.kill()
         proc.wait(timeout=10)
+
+
+def test_check_reports_the_one_misconfigured_master_by_name(
+    redis_cluster: Cluster, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from lockworker.cli.main import main as cli_main
+
+    bad = redis_cluster.masters[1]
+    node = bad.client(decode_responses=True)
+    node.config_set("maxmemory-policy", "volatile-lru")
+    node.config_set("maxmemory", "64mb")
+    try:
+        url = redis_cluster.url.replace("redis://", "redis+cluster://", 1)
+        assert cli_main(["check", "--redis", url, "--json", "--clock-interval", "0.2"]) == 1
+    finally:
+        node.config_set("maxmemory-policy", "noeviction")
+        node.config_set("maxmemory", "0")
+        node.close()
+    doc = json.loads(capsys.readouterr().out)
+    evictions = {c["server"]: c["status"] for c in doc["checks"] if c["check"] == "eviction"}
+    assert len(evictions) == len(redis_cluster.masters)
+    assert {s for s, status in evictions.items() if status == "failure"} == {
+        f"127.0.0.1:{bad.port}"
+    }

@@ -111,7 +111,7 @@ def serve(concurrency: Any) -> None:
 
 def lock_acquire(value: Any) -> None:
     lock = Lock(fakeredis.FakeRedis(), unique("acq"))
-    if lock.acquire(blocking=False, timeout=value):
+    if lock.acquire(timeout=value):  # a free lock: taken at the first try, no wait
         lock.close()
 
 
