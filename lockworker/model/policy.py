@@ -45,10 +45,12 @@ def recheck_at(seen: Snapshot, now: float, timing: Timing) -> float:
 
 
 def compete_after_failure(now: float, timing: Timing) -> float:
-    """When a process whose own attempt just failed may compete again.
+    """When a process whose own attempt just failed (or whose lease was lost) may
+    compete again, when the job's next attempt is due at once.
 
-    It steps back for ``retry_delay`` so that a waiting process takes the next attempt
-    first; alone, it retries after the delay.
+    It steps back for ``timing.retry_delay`` so that a waiting process takes the next
+    attempt first; alone, it retries after the step back. (A failure with a due time
+    is waited for by every process alike: the worker's schedule, not this.)
     """
     return now + timing.retry_delay
 
