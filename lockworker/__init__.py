@@ -19,6 +19,7 @@ from lockworker.errors import (
     Contended,
     ExtraNotInstalled,
     ForeignValueError,
+    GiveUp,
     InvalidConfig,
     InvalidHook,
     JobNotFound,
@@ -29,6 +30,7 @@ from lockworker.errors import (
     PermissionDenied,
     QuorumNotReached,
     RedisUnavailable,
+    Retry,
     StopRequested,
 )
 from lockworker.model.state import Durability, JobStatus, Outcome, ProtocolKind, Role, Snapshot
@@ -46,6 +48,7 @@ __all__ = [
     "Durability",
     "ExtraNotInstalled",
     "ForeignValueError",
+    "GiveUp",
     "InvalidConfig",
     "InvalidHook",
     "JSONCodec",
@@ -65,6 +68,7 @@ __all__ = [
     "QuorumNotReached",
     "RedisUnavailable",
     "Redlock",
+    "Retry",
     "RetryPolicy",
     "Role",
     "Semaphore",

@@ -20,7 +20,11 @@ import operator
 import os
 import secrets
 import socket
-from typing import Any, cast
+from collections.abc import Callable
+from functools import partial
+from typing import Any, TypeAlias, cast
+
+import tenacity
 
 from lockworker.errors import InvalidConfig
 
@@ -234,3 +238,89 @@ def client(
             f"use {hint}a redis.Redis client"
         )
     return value
+
+
+RetryDelay: TypeAlias = "float | tenacity.wait.wait_base | Callable[[int], float] | None"
+"""What ``retry_delay`` accepts (see :func:`retry_delay`)."""
+
+RetrySchedule = Callable[[int], float]
+"""A job's retry schedule: the failed attempt's number (1 for the first) to the seconds
+until the job's next attempt may start."""
+
+DEFAULT_RETRY_DELAY = tenacity.wait_chain(
+    tenacity.wait_none(), tenacity.wait_exponential(max=60) + tenacity.wait_random(0, 1)
+)
+"""The default ``retry_delay``: the first failure hands the job over at once (another
+process takes it: the failure may be its host's), then 2, 4, 8, ... seconds, at most 60,
+each plus up to a second at random, so jobs that failed together do not all come back
+together."""
+
+
+def retry_delay(value: object, name: str = "retry_delay") -> RetrySchedule:
+    """A retry schedule: None (:data:`DEFAULT_RETRY_DELAY`), seconds >= 0 (the same
+    delay after every failure), a tenacity wait strategy (``wait_exponential(...)``,
+    ``wait_random_exponential(...)``, ``wait_chain(...)``, ...: it is asked with the failed
+    attempt's number as ``attempt_number``) or a function of the failed attempt's number
+    returning seconds. A strategy or function is tried once here, on attempt 1; what it
+    returns later is checked by :func:`scheduled_delay`."""
+    if value is None:
+        value = DEFAULT_RETRY_DELAY
+    if isinstance(value, tenacity.wait.wait_base):
+        schedule: RetrySchedule = partial(_tenacity_delay, value)
+    elif callable(value) and not isinstance(value, (bool, numbers.Real)):
+        try:
+            inspect.signature(value).bind(1)
+        except (TypeError, ValueError) as exc:
+            if not isinstance(exc, ValueError):  # a builtin without a signature: try it
+                raise InvalidConfig(
+                    f"{name} must be seconds, a tenacity wait strategy or a function of "
+                    f"the failed attempt's number, got {_shown(value)}, which cannot be "
+                    f"called with one argument"
+                ) from None
+        schedule = cast(RetrySchedule, value)
+    else:
+        try:
+            fixed = seconds(value, name, positive=False)
+        except InvalidConfig as exc:
+            raise InvalidConfig(
+                f"{exc} (or a tenacity wait strategy, or a function of the failed "
+                f"attempt's number returning seconds)"
+            ) from None
+        return lambda _attempt: fixed
+    scheduled_delay(schedule, 1, name)
+    return schedule
+
+
+def _tenacity_delay(wait: Any, attempt: int) -> float:
+    state = tenacity.RetryCallState(None, None, (), {})  # type: ignore[arg-type]
+    state.attempt_number = attempt
+    return cast(float, wait(state))
+
+
+def scheduled_delay(schedule: RetrySchedule, attempt: int, name: str = "retry_delay") -> float:
+    """The seconds ``schedule`` gives after failed attempt ``attempt``, checked:
+    InvalidConfig if it raised or returned anything but a number of seconds >= 0."""
+    try:
+        delay = schedule(attempt)
+    except Exception as exc:
+        raise InvalidConfig(
+            f"{name} failed for attempt {attempt}: {exc!r} (it must return seconds >= 0)"
+        ) from exc
+    return seconds(delay, f"{name} for attempt {attempt}", positive=False)
+
+
+def retry_after(value: object) -> float:
+    """``Retry(after=...)``: seconds >= 0."""
+    return seconds(value, "Retry(after=...)", positive=False)
+
+
+def give_up_on(value: object, name: str = "give_up_on") -> tuple[type[BaseException], ...]:
+    """Exception types that give a job up at once: an exception class or a tuple of them
+    (``()``, the default, none)."""
+    types = value if isinstance(value, tuple) else (value,)
+    bad = [t for t in types if not (isinstance(t, type) and issubclass(t, BaseException))]
+    if bad:
+        raise InvalidConfig(
+            f"{name} must be an exception class or a tuple of them, got {_shown(value)}"
+        )
+    return cast("tuple[type[BaseException], ...]", types)

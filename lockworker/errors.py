@@ -122,3 +122,30 @@ class ExtraNotInstalled(LockworkerError, ImportError):
     An ``ImportError`` too, so code that treats the optional part as optional
     (``except ImportError``) keeps working.
     """
+
+
+class Retry(LockworkerError):
+    """Raised by ``on_acquired``: this attempt failed, and the job's next attempt may
+    start ``after`` seconds from now (instead of what ``retry_delay`` says), in whichever
+    process takes it. Like Celery's ``countdown``; the attempt counts as failed.
+
+    ``after`` is checked where the worker reads it (:func:`lockworker.config.retry_after`):
+    a value that is not a number of seconds >= 0 fails the attempt with that
+    :class:`InvalidConfig` instead, on the ordinary schedule.
+    """
+
+    def __init__(self, after: float, reason: str = "") -> None:
+        self.after = after
+        self.reason = reason
+        super().__init__(f"retry after {after!r}s" + (f": {reason}" if reason else ""))
+
+
+class GiveUp(LockworkerError):
+    """Raised by ``on_acquired``: give the job up now, whatever attempts are left; it is
+    recorded GAVE_UP like a job whose last attempt failed (``on_gave_up`` runs, every
+    process sees ``Outcome.GAVE_UP``). A job that can never succeed (a bad payload) need
+    not spend its attempts; ``give_up_on=(...)`` does this for exception types."""
+
+    def __init__(self, reason: str = "") -> None:
+        self.reason = reason
+        super().__init__(reason or "given up")

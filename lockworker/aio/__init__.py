@@ -18,5 +18,9 @@ from lockworker.aio.once import compute_once
 from lockworker.aio.redlock import Redlock
 from lockworker.aio.semaphore import Semaphore
 from lockworker.aio.worker import Worker
+from lockworker.errors import GiveUp, Retry
 
-__all__ = ["AsyncTerm", "Leader", "Lock", "Redlock", "Semaphore", "Worker", "compute_once"]
+__all__ = [
+    "AsyncTerm", "GiveUp", "Leader", "Lock", "Redlock", "Retry", "Semaphore", "Worker",
+    "compute_once",
+]

@@ -26,7 +26,7 @@ from lockworker.aio.wake import AsyncWaits, wait
 from lockworker.daemons.contend import Next
 from lockworker.daemons.hooks import Hooks
 from lockworker.daemons.job import Job
-from lockworker.daemons.runbase import RunBase, RunnerBase
+from lockworker.daemons.runbase import Failure, RunBase, RunnerBase
 from lockworker.errors import LockworkerError, StopRequested
 from lockworker.model.codec import LockValue
 from lockworker.model.keys import JobKeys
@@ -261,14 +261,15 @@ class AsyncJobRun(RunBase):
         self, job: Job, held: LockValue, exc: Exception, log: events.EventLog
     ) -> Outcome | None:
         w = self.w
+        exc, failure = self.failure_plan(job, exc)
         log.warning(events.FAILED, error=events.describe(exc), last=job.is_last_attempt)
         try:
             await w._hook(log, "on_failed", job, exc)
         except asyncio.CancelledError:
-            await asyncio.shield(self.fail_step(held))
+            await asyncio.shield(self.fail_step(held, failure))
             raise
-        settled = await asyncio.shield(self.fail_step(held))
-        verdict = self.failure_settled(settled, log)
+        settled = await asyncio.shield(self.fail_step(held, failure))
+        verdict = self.failure_settled(settled, log, failure)
         if verdict is Outcome.GAVE_UP:
             await w._hook(log, "on_gave_up", job)
         if verdict is True:
@@ -276,10 +277,13 @@ class AsyncJobRun(RunBase):
             return None
         return verdict  # type: ignore[return-value]
 
-    async def fail_step(self, held: LockValue) -> Settle:
+    async def fail_step(self, held: LockValue, failure: Failure) -> Settle:
         w = self.w
         return await self.call(
-            lambda: w.protocol.fail(self.keys, held, w.max_attempts, w._retention_ms),
+            lambda: w.protocol.fail(
+                self.keys, held, w.max_attempts, w._retention_ms,
+                delay_ms=failure.delay_ms, give_up=failure.give_up is not None,
+            ),
             "release failed attempt",
         )
 

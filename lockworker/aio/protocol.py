@@ -14,7 +14,7 @@ import redis
 from lockworker.model.codec import Holder, LockValue
 from lockworker.model.keys import JobKeys
 from lockworker.model.state import Ending, Grant, Renewal, Reset, Settle, Snapshot
-from lockworker.protocol.decode import foreign_on_wrongtype, snapshot_from
+from lockworker.protocol.decode import foreign_on_wrongtype, server_ms, snapshot_from
 from lockworker.protocol.script import (
     Step,
     acquire_step,
@@ -60,9 +60,13 @@ class AsyncScriptProtocol:
         return await self._do(settle_step(keys, held, Ending.COMPLETE, retention_ms))
 
     async def fail(
-        self, keys: JobKeys, held: LockValue, max_attempts: int, retention_ms: int
+        self, keys: JobKeys, held: LockValue, max_attempts: int, retention_ms: int,
+        *, delay_ms: int = 0, give_up: bool = False,
     ) -> Settle:
-        return await self._do(settle_step(keys, held, Ending.FAIL, retention_ms, max_attempts))
+        return await self._do(settle_step(
+            keys, held, Ending.FAIL, retention_ms, max_attempts, delay_ms=delay_ms,
+            give_up=give_up,
+        ))
 
     async def release(self, keys: JobKeys, held: LockValue, retention_ms: int) -> Settle:
         return await self._do(settle_step(keys, held, Ending.RELEASE, retention_ms))
@@ -76,8 +80,11 @@ class AsyncScriptProtocol:
         pipe.get(keys.state)
         pipe.get(keys.lock)
         pipe.pttl(keys.lock)
+        pipe.time()
         try:
-            raw_state, raw_lock, pttl = await pipe.execute()
+            raw_state, raw_lock, pttl, now = await pipe.execute()
         except redis.ResponseError as exc:
             raise foreign_on_wrongtype(keys, exc) from exc
-        return snapshot_from(keys, raw_state, raw_lock, int(pttl) if int(pttl) >= 0 else None)
+        return snapshot_from(
+            keys, raw_state, raw_lock, int(pttl) if int(pttl) >= 0 else None, server_ms(now)
+        )

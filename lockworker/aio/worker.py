@@ -30,6 +30,7 @@ from lockworker.aio.protocol import AsyncScriptProtocol
 from lockworker.aio.serve import serve
 from lockworker.aio.wake import AsyncWaits
 from lockworker.clock import Clock
+from lockworker.config import RetryDelay
 from lockworker.daemons.job import Job
 from lockworker.daemons.worker import DAY, WorkerSettings
 from lockworker.errors import InvalidConfig, JobNotFound
@@ -77,10 +78,11 @@ class Worker(WorkerSettings):
         *,
         namespace: str,
         lock_timeout: float = 10.0,
-        max_attempts: int = 3,
+        max_attempts: int = 5,
         owner: str | None = None,
         retention: float = DAY,
-        retry_delay: float | None = None,
+        retry_delay: RetryDelay = None,
+        give_up_on: type[BaseException] | tuple[type[BaseException], ...] = (),
         clock: Clock | None = None,
         logger: Any = None,
         protocol: ProtocolKind | str = ProtocolKind.SCRIPT,
@@ -105,7 +107,8 @@ class Worker(WorkerSettings):
         self._configure(
             Worker, namespace=namespace, lock_timeout=lock_timeout,
             max_attempts=max_attempts, owner=owner, retention=retention,
-            retry_delay=retry_delay, clock=clock, logger=logger, redis_retry=redis_retry,
+            retry_delay=retry_delay, give_up_on=give_up_on, clock=clock, logger=logger,
+            redis_retry=redis_retry,
             handle_signals=handle_signals, role=role, backup_delay=backup_delay,
             hooks={
                 "on_acquired": on_acquired, "on_locked": on_locked, "on_failed": on_failed,

@@ -20,7 +20,7 @@ from typing import Any, NoReturn, TypeVar
 import redis
 
 from lockworker import __version__, config
-from lockworker.cli import check, logs
+from lockworker.cli import check, logs, schedule
 from lockworker.cli.common import (
     DEFAULT_URL,
     ENV_URL,
@@ -174,8 +174,9 @@ def _add_run(sub: argparse._SubParsersAction[Parser], common: Parser) -> None:
     )
     run.add_argument(
         "--max-attempts", type=positive_int, metavar="N",
-        help="Worker only: attempts before giving a job up (default: 3)",
+        help="Worker only: attempts before giving a job up (default: 5)",
     )
+    schedule.add_options(run)
     run.add_argument(
         "--concurrency", type=positive_int, metavar="N",
         help="Worker only: jobs run at a time (default: 4)",

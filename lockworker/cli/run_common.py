@@ -22,6 +22,7 @@ from typing import Any, NoReturn
 import redis
 
 from lockworker.cli.common import EXIT_INTERRUPTED, EXIT_USAGE, CliError, safe_url
+from lockworker.cli.schedule import give_up_on
 from lockworker.cli.target import is_asyncio, is_leader
 from lockworker.daemons.sources import StreamSource
 from lockworker.errors import InvalidConfig, InvalidHook
@@ -40,7 +41,7 @@ GRACE_EXPIRED = "run.grace_expired"
 INTERRUPTED = "run.interrupted"
 NO_OWNER = "run.no_owner"
 
-WORKER_ONLY = ("max_attempts", "concurrency", "stream")
+WORKER_ONLY = ("max_attempts", "concurrency", "stream", "retry_delay", "give_up_on")
 
 
 def socket_timeout(lock_timeout: float) -> float:
@@ -62,9 +63,15 @@ def build(cls: Any, client: Any, args: argparse.Namespace) -> Any:
     try:
         if is_leader(cls):
             return cls(client, name=args.namespace, **common)
+        schedule: dict[str, Any] = {}
+        if args.give_up_on:
+            schedule["give_up_on"] = give_up_on(args.give_up_on, args.app_dir)
+        if args.retry_delay is not None:
+            schedule["retry_delay"] = args.retry_delay
         return cls(
             client, namespace=args.namespace,
-            max_attempts=args.max_attempts if args.max_attempts is not None else 3, **common,
+            max_attempts=args.max_attempts if args.max_attempts is not None else 5,
+            **schedule, **common,
         )
     except (InvalidConfig, InvalidHook) as exc:
         raise CliError(str(exc)) from exc

@@ -34,6 +34,7 @@ from lockworker.model.codec import decode_state
 from lockworker.model.keys import JobKeys, Space, parse_state_key, state_pattern
 from lockworker.model.presence import MEMBERS_PATTERN, parse_members_key, presence_keys
 from lockworker.protocol import presence, snapshot_from, text
+from lockworker.protocol.decode import server_ms
 
 BATCH = 200
 
@@ -51,6 +52,8 @@ class Row:
     token: int
     lease_left: float | None
     age: float | None
+    next_attempt_in: float | None = None
+    """A pending job whose failed attempt set its next one ahead: seconds until due."""
 
 
 @dataclass(frozen=True)
@@ -105,7 +108,8 @@ def state_keys(client: redis.Redis, namespace: str | None) -> Iterator[tuple[str
 _DIGITS = re.compile(r"([0-9]+)")
 
 # READ_JOBS: state, lock and both TTLs of every job in the batch, at one moment.
-# KEYS: state1, lock1, state2, lock2, ...   returns s1, l1, lock pttl1, state pttl1, ...
+# KEYS: state1, lock1, state2, lock2, ...   returns s1, l1, lock pttl1, state pttl1, ...,
+# and last the server's TIME (for the jobs' due times).
 # A key of another type reads as a value no job has, so it shows as foreign.
 READ_JOBS = """
 local out = {}
@@ -120,6 +124,7 @@ for i = 1, #KEYS, 2 do
   out[#out + 1] = redis.call('PTTL', KEYS[i + 1])
   out[#out + 1] = redis.call('PTTL', KEYS[i])
 end
+out[#out + 1] = redis.call('TIME')
 return out
 """
 
@@ -143,8 +148,11 @@ def job_rows(
         for state_key, _namespace, _job_id in batch:
             names += [state_key, state_key[: -len("state")] + "lock"]
         replies = read(keys=names, client=client)  # one script: one consistent moment
+        now_ms = server_ms(replies[-1])
         for i, (_key, namespace, job_id) in enumerate(batch):
-            rows.append(_job_row(namespace, job_id, replies[4 * i : 4 * i + 4], retention))
+            rows.append(
+                _job_row(namespace, job_id, replies[4 * i : 4 * i + 4], retention, now_ms)
+            )
     order = {(k[1], k[2]): i for i, k in enumerate(keys)}
     rows.sort(key=lambda row: order[(row.namespace, row.id)])
     return rows
@@ -179,7 +187,7 @@ def job_age(state_ttl: object, retention: float) -> float | None:
 
 
 def _job_row(
-    namespace: str, job_id: str, replies: list[Any], retention: float
+    namespace: str, job_id: str, replies: list[Any], retention: float, now_ms: int
 ) -> Row:
     raw_state, raw_lock, lock_ttl, state_ttl = replies
     age = job_age(state_ttl, retention)
@@ -187,13 +195,18 @@ def _job_row(
         return Row("job", namespace, job_id, "foreign", None, None, 0, None, age)
     try:
         pttl = int(lock_ttl) if isinstance(lock_ttl, int) and lock_ttl >= 0 else None
-        seen = snapshot_from(JobKeys(namespace, job_id, Space.JOB), raw_state, raw_lock, pttl)
+        seen = snapshot_from(
+            JobKeys(namespace, job_id, Space.JOB), raw_state, raw_lock, pttl, now_ms
+        )
     except ForeignValueError:
         return Row("job", namespace, job_id, "foreign", None, None, 0, None, age)
     state = "held" if seen.holder is not None else seen.status.value
     holder = seen.holder if seen.holder is not None else (seen.owner or None)
     lease = seen.pttl_ms / 1000.0 if seen.pttl_ms is not None else None
-    return Row("job", namespace, job_id, state, holder, seen.attempt, seen.token, lease, age)
+    due = seen.due_ms / 1000.0 if seen.due_ms is not None else None
+    return Row(
+        "job", namespace, job_id, state, holder, seen.attempt, seen.token, lease, age, due
+    )
 
 
 def leader_rows(client: redis.Redis) -> list[Row]:
@@ -270,7 +283,9 @@ def table(rows: list[Row]) -> str:
         return "no jobs or leaders found"
     cells = [HEADER] + [
         (
-            r.kind, printable(r.namespace), printable(r.id), r.state,
+            r.kind, printable(r.namespace), printable(r.id),
+            r.state if r.next_attempt_in is None
+            else f"{r.state}, next attempt in {duration(r.next_attempt_in)}",
             printable(r.holder or "-"),
             "-" if r.attempt is None else str(r.attempt), str(r.token),
             duration(r.lease_left), duration(r.age),

@@ -28,6 +28,15 @@ def load(target: str, app_dir: str = ".") -> DaemonClass:
     ``python -m``), so ``lockworker run jobs:Mailer`` finds ``./jobs.py`` whether the
     command was started as a console script or as a module.
     """
+    obj = resolve(target, app_dir)
+    if isinstance(obj, type) and issubclass(obj, KINDS):
+        return obj
+    raise CliError(f"{target} is {_describe(obj)}, not a subclass of {KIND_NAMES}")
+
+
+def resolve(target: str, app_dir: str = ".") -> object:
+    """The object ``target`` (``package.module:Name``) names, imported with ``app_dir``
+    first on ``sys.path``; a clear one-line error if there is none."""
     module_name, sep, attr = target.partition(":")
     if not sep or not module_name or not attr or ":" in attr:
         raise CliError(f"expected MODULE:CLASS (e.g. myapp.jobs:Mailer), got {target!r}")
@@ -48,9 +57,7 @@ def load(target: str, app_dir: str = ".") -> DaemonClass:
             obj = getattr(obj, part)
         except AttributeError:
             raise CliError(f"module {module_name!r} has no attribute {attr!r}") from None
-    if isinstance(obj, type) and issubclass(obj, KINDS):
-        return obj
-    raise CliError(f"{target} is {_describe(obj)}, not a subclass of {KIND_NAMES}")
+    return obj
 
 
 def is_leader(cls: Any) -> bool:

@@ -145,7 +145,9 @@ def contest_steps(c: Contestant) -> Generator[Call, Any, Any]:
     while not c.stopping:
         now = c.now()
         if now < c.not_before:
-            result = yield ("wait", (c.not_before,), {"park": False, "observe": True})
+            # After its own failure: the job's next attempt is not due yet (or another
+            # process should take it first); the wait holds no slot.
+            result = yield ("wait", (c.not_before,), {"park": True, "observe": True})
             if result is not None:
                 return result
             continue
@@ -165,7 +167,7 @@ def contest_steps(c: Contestant) -> Generator[Call, Any, Any]:
             free_since, free_token = view.free_since, view.free_token
             if not view.compete:
                 result = yield (
-                    "wait", (view.look_again,), {"park": seen.holder is not None, "observe": False}
+                    "wait", (view.look_again,), {"park": waits_on_job(seen), "observe": False}
                 )
                 if result is not None:
                     return result
@@ -185,12 +187,18 @@ def contest_steps(c: Contestant) -> Generator[Call, Any, Any]:
             continue
         result = yield (
             "wait", (policy.recheck_at(answer, c.now(), c.timing),),
-            {"park": answer.holder is not None, "observe": False},
+            {"park": waits_on_job(answer), "observe": False},
         )
         if result is not None:
             return result
     result = yield ("stopped", (), {})
     return result
+
+
+def waits_on_job(seen: Snapshot) -> bool:
+    """True if the wait after ``seen`` is on the job, not on this process: another
+    holder's lease, or a due time still ahead. Such a wait parks (holds no slot)."""
+    return seen.holder is not None or seen.due_ms is not None
 
 
 def run(contest: Contest[R]) -> R:

@@ -231,13 +231,17 @@ class JobRun(RunBase):
         self, job: Job, held: LockValue, exc: Exception, log: events.EventLog
     ) -> Outcome | None:
         w = self.w
+        exc, failure = self.failure_plan(job, exc)
         log.warning(events.FAILED, error=events.describe(exc), last=job.is_last_attempt)
         w._hook(log, "on_failed", job, exc)
         settled = self.call(
-            lambda: w.protocol.fail(self.keys, held, w.max_attempts, w._retention_ms),
+            lambda: w.protocol.fail(
+                self.keys, held, w.max_attempts, w._retention_ms,
+                delay_ms=failure.delay_ms, give_up=failure.give_up is not None,
+            ),
             "release failed attempt",
         )
-        verdict = self.failure_settled(settled, log)
+        verdict = self.failure_settled(settled, log, failure)
         if verdict is Outcome.GAVE_UP:
             w._hook(log, "on_gave_up", job)
         if verdict is True:

@@ -7,11 +7,14 @@ steps, hooks and waits are the sides' own.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Protocol
 
+from lockworker import config
 from lockworker.clock import Clock
 from lockworker.daemons.contend import ContestantBase
 from lockworker.daemons.job import Job
+from lockworker.errors import GiveUp, InvalidConfig, Retry
 from lockworker.model import policy, presence
 from lockworker.model.codec import Holder, LockValue
 from lockworker.model.keys import JobKeys
@@ -39,6 +42,8 @@ class RunnerBase(Protocol):
     _retention_ms: int
     _view: presence.View
     """What the worker knows of its namespace's primaries (its presence loop's)."""
+    retry_schedule: config.RetrySchedule
+    give_up_on: tuple[type[BaseException], ...]
 
     @property
     def _stop(self) -> Flag: ...
@@ -124,15 +129,53 @@ class RunBase(ContestantBase):
         if lease is not None:
             ended(lease, refused=settled.refused)
 
-    def failure_settled(self, settled: Settle, log: events.EventLog) -> Outcome | bool | None:
-        """After a failed attempt's settle: GAVE_UP, None (released: compete again after
-        the step back), or True if the server refused (see :meth:`refused_lease`)."""
+    def failure_plan(self, job: Job, exc: Exception) -> tuple[Exception, Failure]:
+        """What the failure of ``job``'s attempt with ``exc`` asks of the fail step: the
+        error to report (a bad ``Retry(after=...)`` reports its InvalidConfig), and
+        the job's retry delay or give-up (:class:`Failure`)."""
+        w = self.base
+        if isinstance(exc, (GiveUp, *w.give_up_on)):
+            reason = exc.reason if isinstance(exc, GiveUp) and exc.reason else repr(exc)
+            return exc, Failure(0, reason)
+        if isinstance(exc, Retry):
+            try:
+                return exc, Failure(round(config.retry_after(exc.after) * 1000))
+            except InvalidConfig as bad:
+                bad.__cause__ = exc
+                exc = bad
+        try:
+            delay = config.scheduled_delay(w.retry_schedule, job.attempt)
+        except InvalidConfig as bad:
+            self.log.error(events.HOOK_ERROR, hook="retry_delay", error=str(bad))
+            delay = config.scheduled_delay(config.retry_delay(None), job.attempt)
+        return exc, Failure(round(delay * 1000))
+
+    def failure_settled(
+        self, settled: Settle, log: events.EventLog, failure: Failure
+    ) -> Outcome | bool | None:
+        """After a failed attempt's settle: GAVE_UP, None (released: compete again
+        when the job is due, or after the step back if it is due at once), or True if
+        the server refused (see :meth:`refused_lease`)."""
         if settled is Settle.GAVE_UP:
-            log.warning(events.GAVE_UP)
+            if failure.give_up is None:
+                log.warning(events.GAVE_UP)
+            else:
+                log.warning(events.GAVE_UP, reason=failure.give_up)
             return Outcome.GAVE_UP
         if settled is Settle.RELEASED:
-            log.info(events.RELEASED, reason="failed")
-            self.not_before = policy.compete_after_failure(self.now(), self.timing)
+            log.info(events.RELEASED, reason="failed", retry_in_ms=failure.delay_ms)
+            if failure.delay_ms:
+                self.not_before = self.now() + failure.delay_ms / 1000.0
+            else:
+                self.not_before = policy.compete_after_failure(self.now(), self.timing)
             return None
         return True
 
+
+@dataclass(frozen=True)
+class Failure:
+    """What a failed attempt's settle asks: the job's next attempt ``delay_ms`` from
+    now (recorded on the server), or, with ``give_up`` (its reason), no next attempt."""
+
+    delay_ms: int
+    give_up: str | None = None

@@ -21,7 +21,14 @@ import redis
 
 from lockworker import config
 from lockworker.clock import Clock, SystemClock
-from lockworker.config import default_owner, lease, positive, seconds, this_process
+from lockworker.config import (
+    RetryDelay,
+    default_owner,
+    lease,
+    positive,
+    seconds,
+    this_process,
+)
 from lockworker.daemons.hooks import Hooks
 from lockworker.daemons.job import Job
 from lockworker.daemons.jobrun import SERVING, JobRun
@@ -88,6 +95,9 @@ class WorkerSettings:
     them, so a restarted process with the same ``owner`` never trusts its dead
     predecessor's lease."""
     retention: float
+    retry_schedule: config.RetrySchedule
+    """The job's retry schedule: a failed attempt's number to seconds until the next."""
+    give_up_on: tuple[type[BaseException], ...]
     timing: policy.Timing
     clock: Clock
     redis_retry: retry.RetryPolicy
@@ -103,7 +113,8 @@ class WorkerSettings:
 
     def _configure(
         self, base: type, *, namespace: str, lock_timeout: float, max_attempts: int,
-        owner: str | None, retention: float, retry_delay: float | None, clock: Clock | None,
+        owner: str | None, retention: float, retry_delay: RetryDelay,
+        give_up_on: type[BaseException] | tuple[type[BaseException], ...], clock: Clock | None,
         logger: Any, redis_retry: retry.RetryPolicy | None, handle_signals: bool,
         role: Role | str, backup_delay: float, hooks: dict[str, Any],
     ) -> None:
@@ -121,13 +132,12 @@ class WorkerSettings:
                 f"retention must be longer than lock_timeout ({w.lock_timeout}s), "
                 f"got {retention!r}"
             )
-        delay = (
-            min(1.0, w.lock_timeout / 4) if retry_delay is None
-            else seconds(retry_delay, "retry_delay", positive=False)
-        )
+        w.retry_schedule = config.retry_delay(retry_delay)
+        w.give_up_on = config.give_up_on(give_up_on)
         w._hooks = Hooks(w, base, hooks)
         w.timing = policy.Timing(
-            w.lock_timeout, float(delay), w.backup_delay if w.role is Role.BACKUP else 0.0
+            w.lock_timeout, min(1.0, w.lock_timeout / 4),
+            w.backup_delay if w.role is Role.BACKUP else 0.0,
         )
         w.clock = clock or SystemClock()
         w.redis_retry = redis_retry or retry.DEFAULT
@@ -159,8 +169,14 @@ class Worker(WorkerSettings):
     :param max_attempts: attempts (by any process) before the job is given up.
     :param owner: this process's id in Redis and logs; default ``host:pid:random``.
     :param retention: seconds that DONE/GAVE_UP (and the attempt count) are kept.
-    :param retry_delay: seconds a process whose attempt failed waits before competing
-        again (others are woken at once); default ``min(1, lock_timeout / 4)``.
+    :param retry_delay: the job's retry schedule: when its next attempt may start after
+        a failure, in any process (the fail step records it on the server). Seconds, a
+        tenacity wait strategy, or a function of the failed attempt's number returning
+        seconds; default :data:`lockworker.config.DEFAULT_RETRY_DELAY` (the first
+        failure handed over at once, then 2, 4, 8 ... 60 s). ``on_acquired`` may raise
+        :class:`~lockworker.Retry` to set one failure's delay (docs/daemons.md).
+    :param give_up_on: exception types that give the job up at once when
+        ``on_acquired`` raises them (as :class:`~lockworker.GiveUp` does).
     :param clock: time source (tests pass :class:`lockworker.testing.FakeClock`).
     :param protocol: ``"script"`` (default) or ``"txn"`` (WATCH/MULTI/EXEC).
     :param durability: ``"local"`` (default): a step counts once the master applied it.
@@ -186,10 +202,11 @@ class Worker(WorkerSettings):
         *,
         namespace: str,
         lock_timeout: float = 10.0,
-        max_attempts: int = 3,
+        max_attempts: int = 5,
         owner: str | None = None,
         retention: float = DAY,
-        retry_delay: float | None = None,
+        retry_delay: RetryDelay = None,
+        give_up_on: type[BaseException] | tuple[type[BaseException], ...] = (),
         clock: Clock | None = None,
         logger: Any = None,
         protocol: ProtocolKind | str | LockProtocol = ProtocolKind.SCRIPT,
@@ -210,7 +227,8 @@ class Worker(WorkerSettings):
         self._configure(
             Worker, namespace=namespace, lock_timeout=lock_timeout,
             max_attempts=max_attempts, owner=owner, retention=retention,
-            retry_delay=retry_delay, clock=clock, logger=logger, redis_retry=redis_retry,
+            retry_delay=retry_delay, give_up_on=give_up_on, clock=clock, logger=logger,
+            redis_retry=redis_retry,
             handle_signals=handle_signals, role=role, backup_delay=backup_delay,
             hooks={
                 "on_acquired": on_acquired, "on_locked": on_locked, "on_failed": on_failed,

@@ -16,6 +16,13 @@ one acquisition of a :class:`~lockworker.Lock`), and is what tells a restarted p
 with a stable ``owner`` label from its dead predecessor. The owner comes last so it may
 hold any bytes, ``|`` included.
 
+A failed attempt's state carries, where the run would be, when the job's next attempt
+is due: the server's clock in milliseconds, in decimal (``lw2|pending|2|<token>|<due
+ms>|<owner>``). A due time is a decimal number of at most 15 digits without a leading
+zero; a run is 16 hex digits (:func:`new_run`), so the two never look alike. Release
+0.2.0 parses the same grammar and ignores the field (it reads a run there, and a
+failure's run is nobody's).
+
 A value that does not match this grammar exactly was not written by lockworker: it is
 reported as :class:`~lockworker.errors.ForeignValueError` and never overwritten. The
 Lua scripts parse the same grammar with :data:`LUA_PROLOGUE`; property tests feed both
@@ -42,7 +49,10 @@ _STATE = re.compile(
     rb"lw2\|(pending|done|gave_up)\|" + _NUM + rb"\|" + _NUM + rb"\|" + _RUN + rb"\|(.*)",
     re.DOTALL,
 )
-_RUN_TEXT = re.compile(r"[0-9a-f]{1,32}")
+_RUN_TEXT = re.compile(r"[0-9a-f]{16,32}")
+_DUE = re.compile(r"[1-9][0-9]{0,14}")
+DUE_DIGITS = 15
+"""A due time (server milliseconds) has at most this many digits; a run has more."""
 
 
 @dataclass(frozen=True)
@@ -73,16 +83,21 @@ class LockValue:
 
 @dataclass(frozen=True)
 class StateValue:
-    """What became of a job, and which run touched it last: the value of its state key."""
+    """What became of a job, and which run touched it last: the value of its state key.
+
+    ``due_ms``: when the job's next attempt may start (the server's clock, ms), written
+    by a failed attempt in the run's place (so a value has a run or a due time)."""
 
     status: JobStatus
     attempt: int
     token: int
     run: str
     owner: str
+    due_ms: int | None = None
 
     def encode(self) -> str:
-        return f"{TAG}{self.status.value}|{self.attempt}|{self.token}|{self.run}|{self.owner}"
+        middle = self.run if self.due_ms is None else str(self.due_ms)
+        return f"{TAG}{self.status.value}|{self.attempt}|{self.token}|{middle}|{self.owner}"
 
 
 def _raw(value: str | bytes) -> bytes:
@@ -108,7 +123,10 @@ def decode_state(raw: str | bytes) -> StateValue | None:
     if m is None:
         return None
     status = JobStatus(m[1].decode("ascii"))
-    return StateValue(status, int(m[2]), int(m[3]), m[4].decode("ascii"), _owner(m[5]))
+    run = m[4].decode("ascii")
+    if _DUE.fullmatch(run):
+        return StateValue(status, int(m[2]), int(m[3]), "", _owner(m[5]), int(run))
+    return StateValue(status, int(m[2]), int(m[3]), run, _owner(m[5]))
 
 
 _GRANT = re.compile(rb"([0-9]+)\|([0-9]+)")
@@ -128,9 +146,10 @@ def new_run() -> str:
 
 
 def check_run(run: str) -> str:
-    """``run`` if it is 1-32 lowercase hex digits (what :func:`new_run` makes)."""
+    """``run`` if it is 16-32 lowercase hex digits (what :func:`new_run` makes; never
+    a due time, which has at most 15 digits)."""
     if not isinstance(run, str) or not _RUN_TEXT.fullmatch(run):
-        raise InvalidConfig(f"run must be 1-32 lowercase hex digits, got {run!r}")
+        raise InvalidConfig(f"run must be 16-32 lowercase hex digits, got {run!r}")
     return run
 
 
@@ -152,6 +171,9 @@ local function lw_state(v)
   local s, a, t, r, o = string.match(v, '^lw2|([a-z_]+)|([0-9]+)|([0-9]+)|([0-9a-f]*)|(.*)$')
   if not (s == 'pending' or s == 'done' or s == 'gave_up') then return nil end
   if not (lw_num(a) and lw_num(t)) then return nil end
+  if #r <= 15 and string.find(r, '^[1-9][0-9]*$') then
+    return {status = s, attempt = a, token = t, run = '', due = r, owner = o}
+  end
   return {status = s, attempt = a, token = t, run = r, owner = o}
 end
 local function lw_lock_value(token, attempt, run, owner)
@@ -169,6 +191,10 @@ local function lw_incr(s)
   while i > 0 and string.byte(s, i) == 57 do i = i - 1 end
   if i == 0 then return '1' .. string.rep('0', #s) end
   return string.sub(s, 1, i - 1) .. string.char(string.byte(s, i) + 1) .. string.rep('0', #s - i)
+end
+local function lw_now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 local function lw_now_us()
   local t = redis.call('TIME')

@@ -23,7 +23,9 @@ class Timing:
 
     lock_timeout: float
     retry_delay: float
-    """How long a process whose attempt failed waits before competing again."""
+    """How long a process whose attempt failed steps back before competing again when
+    the next attempt is due at once (so another process takes it); a job with a due
+    time is waited for by everyone alike."""
     backup_delay: float = 0.0
     """How long a backup lets a free job lie before competing (0 for a primary)."""
 
@@ -33,18 +35,23 @@ def recheck_at(seen: Snapshot, now: float, timing: Timing) -> float:
 
     At the end of the holder's lease (from the server's PTTL, measured now), plus a
     margin; a message on the wake channel may wake it sooner. A lease whose time left is
-    unknown is re-checked after a full ``lock_timeout``.
+    unknown is re-checked after a full ``lock_timeout``. A free job whose next attempt
+    is not due yet (a failure's retry schedule) is re-checked when it is due.
     """
+    if seen.due_ms is not None:
+        return now + seen.due_ms / 1000.0 + EXPIRY_MARGIN
     if seen.pttl_ms is None:
         return now + timing.lock_timeout
     return now + seen.pttl_ms / 1000.0 + EXPIRY_MARGIN
 
 
 def compete_after_failure(now: float, timing: Timing) -> float:
-    """When a process whose own attempt just failed may compete again.
+    """When a process whose own attempt just failed (or whose lease was lost) may
+    compete again, when the job's next attempt is due at once.
 
-    It steps back for ``retry_delay`` so that a waiting process takes the next attempt
-    first; alone, it retries after the delay.
+    It steps back for ``timing.retry_delay`` so that a waiting process takes the next
+    attempt first; alone, it retries after the step back. (A failure with a due time
+    is waited for by every process alike: the worker's schedule, not this.)
     """
     return now + timing.retry_delay
 
@@ -103,7 +110,7 @@ def backup_step(
     token since the clock started means somebody held the job in between, so the clock
     starts again.
     """
-    if seen.holder is not None:
+    if seen.holder is not None or seen.due_ms is not None:
         return BackupView(False, recheck_at(seen, now, timing), None, None)
     if free_since is None or free_token != seen.token:
         free_since, free_token = now, seen.token

@@ -48,7 +48,10 @@ class Snapshot:
 
     ``holder``/``pttl_ms`` are set while another process holds a live lease; ``owner``
     is whoever last held the job (for DONE: who finished it) and ``run`` which run of
-    that owner (or of the holder, while a lease is live).
+    that owner (or of the holder, while a lease is live). ``due_ms`` is set while the
+    job is free but its next attempt may not start yet (a failed attempt's retry
+    schedule): the milliseconds left until it is due, by the server's clock when read,
+    as ``pttl_ms`` is for a lease.
     """
 
     status: JobStatus
@@ -58,6 +61,7 @@ class Snapshot:
     holder: str | None = None
     pttl_ms: int | None = None
     run: str = ""
+    due_ms: int | None = None
 
     @property
     def resolved(self) -> bool:

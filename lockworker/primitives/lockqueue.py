@@ -71,10 +71,6 @@ R = TypeVar("R")
 # Shared by the three scripts. KEYS[1] lock  KEYS[2] state  KEYS[3] queue  KEYS[4] waiters
 # KEYS[5] granted
 _QUEUE = LUA_PROLOGUE + """
-local function lw_now_ms()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
 -- The next attempt and token from the counter, and write the lease of run/owner.
 local function lw_take(run, owner, ttl_ms, retention_ms)
   local attempt, token = '1', nil

@@ -117,7 +117,8 @@ if raw then
   if not st then return 0 end
 end
 if lw_gt(ARGV[2], st.token) then
-  redis.call('SET', KEYS[2], lw_state_value(st.status, st.attempt, ARGV[2], st.run, st.owner),
+  local kept = st.due or st.run
+  redis.call('SET', KEYS[2], lw_state_value(st.status, st.attempt, ARGV[2], kept, st.owner),
              'PX', ARGV[3])
 end
 return 1

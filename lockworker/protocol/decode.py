@@ -22,11 +22,16 @@ def text(raw: Any) -> str:
     return raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
 
 
-def settle_plan(held: LockValue, kind: Ending, max_attempts: int = 0) -> tuple[StateValue, str]:
+def settle_plan(
+    held: LockValue, kind: Ending, max_attempts: int = 0, *, give_up: bool = False
+) -> tuple[StateValue, str]:
     """The state a settle step writes, and the message that wakes waiters.
 
     ``kind`` is ``complete``, ``fail`` or ``release``. A failed last attempt writes
-    GAVE_UP; a release gives the attempt back so a graceful stop costs none.
+    GAVE_UP, and so does a failure with ``give_up`` (``lockworker.GiveUp``); a release
+    gives the attempt back so a graceful stop costs none. A failure followed by a retry
+    delay carries its due time too, added by the step on the server
+    (:func:`failure_due_ms`, :func:`same_failure`).
 
     Every value written here is one that only this holder's settle of this attempt
     writes, because a settle whose lease is gone answers "applied already" when it
@@ -40,7 +45,7 @@ def settle_plan(held: LockValue, kind: Ending, max_attempts: int = 0) -> tuple[S
     if kind is Ending.COMPLETE:
         return StateValue(JobStatus.DONE, held.attempt, held.token, held.run, held.owner), "done"
     if kind is Ending.FAIL:
-        final = held.attempt >= max_attempts
+        final = give_up or held.attempt >= max_attempts
         status = JobStatus.GAVE_UP if final else JobStatus.PENDING
         return StateValue(status, held.attempt, held.token, "", held.owner), (
             "gave_up" if final else "failed"
@@ -49,6 +54,22 @@ def settle_plan(held: LockValue, kind: Ending, max_attempts: int = 0) -> tuple[S
     return (
         StateValue(JobStatus.PENDING, refunded, held.token, held.run, held.owner),
         "released",
+    )
+
+
+def failure_due_ms(new_state: StateValue, delay_ms: int) -> int:
+    """The delay a fail step writing ``new_state`` asks the server to add to its clock
+    for the job's due time: 0 (none written) unless the job stays pending."""
+    return delay_ms if new_state.status is JobStatus.PENDING and delay_ms > 0 else 0
+
+
+def same_failure(found: StateValue | None, new_state: StateValue) -> bool:
+    """True if ``found`` is ``new_state`` written with a due time: the fail step's own
+    write (a retry whose reply was lost), whatever the server's clock was then."""
+    return (
+        found is not None and found.due_ms is not None
+        and (found.status, found.attempt, found.token, found.owner)
+        == (new_state.status, new_state.attempt, new_state.token, new_state.owner)
     )
 
 
@@ -65,17 +86,27 @@ def settle_result(reply: int, new_state: StateValue) -> Settle:
     return Settle.RELEASED
 
 
-def applied_despite_error(new_state: StateValue, raw_state: Any) -> Settle | None:
+def applied_despite_error(
+    new_state: StateValue, raw_state: Any, delay_ms: int = 0
+) -> Settle | None:
     """The settle's result if the state read after its error is exactly the value it
     writes (unique to this holder's settle of this attempt, as for a retry after a lost
-    reply: :func:`settle_plan`), else None."""
-    if raw_state is not None and text(raw_state) == new_state.encode():
+    reply: :func:`settle_plan`), or, for a failure with a due time (``delay_ms``), that
+    value with a due time (:func:`same_failure`); else None."""
+    if raw_state is None:
+        return None
+    if text(raw_state) == new_state.encode() or (
+        delay_ms > 0 and same_failure(decode_state(raw_state), new_state)
+    ):
         return settle_result(1, new_state)
     return None
 
 
-def snapshot_from(keys: JobKeys, raw_state: Any, raw_lock: Any, pttl: int | None) -> Snapshot:
-    """Build a :class:`Snapshot` from raw reads of the state and lock keys."""
+def snapshot_from(
+    keys: JobKeys, raw_state: Any, raw_lock: Any, pttl: int | None, now_ms: int | None = None
+) -> Snapshot:
+    """Build a :class:`Snapshot` from raw reads of the state and lock keys (and the
+    server's clock, ``now_ms``, read with them: what tells a due time still ahead)."""
     state = None
     if raw_state is not None:
         state = decode_state(raw_state)
@@ -92,7 +123,19 @@ def snapshot_from(keys: JobKeys, raw_state: Any, raw_lock: Any, pttl: int | None
         return Snapshot(
             state.status, lock.attempt, lock.token, state.owner, lock.owner, pttl, lock.run
         )
-    return Snapshot(state.status, state.attempt, state.token, state.owner, run=state.run)
+    due = None
+    if (state.status is JobStatus.PENDING and lock is None and state.due_ms is not None
+            and now_ms is not None and state.due_ms > now_ms):
+        due = state.due_ms - now_ms
+    return Snapshot(
+        state.status, state.attempt, state.token, state.owner, run=state.run, due_ms=due
+    )
+
+
+def server_ms(reply: Any) -> int:
+    """The server's clock in milliseconds, from a TIME reply."""
+    seconds, micros = reply
+    return int(seconds) * 1000 + int(micros) // 1000
 
 
 def decode_acquire(keys: JobKeys, reply: Sequence[Any]) -> Grant | Snapshot:
@@ -104,6 +147,11 @@ def decode_acquire(keys: JobKeys, reply: Sequence[Any]) -> Grant | Snapshot:
         return Snapshot(
             JobStatus.PENDING, int(reply[1]), int(reply[2]), text(reply[3]),
             holder=text(reply[3]), pttl_ms=max(0, int(reply[4])), run=text(reply[5]),
+        )
+    if kind == "due":
+        return Snapshot(
+            JobStatus.PENDING, int(reply[1]), int(reply[2]), text(reply[3]),
+            due_ms=max(1, int(reply[4])),
         )
     if kind == "foreign":
         raise ForeignValueError(text(reply[1]), text(reply[2]))

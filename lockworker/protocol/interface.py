@@ -36,7 +36,7 @@ import redis
 from lockworker.model.codec import Holder, LockValue
 from lockworker.model.keys import JobKeys
 from lockworker.model.state import Ending, Grant, Renewal, Reset, Settle, Snapshot
-from lockworker.protocol.decode import foreign_on_wrongtype, snapshot_from
+from lockworker.protocol.decode import foreign_on_wrongtype, server_ms, snapshot_from
 
 
 class LockProtocol(Protocol):
@@ -53,7 +53,8 @@ class LockProtocol(Protocol):
     def complete(self, keys: JobKeys, held: LockValue, retention_ms: int) -> Settle: ...
 
     def fail(
-        self, keys: JobKeys, held: LockValue, max_attempts: int, retention_ms: int
+        self, keys: JobKeys, held: LockValue, max_attempts: int, retention_ms: int,
+        *, delay_ms: int = 0, give_up: bool = False,
     ) -> Settle: ...
 
     def release(self, keys: JobKeys, held: LockValue, retention_ms: int) -> Settle: ...
@@ -73,7 +74,8 @@ class SettleSteps:
     client: redis.Redis
 
     def _settle_step(
-        self, keys: JobKeys, held: LockValue, kind: Ending, retention_ms: int, max_attempts: int = 0
+        self, keys: JobKeys, held: LockValue, kind: Ending, retention_ms: int,
+        max_attempts: int = 0, *, delay_ms: int = 0, give_up: bool = False,
     ) -> Settle:
         raise NotImplementedError
 
@@ -81,9 +83,15 @@ class SettleSteps:
         return self._settle_step(keys, held, Ending.COMPLETE, retention_ms)
 
     def fail(
-        self, keys: JobKeys, held: LockValue, max_attempts: int, retention_ms: int
+        self, keys: JobKeys, held: LockValue, max_attempts: int, retention_ms: int,
+        *, delay_ms: int = 0, give_up: bool = False,
     ) -> Settle:
-        return self._settle_step(keys, held, Ending.FAIL, retention_ms, max_attempts)
+        """Fail the attempt; the job's next attempt is due ``delay_ms`` from now by the
+        server's clock (recorded in the same step), or GAVE_UP with ``give_up``."""
+        return self._settle_step(
+            keys, held, Ending.FAIL, retention_ms, max_attempts, delay_ms=delay_ms,
+            give_up=give_up,
+        )
 
     def release(self, keys: JobKeys, held: LockValue, retention_ms: int) -> Settle:
         return self._settle_step(keys, held, Ending.RELEASE, retention_ms)
@@ -93,13 +101,17 @@ class SettleSteps:
 
 
 def inspect(client: redis.Redis, keys: JobKeys) -> Snapshot:
-    """Read a job's state, lease and lease time left in one atomic round trip."""
+    """Read a job's state, lease and lease time left (and the server's clock, for a
+    due time) in one atomic round trip."""
     pipe = client.pipeline(transaction=True)
     pipe.get(keys.state)
     pipe.get(keys.lock)
     pipe.pttl(keys.lock)
+    pipe.time()
     try:
-        raw_state, raw_lock, pttl = pipe.execute()
+        raw_state, raw_lock, pttl, now = pipe.execute()
     except redis.ResponseError as exc:
         raise foreign_on_wrongtype(keys, exc) from exc
-    return snapshot_from(keys, raw_state, raw_lock, int(pttl) if int(pttl) >= 0 else None)
+    return snapshot_from(
+        keys, raw_state, raw_lock, int(pttl) if int(pttl) >= 0 else None, server_ms(now)
+    )

@@ -26,17 +26,20 @@ from lockworker.model.codec import LUA_PROLOGUE
 # returns one of
 #   {'granted', attempt, token, reentered(0|1)}      the caller's run holds the lease now
 #   {'locked', attempt, token, holder, pttl ms, run} another run holds it
+#   {'due', attempt, token, owner, ms left}          free, but its next attempt is not
+#                                                    due yet (a failure's retry schedule)
 #   {'done'|'gave_up', attempt, token, owner, run}   resolved; nothing to take
 #   {'foreign', key, value}                          a key holds a value we did not write
 # Only the same run re-enters (a retry whose reply was lost): a restarted process with
 # the same owner label has a new run, and waits out its predecessor's lease.
 ACQUIRE = LUA_PROLOGUE + """
-local status, attempt, token, run, last = 'pending', '0', nil, '', ''
+local status, attempt, token, run, last, due = 'pending', '0', nil, '', '', nil
 local raw = redis.call('GET', KEYS[2])
 if raw then
   local st = lw_state(raw)
   if not st then return {'foreign', KEYS[2], raw} end
-  status, attempt, token, run, last = st.status, st.attempt, st.token, st.run, st.owner
+  status, attempt, token, run, last, due = st.status, st.attempt, st.token, st.run, st.owner,
+                                           st.due
 end
 if status ~= 'pending' then return {status, attempt, token, last, run} end
 local cur = redis.call('GET', KEYS[1])
@@ -49,10 +52,14 @@ if cur then
   return {'locked', l.attempt, l.token, l.owner, redis.call('PTTL', KEYS[1]), l.run}
 end
 if token and not lw_gt(ARGV[3], attempt) then
-  redis.call('SET', KEYS[2], lw_state_value('gave_up', attempt, token, run, last),
+  redis.call('SET', KEYS[2], lw_state_value('gave_up', attempt, token, due or run, last),
              'PX', ARGV[4])
   redis.call('PUBLISH', ARGV[5], 'gave_up')
   return {'gave_up', attempt, token, last, run}
+end
+if due then
+  local left = tonumber(due) - lw_now_ms()
+  if left > 0 then return {'due', attempt, token, last, left} end
 end
 attempt = lw_incr(attempt)
 if token then token = lw_incr(token) else token = lw_now_us() end
@@ -78,11 +85,20 @@ return 0
 """
 
 # The tail of every settle step once the caller's lease is not there: applied already
-# (2), refused (0), or refused because the job's state is gone too (-1).
+# (2), refused (0), or refused because the job's state is gone too (-1). A failure that
+# wrote a due time (ARGV[6] set) is found by its fields, as its due time was the
+# server's clock when it ran.
 SETTLE_REFUSED = """
 local st = redis.call('GET', KEYS[2])
 if st == ARGV[2] then return 2 end
 if not st then return -1 end
+if ARGV[6] and ARGV[6] ~= '' then
+  local was, want = lw_state(st), lw_state(ARGV[2])
+  if was and was.due and was.status == want.status and was.attempt == want.attempt
+      and was.token == want.token and was.owner == want.owner then
+    return 2
+  end
+end
 return 0
 """
 
@@ -90,13 +106,22 @@ return 0
 # KEYS[1] lock   KEYS[2] state
 # ARGV[1] expected lock value   ARGV[2] new state value   ARGV[3] retention ms
 # ARGV[4] wake channel          ARGV[5] wake message
+# ARGV[6] (a failure with a retry delay) ms until the next attempt is due: the state
+#         written then carries the due time, the server's clock plus this, in the
+#         run's place (lockworker.model.codec)
 # returns 1 applied now, 2 applied already (a retry whose first reply was lost),
 #         0 refused: the caller does not hold this attempt's lease,
 #        -1 refused, and the job's state is gone: the server lost its data
-SETTLE = """
+SETTLE = LUA_PROLOGUE + """
 if redis.call('GET', KEYS[1]) == ARGV[1] then
+  local value = ARGV[2]
+  if ARGV[6] and ARGV[6] ~= '' then
+    local st = lw_state(value)
+    local due = string.format('%.0f', lw_now_ms() + tonumber(ARGV[6]))
+    value = lw_state_value(st.status, st.attempt, st.token, due, st.owner)
+  end
   redis.call('DEL', KEYS[1])
-  redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[3])
+  redis.call('SET', KEYS[2], value, 'PX', ARGV[3])
   redis.call('PUBLISH', ARGV[4], ARGV[5])
   return 1
 end

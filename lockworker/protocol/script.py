@@ -25,6 +25,7 @@ from lockworker.protocol.decode import (
     applied_despite_error,
     decode_acquire,
     decode_reset,
+    failure_due_ms,
     foreign_on_wrongtype,
     renewal,
     settle_plan,
@@ -71,13 +72,18 @@ def renew_step(keys: JobKeys, held: LockValue, lease_ms: int, retention_ms: int)
 
 
 def settle_step(
-    keys: JobKeys, held: LockValue, kind: Ending, retention_ms: int, max_attempts: int = 0
+    keys: JobKeys, held: LockValue, kind: Ending, retention_ms: int, max_attempts: int = 0,
+    *, delay_ms: int = 0, give_up: bool = False,
 ) -> Step[Settle]:
-    new_state, message = settle_plan(held, kind, max_attempts)
-    args = (held.encode(), new_state.encode(), retention_ms, keys.wake, message)
+    """Complete, fail or release; a failure with ``delay_ms`` records the job's due
+    time (the server's clock plus the delay) in the same step, and ``give_up`` ends
+    the job GAVE_UP whatever attempts are left."""
+    new_state, message = settle_plan(held, kind, max_attempts, give_up=give_up)
+    due = failure_due_ms(new_state, delay_ms)
+    args = (held.encode(), new_state.encode(), retention_ms, keys.wake, message, due or "")
     return Step(
         _SETTLE, keys, args, lambda reply: settle_result(int(reply), new_state),
-        partial(applied_despite_error, new_state),
+        partial(applied_despite_error, new_state, delay_ms=due),
     )
 
 
@@ -127,9 +133,12 @@ class ScriptProtocol(SettleSteps):
         return self._do(renew_step(keys, held, lease_ms, retention_ms))
 
     def _settle_step(
-        self, keys: JobKeys, held: LockValue, kind: Ending, retention_ms: int, max_attempts: int = 0
+        self, keys: JobKeys, held: LockValue, kind: Ending, retention_ms: int,
+        max_attempts: int = 0, *, delay_ms: int = 0, give_up: bool = False,
     ) -> Settle:
-        return self._do(settle_step(keys, held, kind, retention_ms, max_attempts))
+        return self._do(settle_step(
+            keys, held, kind, retention_ms, max_attempts, delay_ms=delay_ms, give_up=give_up
+        ))
 
     def reset(self, keys: JobKeys, retention_ms: int, *, force: bool = False) -> Reset:
         return self._do(reset_step(keys, retention_ms, force=force))

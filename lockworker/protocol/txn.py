@@ -11,6 +11,7 @@ compare against (docs/benchmarks.md).
 from __future__ import annotations
 
 import contextlib
+from dataclasses import replace
 from typing import Any
 
 import redis
@@ -21,7 +22,15 @@ from lockworker.errors import Contended, ForeignValueError
 from lockworker.model.codec import Holder, LockValue, StateValue, decode_lock, decode_state
 from lockworker.model.keys import JobKeys
 from lockworker.model.state import Ending, Grant, JobStatus, Renewal, Reset, Settle, Snapshot
-from lockworker.protocol.decode import settle_plan, settle_result, snapshot_from, text
+from lockworker.protocol.decode import (
+    failure_due_ms,
+    same_failure,
+    server_ms,
+    settle_plan,
+    settle_result,
+    snapshot_from,
+    text,
+)
 from lockworker.protocol.interface import SettleSteps
 
 MAX_TRIES = 16
@@ -98,12 +107,15 @@ class TxnProtocol(SettleSteps):
                 if seen.status is JobStatus.PENDING and mine:
                     return Grant(seen.attempt, seen.token, reentered=True)
                 return seen
-            seen = snapshot_from(keys, raw_state, None, None)
+            state = None if raw_state is None else decode_state(raw_state)
+            now_ms = None if state is None or state.due_ms is None else server_ms(pipe.time())
+            seen = snapshot_from(keys, raw_state, None, None, now_ms)
             if seen.resolved:
                 return seen
             if raw_state is not None and seen.attempt >= max_attempts:
                 gave_up = StateValue(
-                    JobStatus.GAVE_UP, seen.attempt, seen.token, seen.run, seen.owner
+                    JobStatus.GAVE_UP, seen.attempt, seen.token, seen.run, seen.owner,
+                    None if state is None else state.due_ms,
                 )
                 pipe.multi()
                 pipe.set(keys.state, gave_up.encode(), px=retention_ms)
@@ -112,6 +124,8 @@ class TxnProtocol(SettleSteps):
                 return Snapshot(
                     JobStatus.GAVE_UP, seen.attempt, seen.token, seen.owner, run=seen.run
                 )
+            if seen.due_ms is not None:
+                return seen
             attempt = seen.attempt + 1
             token = seen.token + 1 if raw_state is not None else server_now_us(pipe)
             pipe.multi()
@@ -144,20 +158,27 @@ class TxnProtocol(SettleSteps):
         return renewed
 
     def _settle_step(
-        self, keys: JobKeys, held: LockValue, kind: Ending, retention_ms: int, max_attempts: int = 0
+        self, keys: JobKeys, held: LockValue, kind: Ending, retention_ms: int,
+        max_attempts: int = 0, *, delay_ms: int = 0, give_up: bool = False,
     ) -> Settle:
-        new_state, message = settle_plan(held, kind, max_attempts)
+        new_state, message = settle_plan(held, kind, max_attempts, give_up=give_up)
+        delay = failure_due_ms(new_state, delay_ms)
 
         def step(pipe: Pipeline) -> Settle:
             raw_lock, raw_state = read_strings(pipe, keys, keys.lock, keys.state)
             if text_or_none(raw_lock) != held.encode():
                 if raw_state is None:
                     return Settle.STATE_LOST
-                already = text_or_none(raw_state) == new_state.encode()
+                already = text_or_none(raw_state) == new_state.encode() or (
+                    delay > 0 and same_failure(decode_state(raw_state), new_state)
+                )
                 return settle_result(2 if already else 0, new_state)
+            written = new_state
+            if delay:
+                written = replace(new_state, due_ms=server_ms(pipe.time()) + delay)
             pipe.multi()
             pipe.delete(keys.lock)
-            pipe.set(keys.state, new_state.encode(), px=retention_ms)
+            pipe.set(keys.state, written.encode(), px=retention_ms)
             pipe.publish(keys.wake, message)
             pipe.execute()
             return settle_result(1, new_state)

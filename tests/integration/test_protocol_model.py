@@ -17,6 +17,10 @@ The model is written from the protocol's rules, not from its code:
   retry whose first reply was lost); so what a settle writes is unique to it, and a
   failure names its owner but no run (the grant, and a dead last attempt given up,
   write the same fields with the run);
+- a failure may set the job's next attempt a delay ahead (its due time, the server's
+  clock plus the delay, written where the run would be): until then nobody is granted
+  the job, and every look says how long it has left; a retried failure with a delay
+  finds its own write by its fields; a failure may give the job up at once;
 - DONE and GAVE_UP are final except through reset, which keeps the token counter;
 - tokens handed out for a job strictly increase over the whole run.
 """
@@ -25,7 +29,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import pytest
 import redis
@@ -55,7 +59,10 @@ RETENTION = 120_000
 SLACK_MS = 5_000
 JOBS = ("j0", "j1", "j2")
 OWNERS = ("a", "b", "c|d", "\u00e9")
-KINDS = ("complete", "fail", "release")
+KINDS = ("complete", "fail", "fail later", "give up", "release")
+LATER_MS = 60_000
+"""The retry delay of a "fail later": far enough that it never passes by itself in a run;
+the rule ``due_time_passes`` moves a due time into the past instead."""
 
 SETTINGS = settings(max_examples=60, stateful_step_count=30, deadline=None)
 
@@ -80,16 +87,19 @@ class JobModel:
     """Every lock value granted for the job, in order, over the whole run."""
     last_settle: tuple[LockValue, str] | None = None
     """The holder's lock value and step of the job's last applied settle."""
+    due_ms: int | None = None
+    """The due time the state holds (server ms), written by a "fail later"."""
 
     def fields(self) -> Fields:
         return (self.status, self.attempt, self.token, self.run, self.owner)
 
-    def write(self, fields: Fields) -> None:
+    def write(self, fields: Fields, due_ms: int | None = None) -> None:
         self.status, self.attempt, self.token, self.run, self.owner = fields
         self.known = True
+        self.due_ms = due_ms
 
     def forget(self) -> None:
-        self.known, self.holder = False, None
+        self.known, self.holder, self.due_ms = False, None, None
         self.status, self.attempt, self.token, self.run, self.owner = (
             JobStatus.PENDING, 0, 0, "", ""
         )
@@ -103,8 +113,9 @@ def settled_fields(held: LockValue, kind: str, max_attempts: int) -> Fields:
     if kind == "complete":
         status = JobStatus.DONE
         attempt = held.attempt
-    elif kind == "fail":
-        status = JobStatus.GAVE_UP if held.attempt >= max_attempts else JobStatus.PENDING
+    elif kind in ("fail", "fail later", "give up"):
+        final = kind == "give up" or held.attempt >= max_attempts
+        status = JobStatus.GAVE_UP if final else JobStatus.PENDING
         attempt = held.attempt
         return (status, attempt, held.token, "", held.owner)
     else:
@@ -137,7 +148,17 @@ class ProtocolModel(RuleBasedStateMachine):
 
     def new_holder(self, owner: str) -> Holder:
         self.runs += 1
-        return Holder(owner, f"{self.runs:x}")
+        return Holder(owner, f"{self.runs:016x}")
+
+    def server_ms(self) -> int:
+        return self.server_us() // 1000
+
+    def due_ahead(self, m: JobModel) -> bool:
+        """True if ``m``'s job is pending and free with a due time still ahead."""
+        return (
+            m.status is JobStatus.PENDING and m.holder is None and m.due_ms is not None
+            and m.due_ms > self.server_ms()
+        )
 
     def server_us(self) -> int:
         seconds, micros = self.client.time()
@@ -164,6 +185,11 @@ class ProtocolModel(RuleBasedStateMachine):
             return self.protocol.complete(keys, held, RETENTION)
         if kind == "fail":
             return self.protocol.fail(keys, held, m.max_attempts, RETENTION)
+        if kind in ("fail later", "give up"):
+            return self.protocol.fail(
+                keys, held, m.max_attempts, RETENTION, delay_ms=LATER_MS,
+                give_up=kind == "give up",
+            )
         return self.protocol.release(keys, held, RETENTION)
 
     def acquire(self, job: str, who: Holder) -> Grant | Snapshot:
@@ -194,6 +220,14 @@ class ProtocolModel(RuleBasedStateMachine):
             ), got
             m.status = JobStatus.GAVE_UP
             return got
+        if self.due_ahead(m):
+            # a failure set the next attempt ahead: refused to everybody, with the time left
+            assert isinstance(got, Snapshot), (got, m)
+            assert got.due_ms is not None and 0 < got.due_ms <= LATER_MS, got
+            assert got == Snapshot(
+                JobStatus.PENDING, m.attempt, m.token, m.owner, due_ms=got.due_ms
+            ), (got, m)
+            return got
         assert isinstance(got, Grant), (got, m)
         assert not got.reentered and got.attempt == m.attempt + 1, (got, m)
         if m.known:
@@ -220,9 +254,11 @@ class ProtocolModel(RuleBasedStateMachine):
             return
         would_write = settled_fields(stale, kind, m.max_attempts)
         got = self.settle(job, stale, kind)
+        # a failure with a delay is recognised by its fields, whatever its due time
+        with_delay = kind == "fail later" and would_write[0] is JobStatus.PENDING
         if not m.known:
             expected = Settle.STATE_LOST
-        elif m.fields() == would_write:
+        elif m.fields() == would_write and (m.due_ms is None or with_delay):
             # the state already is what this step writes: a retry after a lost reply
             expected = applied(would_write)
         else:
@@ -289,16 +325,37 @@ class ProtocolModel(RuleBasedStateMachine):
             assert RETENTION - SLACK_MS < int(self.client.pttl(keys.state)) <= RETENTION
             return
         expected = settled_fields(h, kind, m.max_attempts)
+        before = self.server_ms()
         got = self.settle(job, h, kind)
+        after = self.server_ms()
         assert got is applied(expected), (got, kind, h, m)
-        if kind == "fail" and h.attempt == m.max_attempts:
+        if (kind.startswith("fail") and h.attempt == m.max_attempts) or kind == "give up":
             assert got is Settle.GAVE_UP
         if kind == "release":
             # the attempt is refunded, the token is not
             assert expected[1] == h.attempt - 1 and expected[2] == h.token
-        m.write(expected)
+        due = None
+        if kind == "fail later" and got is Settle.RELEASED:
+            state = decode_state(self.client.get(keys.state))
+            assert state is not None and state.due_ms is not None, state
+            assert before + LATER_MS <= state.due_ms <= after + LATER_MS, (state, before)
+            due = state.due_ms
+        m.write(expected, due)
         m.holder = None
         m.last_settle = (h, kind)
+
+    @precondition(lambda self: any(self.due_ahead(m) for m in self.jobs.values()))
+    @rule(data=st.data())
+    def due_time_passes(self, data: st.DataObject) -> None:
+        """A job's due time comes (moved into the past: the clock went on)."""
+        jobs = [job for job, m in self.jobs.items() if self.due_ahead(m)]
+        job = data.draw(st.sampled_from(jobs), label="job")
+        m, keys = self.jobs[job], self.keys[job]
+        past = self.server_ms() - 1
+        state = decode_state(self.client.get(keys.state))
+        assert state is not None and state.due_ms == m.due_ms, (state, m)
+        assert self.client.set(keys.state, replace(state, due_ms=past).encode(), keepttl=True)
+        m.due_ms = past
 
     @precondition(lambda self: self.jobs_with_stale())
     @rule(
@@ -402,15 +459,21 @@ class ProtocolModel(RuleBasedStateMachine):
                 assert (h.attempt, h.token, h.run, h.owner) == m.fields()[1:], m
             else:
                 assert raw_lock is None, (raw_lock, m)
-                assert seen == Snapshot(m.status, m.attempt, m.token, m.owner, run=m.run), (
-                    seen, m,
-                )
+                due = seen.due_ms
+                if self.due_ahead(m):
+                    assert due is not None and 0 < due <= LATER_MS, (seen, m)
+                assert seen == Snapshot(
+                    m.status, m.attempt, m.token, m.owner, run=m.run, due_ms=due
+                ), (seen, m)
+                if due is not None:
+                    assert m.due_ms is not None and m.status is JobStatus.PENDING, (seen, m)
             if m.known:
                 state = decode_state(raw_state) if raw_state is not None else None
                 assert state is not None, (raw_state, m)
                 assert (state.status, state.attempt, state.token, state.run, state.owner) == (
                     m.fields()
                 ), (state, m)
+                assert state.due_ms == m.due_ms, (state, m)
             else:
                 assert raw_state is None, (raw_state, m)
             tokens = [v.token for v in m.issued]

@@ -14,8 +14,8 @@ from lockworker.model.keys import JobKeys
 
 
 def worker(client: redis.Redis, namespace: str, owner: str, **kwargs: Any) -> Worker:
-    return Worker(client, namespace=namespace, owner=owner, lock_timeout=2.0,
-                  handle_signals=False, **kwargs)
+    kwargs.setdefault("lock_timeout", 2.0)
+    return Worker(client, namespace=namespace, owner=owner, handle_signals=False, **kwargs)
 
 
 def run(w: Worker, job_id: str, results: dict[str, Outcome]) -> threading.Thread:
@@ -111,15 +111,17 @@ def test_a_backup_takes_over_a_failed_primary_attempt(
     backup = worker(redis_client, namespace, "backup", role="backup", backup_delay=0.2,
                     on_acquired=lambda job: did.append("backup"),
                     on_locked=lambda job: backup_waiting.set())
+    # The default schedule hands a first failure over at once; the process that failed
+    # steps back min(1 s, lock_timeout / 4) so that another takes it.
     primary = worker(redis_client, namespace, "primary", on_acquired=primary_hook,
-                     retry_delay=1.5)
+                     lock_timeout=8.0)
     results: dict[str, Outcome] = {}
     tp = run(primary, "job", results)
     wait_for(lambda: did == ["primary"])
     tb = run(backup, "job", results)
     for thread in (tb, tp):
         thread.join(timeout=10)
-    # The primary stepped back for retry_delay after failing; the backup took attempt 2.
+    # The primary stepped back after failing; the backup took attempt 2.
     assert did == ["primary", "backup"]
     assert results == {"primary": Outcome.DONE_ELSEWHERE, "backup": Outcome.DONE}
     backup.close()

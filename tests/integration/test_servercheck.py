@@ -223,6 +223,23 @@ def test_a_settle_whose_publish_is_refused_after_its_writes_is_not_a_failure(
     client.close()
 
 
+def test_a_failure_with_a_due_time_whose_publish_is_refused_is_still_applied(
+    acl_server: RedisServer,
+) -> None:
+    """The state written carries the server's clock, so it is found by its fields."""
+    client = user_client(acl_server, "nochannel")
+    protocol = ScriptProtocol(client)
+    keys = JobKeys.of("settle", "due")
+    me = who("me")
+    grant = protocol.acquire(keys, me, 5000, 3, 60_000)
+    assert isinstance(grant, lockworker.model.state.Grant)
+    held = me.value(grant.token, grant.attempt)
+    assert protocol.fail(keys, held, 3, 60_000, delay_ms=30_000) is Settle.RELEASED
+    seen = protocol.inspect(keys)
+    assert seen.due_ms is not None and 0 < seen.due_ms <= 30_000
+    client.close()
+
+
 def test_a_server_error_in_the_log_carries_its_message() -> None:
     error = redis.ResponseError("ACL failure in script: No permissions to access a channel")
     assert "No permissions to access a channel" in events.describe(error)

@@ -50,7 +50,7 @@ def test_the_failing_process_steps_back_and_a_waiter_takes_attempt_two(
                 runs.append((name, job.attempt, job.token))
         return hook
 
-    a = make(a_hook, owner="a", retry_delay=5.0)
+    a = make(a_hook, owner="a")  # the default schedule: the first handover is at once
     b = make(waiter("b"), owner="b")
     c = make(waiter("c"), owner="c")
     ta, box_a = in_thread(lambda: a.process("j"))

@@ -97,7 +97,8 @@ def test_payloads_that_cannot_be_serialised_are_refused(payload: Any) -> None:
     ("make", "message"),
     [
         (lambda: lockworker.Worker(fakeredis.FakeRedis(), **GOOD, retry_delay=float("nan")),
-         "retry_delay must be a finite number of seconds >= 0, got nan"),
+         "retry_delay must be a finite number of seconds >= 0, got nan (or a tenacity wait "
+         "strategy, or a function of the failed attempt's number returning seconds)"),
         (lambda: lockworker.Worker(fakeredis.FakeRedis(), **GOOD, backup_delay=float("inf")),
          "backup_delay must be a finite number of seconds >= 0, got inf"),
         (lambda: lockworker.Worker(fakeredis.FakeRedis(), **GOOD, max_attempts=True),
@@ -129,7 +130,7 @@ def test_valid_numbers_of_any_real_type_are_taken_as_floats() -> None:
         fakeredis.FakeRedis(), **GOOD, lock_timeout=5, retry_delay=0, backup_delay=0,
     )
     assert worker.lock_timeout == 5.0 and isinstance(worker.lock_timeout, float)
-    assert worker.timing.retry_delay == 0.0
+    assert worker.retry_schedule(1) == 0.0 and isinstance(worker.retry_schedule(1), float)
     assert lockworker.RetryPolicy(budget=3).budget == 3.0
 
 

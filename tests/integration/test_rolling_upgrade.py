@@ -1,0 +1,195 @@
+"""A rolling upgrade from the previous release: its processes, beside this release's,
+read the state this release writes (a failed attempt's due time) correctly.
+
+The previous release (0.2.0) is built from its commit, found by its tag ``v0.2.0`` or
+else by its release commit's message, into a wheel, installed alone in a virtual
+environment of its own (its dependencies from this one, as in test_wheel_install.py),
+and run as separate processes on the suite's server. Release 0.2.0 parses state values
+with a strict grammar: the due time sits where it reads a run (a failure's is empty),
+so it accepts the value and ignores the field. It does not honour the schedule (it
+takes the next attempt when it sees the job free, as 0.2.0 always did), which
+docs/deployment.md says; it never misreads a job or reports it foreign.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from helpers import LEASE, RETENTION, grant, held, who
+
+import lockworker
+from lockworker.model.codec import decode_state
+from lockworker.model.keys import JobKeys
+from lockworker.model.state import Grant, JobStatus, Outcome, Settle, Snapshot
+from lockworker.protocol import ScriptProtocol
+from lockworker.testing import RedisServer
+
+pytestmark = pytest.mark.processes
+
+ROOT = Path(__file__).resolve().parents[2]
+PREVIOUS = "0.2.0"
+LATER_MS = 600_000
+
+OLD_SIDE = textwrap.dedent("""
+    import json, sys
+    import redis, lockworker
+    from lockworker.model.codec import Holder
+    from lockworker.model.keys import JobKeys
+    from lockworker.protocol import ScriptProtocol
+
+    url, namespace, action, job_id, max_attempts = sys.argv[1:6]
+    client = redis.Redis.from_url(url)
+    ran = []
+    worker = lockworker.Worker(
+        client, namespace=namespace, owner="old", handle_signals=False,
+        max_attempts=int(max_attempts), on_acquired=lambda job: ran.append(job.attempt),
+    )
+    out = {"version": lockworker.__version__, "file": lockworker.__file__}
+    if action == "inspect":
+        seen = worker.inspect(job_id)
+        out.update(status=seen.status.value, attempt=seen.attempt, token=seen.token,
+                   owner=seen.owner, holder=seen.holder)
+    elif action == "process":
+        out.update(outcome=worker.process(job_id).value, ran=ran)
+    elif action == "fail":
+        protocol, keys = ScriptProtocol(client), JobKeys.of(namespace, job_id)
+        who = Holder("old", "0123456789abcdef")
+        grant = protocol.acquire(keys, who, 5000, int(max_attempts), 60000)
+        settled = protocol.fail(keys, who.value(grant.token, grant.attempt),
+                                int(max_attempts), 60000)
+        out.update(settled=settled.value, attempt=grant.attempt)
+    worker.close()
+    print(json.dumps(out))
+""")
+
+
+def sh(*cmd: str | Path, cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
+    out = subprocess.run(
+        [str(c) for c in cmd], cwd=cwd, capture_output=True, text=True, timeout=120,
+        check=False, env=env,
+    )
+    assert out.returncode == 0, f"{cmd}:\n{out.stdout[-2000:]}\n{out.stderr[-2000:]}"
+    return out
+
+
+def release_commit() -> str:
+    """The previous release's commit: its tag, else the commit whose message starts
+    ``Release 0.2.0``; skipped outside a git checkout that has either."""
+    if shutil.which("git") is None or not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout: the previous release's commit is not at hand")
+    tagged = subprocess.run(
+        ["git", "rev-parse", "--verify", "--quiet", f"v{PREVIOUS}^{{commit}}"],
+        cwd=ROOT, capture_output=True, text=True, check=False,
+    )
+    if tagged.returncode == 0 and tagged.stdout.strip():
+        return tagged.stdout.strip()
+    found = subprocess.run(
+        ["git", "log", "--all", "--format=%H", f"--grep=^Release {PREVIOUS}", "-n", "1"],
+        cwd=ROOT, capture_output=True, text=True, check=False,
+    ).stdout.strip()
+    if not found:
+        pytest.skip(f"no tag v{PREVIOUS} nor a 'Release {PREVIOUS}' commit here")
+    return found
+
+
+@pytest.fixture(scope="module")
+def old_python(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A Python whose ``lockworker`` is the previous release, built from its commit."""
+    commit = release_commit()
+    src = tmp_path_factory.mktemp("old-src")
+    archive = subprocess.run(
+        ["git", "archive", "--format=tar", commit], cwd=ROOT, capture_output=True,
+        check=True,
+    ).stdout
+    subprocess.run(["tar", "-x", "-C", str(src)], input=archive, check=True)
+    dist = tmp_path_factory.mktemp("old-dist")
+    sh(sys.executable, "-m", "build", "--wheel", "--outdir", dist, src, cwd=src)
+    (wheel,) = dist.glob(f"lockworker-{PREVIOUS}-*.whl")
+    venv = tmp_path_factory.mktemp("old-venv")
+    sh(sys.executable, "-m", "venv", "--without-pip", venv, cwd=venv)
+    python = venv / "bin" / "python"
+    sh(sys.executable, "-m", "pip", "--python", python, "install", "--no-deps", "--no-index",
+       "--disable-pip-version-check", "-q", wheel, cwd=venv)
+    site = sh(python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])",
+              cwd=venv).stdout.strip()
+    (Path(site) / "deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    return python
+
+
+def old(python: Path, server: RedisServer, namespace: str, action: str, job: str, *,
+        max_attempts: int = 3) -> dict[str, Any]:
+    out = sh(python, "-c", OLD_SIDE, server.url, namespace, action, job, str(max_attempts),
+             cwd=python.parent)
+    result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result["version"] == PREVIOUS and Path(result["file"]).is_relative_to(
+        python.parents[1]
+    ), result
+    return result
+
+
+def fail_later(client: redis.Redis, keys: JobKeys, max_attempts: int = 3) -> Grant:
+    """This release fails attempt 1 and sets the next attempt 10 minutes ahead."""
+    protocol = ScriptProtocol(client)
+    g = grant(protocol, keys, "new", max_attempts=max_attempts)
+    assert protocol.fail(keys, held(g, "new"), max_attempts, RETENTION,
+                         delay_ms=LATER_MS) is Settle.RELEASED
+    state = decode_state(client.get(keys.state))
+    assert state is not None and state.due_ms is not None
+    return g
+
+
+def test_the_previous_release_reads_a_due_time_and_ignores_it(
+    old_python: Path, redis_server: RedisServer, redis_client: redis.Redis, namespace: str,
+) -> None:
+    keys = JobKeys.of(namespace, "later")
+    g = fail_later(redis_client, keys)
+    seen = old(old_python, redis_server, namespace, "inspect", "later")
+    assert (seen["status"], seen["attempt"], seen["token"], seen["owner"], seen["holder"]) == (
+        "pending", 1, g.token, "new", None
+    )
+    # 0.2.0 does not honour the schedule: it takes attempt 2 now, as it always did ...
+    ran = old(old_python, redis_server, namespace, "process", "later")
+    assert (ran["outcome"], ran["ran"]) == ("done", [2])
+    # ... and this release reads what it wrote.
+    protocol = ScriptProtocol(redis_client)
+    done = protocol.acquire(keys, who("new"), LEASE, 3, RETENTION)
+    assert isinstance(done, Snapshot) and done.status is JobStatus.DONE
+    assert (done.attempt, done.token, done.owner) == (2, g.token + 1, "old")
+
+
+def test_the_previous_release_gives_up_a_job_with_a_due_time_as_it_did(
+    old_python: Path, redis_server: RedisServer, redis_client: redis.Redis, namespace: str,
+) -> None:
+    """A process of 0.2.0 with fewer attempts finds them spent: it gives the job up,
+    keeping the field it ignores; this release reads GAVE_UP."""
+    keys = JobKeys.of(namespace, "spent")
+    fail_later(redis_client, keys, max_attempts=3)
+    ran = old(old_python, redis_server, namespace, "process", "spent", max_attempts=1)
+    assert (ran["outcome"], ran["ran"]) == ("gave_up", [])
+    seen = ScriptProtocol(redis_client).inspect(keys)
+    assert (seen.status, seen.attempt, seen.due_ms) == (JobStatus.GAVE_UP, 1, None)
+
+
+def test_a_failure_written_by_the_previous_release_is_due_at_once_here(
+    old_python: Path, redis_server: RedisServer, redis_client: redis.Redis, namespace: str,
+) -> None:
+    failed = old(old_python, redis_server, namespace, "fail", "old-failure")
+    assert (failed["settled"], failed["attempt"]) == ("released", 1)
+    keys = JobKeys.of(namespace, "old-failure")
+    assert ScriptProtocol(redis_client).inspect(keys).due_ms is None
+    with lockworker.Worker(
+        redis_client, namespace=namespace, handle_signals=False, on_acquired=lambda job: None
+    ) as worker:
+        assert worker.process("old-failure") is Outcome.DONE
+    assert worker.inspect("old-failure").attempt == 2
