@@ -32,10 +32,13 @@ def _restore_logging() -> Iterator[None]:
     """A test that runs the CLI's ``main()`` in-process configures logging and structlog
     for the whole process (a handler on the test's captured stderr, a level): undo it,
     so later tests' events are neither filtered out nor written to a closed stream."""
-    saved = structlog.get_config()
+    configured, saved = structlog.is_configured(), structlog.get_config()
     root = logging.getLogger()
     handlers, level = root.handlers[:], root.level
     yield
-    structlog.configure(**saved)
+    if configured:
+        structlog.configure(**saved)
+    else:  # "configured" is itself state: lockworker routes events by it
+        structlog.reset_defaults()
     root.handlers[:] = handlers
     root.setLevel(level)

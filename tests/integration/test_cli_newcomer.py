@@ -259,7 +259,7 @@ def test_a_shell_pipeline_into_head_ends_quietly(redis_server: RedisServer) -> N
         check=False,
     )
     assert out.returncode == 0
-    assert out.stdout == '{\n  "leade'
+    assert out.stdout == '{\n  "worke'  # the first 10 bytes: {"workers": ...}
     assert out.stderr == ""
 
 
@@ -288,7 +288,7 @@ def test_help_shows_the_defaults_and_every_subcommand_describes_itself() -> None
         "run": ["the lease: bounds the takeover after a crash (default: 10.0)",
                 "before competing (default: 0.5)", "(default: primary)",
                 "stopwaitsecs above it (default: 10.0)", "--max-attempts N Worker only: "
-                "attempts before giving a job up (default: 3)", "(default: info)"],
+                "attempts before giving a job up (default: 5)", "(default: info)"],
         "status": ["(default: 86400, one day)", "(default: all)"],
         "reset": ["(default: 86400, one day)"],
         "submit": ["Add job JOB_ID"],
