@@ -15,6 +15,7 @@ from lockworker.model.codec import Holder, LockValue
 from lockworker.model.keys import JobKeys
 from lockworker.model.state import Ending, Grant, Renewal, Reset, Settle, Snapshot
 from lockworker.protocol.decode import foreign_on_wrongtype, server_ms, snapshot_from
+from lockworker.protocol.interface import node_of
 from lockworker.protocol.script import (
     Step,
     acquire_step,
@@ -76,15 +77,19 @@ class AsyncScriptProtocol:
 
     async def inspect(self, keys: JobKeys) -> Snapshot:
         """State, lease and lease time left in one transaction, as the sync side reads it."""
+        node = node_of(self.client, keys)
         pipe = self.client.pipeline(transaction=True)
         pipe.get(keys.state)
         pipe.get(keys.lock)
         pipe.pttl(keys.lock)
-        pipe.time()
+        if node is None:
+            pipe.time()
         try:
-            raw_state, raw_lock, pttl, now = await pipe.execute()
+            raw_state, raw_lock, pttl, *now = await pipe.execute()
         except redis.ResponseError as exc:
             raise foreign_on_wrongtype(keys, exc) from exc
+        if node is not None:  # see lockworker.protocol.interface.inspect
+            now = [await self.client.execute_command("TIME", target_nodes=node)]
         return snapshot_from(
-            keys, raw_state, raw_lock, int(pttl) if int(pttl) >= 0 else None, server_ms(now)
+            keys, raw_state, raw_lock, int(pttl) if int(pttl) >= 0 else None, server_ms(now[0])
         )

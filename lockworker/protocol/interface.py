@@ -29,7 +29,7 @@ round trips per step).
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Any, Protocol
 
 import redis
 
@@ -103,15 +103,27 @@ class SettleSteps:
 def inspect(client: redis.Redis, keys: JobKeys) -> Snapshot:
     """Read a job's state, lease and lease time left (and the server's clock, for a
     due time) in one atomic round trip."""
+    node = node_of(client, keys)
     pipe = client.pipeline(transaction=True)
     pipe.get(keys.state)
     pipe.get(keys.lock)
     pipe.pttl(keys.lock)
-    pipe.time()
+    if node is None:
+        pipe.time()
     try:
-        raw_state, raw_lock, pttl, now = pipe.execute()
+        raw_state, raw_lock, pttl, *now = pipe.execute()
     except redis.ResponseError as exc:
         raise foreign_on_wrongtype(keys, exc) from exc
+    if node is not None:  # a cluster's transaction takes no keyless command: ask the node
+        now = [client.execute_command("TIME", target_nodes=node)]  # type: ignore[no-untyped-call]
     return snapshot_from(
-        keys, raw_state, raw_lock, int(pttl) if int(pttl) >= 0 else None, server_ms(now)
+        keys, raw_state, raw_lock, int(pttl) if int(pttl) >= 0 else None, server_ms(now[0])
     )
+
+
+def node_of(client: Any, keys: JobKeys) -> Any:
+    """The cluster node that serves ``keys``' slot, or None for a client of one server
+    (a cluster client's transaction refuses a keyless command such as TIME)."""
+    if getattr(client, "nodes_manager", None) is None:
+        return None
+    return client.get_node_from_key(keys.state)

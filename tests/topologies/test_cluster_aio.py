@@ -136,3 +136,43 @@ def test_sync_and_async_leaders_alternate_on_a_cluster(
     assert tokens == sorted(set(tokens))
     assert {kind for kind, *_ in terms} == {"sync", "async"}
     assert seen and all(token == current for token, current in seen)  # who leads, as read
+
+
+def test_inspect_on_a_cluster_reads_the_due_time_of_a_failed_job_on_both_sides(
+    redis_cluster: Cluster, namespace: str
+) -> None:
+    """A cluster's transaction takes no keyless command: inspect asks the job's node for
+    the server's clock on its own, so a failed job's next attempt is read on both sides."""
+    ids = job_ids(6)  # jobs on every master
+
+    def fail(job: lockworker.Job) -> None:
+        raise lockworker.Retry(after=120)
+
+    async def scenario() -> list[lockworker.model.state.Snapshot]:
+        client = async_client(redis_cluster)
+        worker = aio.Worker(client, namespace=namespace, on_acquired=fail,
+                            handle_signals=False, lock_timeout=5.0, max_attempts=2)
+        tasks = [asyncio.create_task(worker.process(job_id)) for job_id in ids]
+        seen: list[lockworker.model.state.Snapshot] = []
+        deadline = time.monotonic() + 10.0
+        for job_id in ids:
+            while (snap := await worker.inspect(job_id)).due_ms is None:
+                assert time.monotonic() < deadline, f"{job_id} did not fail in 10 s"
+                await asyncio.sleep(0.01)
+            seen.append(snap)
+        worker.stop()
+        await asyncio.gather(*tasks)
+        await worker.close()
+        await client.aclose()
+        return seen
+
+    seen = asyncio.run(scenario())
+    assert all(s.attempt == 1 and 100_000 < (s.due_ms or 0) <= 120_000 for s in seen), seen
+    sync_client = redis_cluster.client(socket_timeout=2.0)
+    sync_worker = Worker(sync_client, namespace=namespace, on_acquired=fail,
+                         handle_signals=False)
+    try:
+        assert all(100_000 < (sync_worker.inspect(j).due_ms or 0) <= 120_000 for j in ids)
+    finally:
+        sync_worker.close()
+        sync_client.close()
