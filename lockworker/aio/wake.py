@@ -215,19 +215,26 @@ async def _own_task(call: Awaitable[T]) -> T:
     client closed, then the loop ended by ``asyncio.run``) read on until idle, about
     7 s. Here the reader awaits only ``asyncio.wait``, which never drops one; the call
     is cancelled too, and ends at the latest with its own read or connect timeout."""
-    task = asyncio.ensure_future(call)
+    task = asyncio.ensure_future(_settled(call))
     try:
         await asyncio.wait({task})
     except asyncio.CancelledError:
         task.cancel()
-        task.add_done_callback(_retrieve)  # what it ends with is nobody's to report
         raise
-    return task.result()
+    value, error = task.result()
+    if error is not None:
+        raise error
+    return value  # type: ignore[return-value]
 
 
-def _retrieve(task: asyncio.Future[Any]) -> None:
-    if not task.cancelled():
-        task.exception()
+async def _settled(call: Awaitable[T]) -> tuple[T | None, Exception | None]:
+    """The call's result or its error, as a value: the task never ends with an
+    exception, so one abandoned by a cancelled reader (or cancelled by ``asyncio.run``
+    at its end, which reports every task that ended with one) is nobody's to report."""
+    try:
+        return await call, None
+    except Exception as exc:
+        return None, exc
 
 
 async def _close(pubsub: Any) -> None:
