@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import os
 import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import Any, TypeVar
 
 from lockworker.model.codec import Holder, LockValue
@@ -99,3 +101,15 @@ def assert_on_time(overshoots: list[float]) -> None:
     delay one return, not all of them)."""
     assert min(overshoots) >= 0, overshoots
     assert sum(overshoots) / len(overshoots) < 0.02, sorted(overshoots)
+
+
+def sh(*cmd: str | Path, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """Run ``cmd`` in a clean environment (no PYTHONPATH leading back to a source tree)
+    and return what it printed; fail with its last output if it did not exit 0."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
+    out = subprocess.run(
+        [str(c) for c in cmd], cwd=cwd, capture_output=True, text=True, timeout=120,
+        check=False, env=env,
+    )
+    assert out.returncode == 0, f"{cmd}:\n{out.stdout[-2000:]}\n{out.stderr[-2000:]}"
+    return out

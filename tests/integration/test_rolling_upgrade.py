@@ -14,7 +14,6 @@ docs/deployment.md says; it never misreads a job or reports it foreign.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -25,7 +24,7 @@ from typing import Any
 
 import pytest
 import redis
-from helpers import LEASE, RETENTION, grant, held, who
+from helpers import LEASE, RETENTION, grant, held, sh, who
 
 import lockworker
 from lockworker.model.codec import decode_state
@@ -72,15 +71,6 @@ OLD_SIDE = textwrap.dedent("""
     print(json.dumps(out))
 """)
 
-
-def sh(*cmd: str | Path, cwd: Path) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
-    out = subprocess.run(
-        [str(c) for c in cmd], cwd=cwd, capture_output=True, text=True, timeout=120,
-        check=False, env=env,
-    )
-    assert out.returncode == 0, f"{cmd}:\n{out.stdout[-2000:]}\n{out.stderr[-2000:]}"
-    return out
 
 
 def release_commit() -> str:

@@ -11,15 +11,14 @@ environment's site-packages, added after its own by a ``.pth`` file, so the
 
 from __future__ import annotations
 
-import os
 import shutil
-import subprocess
 import sys
 import sysconfig
 import zipfile
 from pathlib import Path
 
 import pytest
+from helpers import sh
 
 import lockworker
 
@@ -27,16 +26,6 @@ pytestmark = pytest.mark.processes
 
 ROOT = Path(__file__).resolve().parents[2]
 
-
-def sh(*cmd: str | Path, cwd: Path) -> subprocess.CompletedProcess[str]:
-    # A clean environment: no PYTHONPATH leading back to a source tree.
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
-    out = subprocess.run(
-        [str(c) for c in cmd], cwd=cwd, capture_output=True, text=True, timeout=120,
-        check=False, env=env,
-    )
-    assert out.returncode == 0, f"{cmd}:\n{out.stdout[-2000:]}\n{out.stderr[-2000:]}"
-    return out
 
 
 @pytest.fixture(scope="module")
