@@ -104,7 +104,8 @@ SEMAPHORE = Kind(
     semaphore=True,
 )
 REDLOCK_KINDS = (
-    Kind("lockworker Redlock (3 masters)", "random pause <= retry_delay (0.2 s)", masters=3),
+    Kind("lockworker Redlock (3 masters)",
+         "woken by the release on any master; random pause <= 0.2 s as fallback", masters=3),
     Kind(
         "pottery Redlock (3 masters)", "random sleep U(0, 0.2 s)", needs="pottery", masters=3
     ),
