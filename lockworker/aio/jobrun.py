@@ -164,7 +164,7 @@ class AsyncJobRun(RunBase):
             if not woken:
                 return None
             self.wake.clear()
-            if not observe:
+            if self.heard(self.wake) or not observe:
                 return None
             outcome = await self.observe(await self.look())
             if outcome is not None:

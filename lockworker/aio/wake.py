@@ -67,7 +67,7 @@ class AsyncWakeHub:
         Enters only once the server confirmed the subscription (or ``confirm_timeout``
         passed, and then the event is set, so the caller re-reads rather than trusts).
         """
-        event = asyncio.Event()
+        event = AsyncWakeEvent()
         self._waiters.setdefault(channel, set()).add(event)
         self._linger.pop(channel, None)
         confirmed = self._confirmed.get(channel)
@@ -203,6 +203,22 @@ class AsyncWakeHub:
         self._rejoin.clear()
         if pubsub is not None:
             await _own_task(_close(pubsub))
+
+
+class AsyncWakeEvent(asyncio.Event):
+    """:class:`lockworker.runtime.wake.WakeEvent` on the loop: set by a wake message,
+    and keeping it until the waiter takes it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.message: str | None = None
+
+    def heard(self, message: str) -> None:
+        self.message = message
+
+    def take(self) -> str | None:
+        message, self.message = self.message, None
+        return message
 
 
 async def _own_task(call: Awaitable[T]) -> T:

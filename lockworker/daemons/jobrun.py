@@ -143,7 +143,7 @@ class JobRun(RunBase):
             if not woken:
                 return None
             self.wake.clear()
-            if not observe:
+            if self.heard(self.wake) or not observe:
                 return None
             seen = self.call(lambda: self.w.protocol.inspect(self.keys), "inspect job")
             outcome = self.observe(seen)

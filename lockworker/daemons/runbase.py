@@ -19,6 +19,7 @@ from lockworker.model import policy, presence
 from lockworker.model.codec import Holder, LockValue
 from lockworker.model.keys import JobKeys
 from lockworker.model.state import Grant, JobStatus, Outcome, Role, Settle, Snapshot
+from lockworker.protocol.decode import due_in
 from lockworker.runtime import events
 from lockworker.runtime.lease import Flag, Lease, ended
 
@@ -73,6 +74,16 @@ class RunBase(ContestantBase):
 
     def primary_until(self) -> float:
         return self.base._view.defer_until
+
+    def heard(self, wake: Any) -> bool:
+        """After a wake message: True if it was a failure's (``failed:<ms>``), whose
+        next attempt this run then waits for without asking Redis (the job's schedule;
+        asking now would only be answered "not yet")."""
+        due = due_in(wake.take())
+        if due is None:
+            return False
+        self.not_before = max(self.not_before, self.now() + due)
+        return True
 
     def job(self, attempt: int, token: int, holder: str | None) -> Job:
         w = self.base

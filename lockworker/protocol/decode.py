@@ -57,6 +57,22 @@ def settle_plan(
     )
 
 
+def wake_message(message: str, due_in_ms: int) -> str:
+    """The wake message of a settle step: ``failed:<ms>`` for a failure whose next
+    attempt is due that many ms after the step, so a woken waiter sets its timer from
+    it without asking (:func:`due_in`); the bare message otherwise."""
+    return f"{message}:{due_in_ms}" if due_in_ms > 0 else message
+
+
+def due_in(message: object) -> float | None:
+    """Seconds until the job a wake ``message`` was about is due again (a failure's
+    ``failed:<ms>``), or None for any other message, one of another release included."""
+    kind, _, ms = text(message).partition(":")
+    if kind != "failed" or not ms.isdigit():
+        return None
+    return int(ms) / 1000.0
+
+
 def failure_due_ms(new_state: StateValue, delay_ms: int) -> int:
     """The delay a fail step writing ``new_state`` asks the server to add to its clock
     for the job's due time: 0 (none written) unless the job stays pending."""

@@ -30,6 +30,7 @@ from lockworker.protocol.decode import (
     renewal,
     settle_plan,
     settle_result,
+    wake_message,
 )
 from lockworker.protocol.interface import SettleSteps
 from lockworker.protocol.luacall import LuaScript
@@ -80,7 +81,8 @@ def settle_step(
     the job GAVE_UP whatever attempts are left."""
     new_state, message = settle_plan(held, kind, max_attempts, give_up=give_up)
     due = failure_due_ms(new_state, delay_ms)
-    args = (held.encode(), new_state.encode(), retention_ms, keys.wake, message, due or "")
+    args = (held.encode(), new_state.encode(), retention_ms, keys.wake,
+            wake_message(message, due), due or "")
     return Step(
         _SETTLE, keys, args, lambda reply: settle_result(int(reply), new_state),
         partial(applied_despite_error, new_state, delay_ms=due),

@@ -30,6 +30,7 @@ from lockworker.protocol.decode import (
     settle_result,
     snapshot_from,
     text,
+    wake_message,
 )
 from lockworker.protocol.interface import SettleSteps
 
@@ -179,7 +180,7 @@ class TxnProtocol(SettleSteps):
             pipe.multi()
             pipe.delete(keys.lock)
             pipe.set(keys.state, written.encode(), px=retention_ms)
-            pipe.publish(keys.wake, message)
+            pipe.publish(keys.wake, wake_message(message, delay))
             pipe.execute()
             return settle_result(1, new_state)
 

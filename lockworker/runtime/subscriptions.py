@@ -51,7 +51,11 @@ def route(
             for event in waiters.get(channel, ()):
                 event.set()
     elif kind == "message":
+        data = text(message.get("data"))
         for event in waiters.get(channel, ()):
+            heard = getattr(event, "heard", None)  # a waiter's event keeps the message
+            if heard is not None:
+                heard(data)
             event.set()
 
 

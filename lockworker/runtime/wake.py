@@ -104,7 +104,7 @@ class WakeHub:
         the caller's next read cannot be missed. If no confirmation comes within
         ``confirm_timeout`` the event is set, so the caller re-reads rather than trusts.
         """
-        event = threading.Event()
+        event = WakeEvent()
         with self._lock:
             self._client = client
             if self._pubsub is None:
@@ -320,6 +320,23 @@ def hub_for(client: redis.Redis) -> WakeHub:
     ``RedisCluster``, which has no pool of its own, for the client)."""
     pool = getattr(client, "connection_pool", None)
     return _registry.get(client if pool is None else pool)
+
+
+class WakeEvent(threading.Event):
+    """A waiter's event, which also keeps the last wake message it was set by, so the
+    waiter can act on what it says (a failure's due time) without asking Redis."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.message: str | None = None
+
+    def heard(self, message: str) -> None:
+        self.message = message
+
+    def take(self) -> str | None:
+        """The last message heard since the last take, and forget it."""
+        message, self.message = self.message, None
+        return message
 
 
 class Waits:
