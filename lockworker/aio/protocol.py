@@ -78,7 +78,12 @@ class AsyncScriptProtocol:
     async def inspect(self, keys: JobKeys) -> Snapshot:
         """State, lease and lease time left in one transaction, as the sync side reads it."""
         node = node_of(self.client, keys)
-        pipe = self.client.pipeline(transaction=True)
+        # On a cluster, redis.asyncio's transaction pipeline (redis-py 8) runs a command
+        # that must re-read the slot map in a loop of its own and fails ("bound to a
+        # different event loop"): read in a plain pipeline there, one slot, one batch.
+        # Not one atomic read, which no decision needs: every decision is an atomic
+        # step of its own (acquire, settle); this read only reports and times waits.
+        pipe = self.client.pipeline(transaction=node is None)
         pipe.get(keys.state)
         pipe.get(keys.lock)
         pipe.pttl(keys.lock)
