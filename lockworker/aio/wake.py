@@ -78,8 +78,11 @@ class AsyncWakeHub:
                     self._pubsub = self._client.pubsub()
                 try:
                     await self._pubsub.subscribe(channel)
-                except (redis.RedisError, OSError):
-                    # Not listening: the caller re-reads, and its own retries report.
+                except (redis.RedisError, OSError, RuntimeError) as exc:
+                    if isinstance(exc, RuntimeError) and not _read_clash(exc):
+                        raise
+                    # Not listening: the caller re-reads, and its own retries report;
+                    # the reader subscribes the channel with the others it lacks.
                     self._confirmed.pop(channel, None)
                     event.set()
             self._start_reader()
@@ -203,6 +206,13 @@ class AsyncWakeHub:
         self._rejoin.clear()
         if pubsub is not None:
             await _own_task(_close(pubsub))
+
+
+def _read_clash(exc: RuntimeError) -> bool:
+    """True for asyncio's refusal of a second reader on one stream: a subscribe that
+    reconnected the pub/sub (the server restarted) reads the handshake's reply while the
+    reader task waits for messages on the same connection. Not the caller's failure."""
+    return "another coroutine is already waiting" in str(exc)
 
 
 class AsyncWakeEvent(asyncio.Event):

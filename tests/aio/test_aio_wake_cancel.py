@@ -45,3 +45,52 @@ def test_asyncio_run_ends_at_once_after_a_leader_and_its_client_are_closed(
 
     returned = asyncio.run(main())
     assert time.monotonic() - returned < 1.0
+
+
+def test_a_subscribe_that_clashes_with_the_readers_read_is_left_to_the_reader(
+    redis_server: RedisServer,
+) -> None:
+    """After a server restart, a listen's SUBSCRIBE reconnects the shared pub/sub and
+    reads the handshake's reply while the reader task waits on the same stream: asyncio
+    refuses the second read with a RuntimeError. It used to escape from ``listen`` (and
+    from ``Worker.process``, ending a daemon); now the caller re-reads at once and the
+    reader subscribes the channel, which a PUBLISH then reaches."""
+    from lockworker.aio.wake import hub_for
+
+    async def scenario() -> bool:
+        client = aredis.Redis.from_url(redis_server.url)
+        hub = hub_for(client)
+        clashes = 1
+        real = client.pubsub
+
+        def pubsub() -> object:
+            ps = real()
+            subscribe = ps.subscribe
+
+            async def clashing(*channels: str) -> None:
+                nonlocal clashes
+                if clashes:
+                    clashes -= 1
+                    raise RuntimeError(
+                        "read() called while another coroutine is already waiting for "
+                        "incoming data"
+                    )
+                await subscribe(*channels)
+
+            ps.subscribe = clashing  # type: ignore[method-assign]
+            return ps
+
+        client.pubsub = pubsub  # type: ignore[method-assign]
+        async with hub.listen("clash-channel") as event:
+            assert event.is_set()  # not listening yet: the caller re-reads
+            event.clear()
+            deadline = time.monotonic() + 5
+            while not hub.subscribed("clash-channel"):  # the reader subscribed it
+                assert time.monotonic() < deadline
+                await asyncio.sleep(0.01)
+            await client.publish("clash-channel", "done")
+            woken = await asyncio.wait_for(event.wait(), 5)
+        await client.aclose()
+        return woken
+
+    assert asyncio.run(scenario())
