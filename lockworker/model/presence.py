@@ -155,6 +155,10 @@ class View:
         at that end instead, and only a reading says a primary is gone."""
         return math.inf if self.primary_until != NOBODY else NOBODY
 
+    def primary_serving(self) -> bool:
+        """Whether the last reading showed a primary."""
+        return self.primary_until != NOBODY
+
     def read(self, found: Iterable[Registered], at: float) -> bool:
         """Apply a reading taken at ``at`` (the own registration refreshed then): True
         if it shows no primary where the last one showed one (the worker's waiting

@@ -39,6 +39,7 @@ from lockworker.runtime.wake import hub_for
 
 REFRESH_FAILED = "presence.refresh_failed"
 PRIMARY_GONE = "presence.primary_gone"
+PRIMARY_SERVING = "presence.primary_serving"
 FAILURES = (redis.RedisError, OSError, LockworkerError)
 
 
@@ -73,9 +74,12 @@ class PresenceBase:
         serves any more."""
         if self.failing:
             self.failing = False
+        none_before = not self.view.primary_serving()
         if self.view.read(found, sent_at):
             self.log.info(PRIMARY_GONE)
             self.on_gone()
+        elif none_before and self.view.watch and self.view.primary_serving():
+            self.log.info(PRIMARY_SERVING)  # a backup defers (again) from now on
 
     def refresh_failed(self, exc: BaseException, sent_at: float) -> None:
         """Log the first failure of a streak; try again soon."""

@@ -112,6 +112,12 @@ class Supervised:
                 events.append(json.loads(line))
         return events
 
+    def believes_a_primary_serves(self, program: str) -> bool:
+        """The backup's last word on its namespace's primaries was not "gone"."""
+        said = [e["event"] for e in self.log_events(program)
+                if e["event"] in ("presence.primary_gone", "presence.primary_serving")]
+        return not said or said[-1] == "presence.primary_serving"
+
     def close(self) -> None:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)  # supervisord stops its programs first
@@ -158,6 +164,10 @@ def test_kill_and_stop_of_the_primary_under_supervisord(supervised: Supervised) 
     wait_for(lambda: s.done(["killed", *second]), timeout=30)
     wait_for(lambda: 0 < s.pid("primary") != old_pid, timeout=30)  # restarted
     wait_for(lambda: s.registered("primary"), timeout=30)
+    # Backups that saw the primary gone (its registration ran out) compete at once until
+    # they see it serve again: wait until neither believes it gone any more.
+    wait_for(lambda: all(s.believes_a_primary_serves(b) for b in ("backup-1", "backup-2")),
+             timeout=30)
 
     # supervisorctl stop: the primary hands the job in hand over; a backup has it
     # at once (its release wakes the backups, which wait backup_delay).
