@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 
 import redis
 
-from lockworker.runtime.subscriptions import replacement, route
+from lockworker.runtime.subscriptions import KeepsMessage, replacement, route
 from lockworker.runtime.wake import (
     BROKEN_PAUSE,
     CONFIRM_TIMEOUT,
@@ -215,20 +215,8 @@ def _read_clash(exc: RuntimeError) -> bool:
     return "another coroutine is already waiting" in str(exc)
 
 
-class AsyncWakeEvent(asyncio.Event):
-    """:class:`lockworker.runtime.wake.WakeEvent` on the loop: set by a wake message,
-    and keeping it until the waiter takes it."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.message: str | None = None
-
-    def heard(self, message: str) -> None:
-        self.message = message
-
-    def take(self) -> str | None:
-        message, self.message = self.message, None
-        return message
+class AsyncWakeEvent(KeepsMessage, asyncio.Event):
+    """:class:`lockworker.runtime.wake.WakeEvent` on the loop."""
 
 
 async def _own_task(call: Awaitable[T]) -> T:

@@ -27,6 +27,22 @@ from lockworker.protocol import text
 _log = logging.getLogger("lockworker.runtime.wake")
 
 
+class KeepsMessage:
+    """A waiter's event that also keeps the last wake message it was set by (see
+    :func:`route`), so the waiter can act on what it says (a failure's due time)
+    without asking Redis; mixed into the thread's and the loop's event alike."""
+
+    message: str | None = None
+
+    def heard(self, message: str) -> None:
+        self.message = message
+
+    def take(self) -> str | None:
+        """The last message heard since the last take, and forget it."""
+        message, self.message = self.message, None
+        return message
+
+
 class Settable(Protocol):
     def set(self) -> None: ...
 

@@ -41,7 +41,7 @@ from typing import Any
 import redis
 
 from lockworker.clock import SystemClock
-from lockworker.runtime.subscriptions import replacement, route
+from lockworker.runtime.subscriptions import KeepsMessage, replacement, route
 
 READ_TIMEOUT = 0.2
 """How long the reader thread blocks on the socket before checking whether to stop."""
@@ -322,21 +322,8 @@ def hub_for(client: redis.Redis) -> WakeHub:
     return _registry.get(client if pool is None else pool)
 
 
-class WakeEvent(threading.Event):
-    """A waiter's event, which also keeps the last wake message it was set by, so the
-    waiter can act on what it says (a failure's due time) without asking Redis."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.message: str | None = None
-
-    def heard(self, message: str) -> None:
-        self.message = message
-
-    def take(self) -> str | None:
-        """The last message heard since the last take, and forget it."""
-        message, self.message = self.message, None
-        return message
+class WakeEvent(KeepsMessage, threading.Event):
+    """A waiter's event, keeping the last wake message it was set by."""
 
 
 class Waits:
