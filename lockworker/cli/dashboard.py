@@ -102,6 +102,8 @@ def main(args: argparse.Namespace) -> int:
           + ("" if args.allow_reset else " (read-only)"), flush=True)
     try:
         server.run()
+    except KeyboardInterrupt:  # Ctrl-C: uvicorn has shut down; nothing to hand over
+        pass
     except SystemExit:  # uvicorn's way to say it could not listen
         raise CliError(f"--port: cannot listen on {host}:{args.port}", EXIT_USAGE) from None
     finally:
