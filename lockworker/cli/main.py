@@ -20,7 +20,7 @@ from typing import Any, NoReturn, TypeVar
 import redis
 
 from lockworker import __version__, config
-from lockworker.cli import check, logs, schedule
+from lockworker.cli import check, dashboard, logs, schedule
 from lockworker.cli.common import (
     DEFAULT_URL,
     ENV_URL,
@@ -326,6 +326,7 @@ def build_parser() -> Parser:
     _add_demo(sub)
     _add_server(sub)
     check.add_parser(sub, common, positive_float, positive_int)
+    dashboard.add_parser(sub, common, positive_float, tcp_port)
     return parser
 
 
@@ -346,6 +347,7 @@ HANDLERS = {
     "run": ("run", "main"), "submit": ("jobs", "submit_main"),
     "reset": ("jobs", "reset_main"), "status": ("status", "main"),
     "server": ("server", "main"), "demo": ("demo", "main"), "check": ("check", "main"),
+    "dashboard": ("dashboard", "main"),
 }
 
 
