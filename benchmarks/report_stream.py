@@ -41,6 +41,11 @@ def _verdict(ok: bool) -> str:
     return "met" if ok else "**not met**"
 
 
+def _why(error: str) -> str:
+    """A row's reason for having no figures: ``not available: ...`` or ``error: ...``."""
+    return error if error.startswith("not available") else f"error: {error or 'none measured'}"
+
+
 def _ratio(a: float, b: float) -> float:
     return a / b if b and not math.isnan(b) else float("nan")
 
@@ -98,7 +103,7 @@ def targets(section: StreamSection) -> list[tuple[str, str, bool | None]]:
         else:
             out.append((
                 f"shared group of 3 (`group=`) >= {GROUP_TARGET:g}x the all-read consumer group",
-                group.error or every.error or "not measured", None,
+                _why(group.error or every.error), None,
             ))
     m = section.memory
     if m is not None and not m.error:
@@ -107,6 +112,10 @@ def targets(section: StreamSection) -> list[tuple[str, str, bool | None]]:
             f"{_n(m.done_record)} B (`MEMORY USAGE` of its {m.done_keys} key)",
             m.done_record <= DONE_TARGET,
         ))
+        served = server_flat(m)
+        if served is not None:
+            out.append((f"server memory added per job served stays flat (end <= {FLAT:g}x "
+                        "middle)", served[1], served[0]))
         flat = memory_flat(m)
         if flat is not None:
             out.append(("the serving processes' resident memory stays flat (end <= "
@@ -120,6 +129,16 @@ def targets(section: StreamSection) -> list[tuple[str, str, bool | None]]:
                 o.at_least_once,
             ))
     return out
+
+
+def server_flat(m: MemoryRun) -> tuple[bool, str] | None:
+    """Serving a job late costs the server what it cost midway (the start is left out:
+    a few hundred jobs in, fixed costs such as the scripts' cache still weigh)."""
+    middle, end = m.at(0.5), (m.samples[-1] if m.samples else None)
+    if middle is None or end is None:
+        return None
+    a, b = m.per_served(middle), m.per_served(end)
+    return b <= FLAT * a, f"middle {_n(a)} B, end {_n(b)} B per job served"
 
 
 def memory_flat(m: MemoryRun) -> bool | None:
@@ -148,7 +167,7 @@ def summary(section: StreamSection | None) -> list[str]:
     cluster = section.cluster
     if cluster is not None:
         rates = ", ".join(
-            f"{t.name} {_n(t.outcome.rate) if t.outcome else t.error or '-'}"
+            f"{t.name} {_n(t.outcome.rate) if t.outcome else _why(t.error)}"
             for t in cluster.topologies
         )
         lines.append(f"stream, 3 streams through shared groups (jobs/s): {rates}")
@@ -159,7 +178,7 @@ def _row_line(r: Row, section: StreamSection, base: float) -> str:
     c = r.contender
     name = f"{'lockworker ' if c.kind != 'cg' else ''}{c.name}"
     if not r.outcomes:
-        return f"| {name} | {len(c.roles)} | {r.error or '-'} | | | | | | | | | |"
+        return f"| {name} | {len(c.roles)} | {_why(r.error)} | | | | | | | | | |"
     cost = r.cost
     low, high = min(r.rates), max(r.rates)
     once = "yes" if r.exactly_once else "**no** (" + ", ".join(
@@ -209,7 +228,7 @@ def _kills(section: StreamSection) -> list[str]:
     ]
     for r in section.kills:
         if not r.outcomes:
-            out.append(f"| {r.contender.name} | {r.error or '-'} | | | | | |")
+            out.append(f"| {r.contender.name} | {_why(r.error)} | | | | | |")
             continue
         o = r.outcomes[0]
         by = ", ".join(f"{role} {_n(count)}" for role, count in o.by_role.items())
@@ -235,7 +254,7 @@ def _memory(m: MemoryRun | None) -> list[str]:
     )
     out.append("")
     if m.error:
-        return [*out, f"Error: {m.error}", ""]
+        return [*out, f"{_why(m.error)}", ""]
     start, middle, end = m.at(0.05), m.at(0.5), m.samples[-1] if m.samples else None
     out += ["| measure | value |", "|---|---:|",
             f"| jobs served in | {m.seconds:.1f} s |",
@@ -243,8 +262,12 @@ def _memory(m: MemoryRun | None) -> list[str]:
             f"| {_n(m.per_job(m.backlogged))} B |"]
     for label, point in (("start", start), ("middle", middle), ("end", end)):
         if point is not None:
-            out.append(f"| server memory per job, {label} ({_n(point.served)} served) "
-                       f"| {_n(m.per_job(point.used))} B |")
+            out.append(f"| server memory per job of the backlog, {label} ({_n(point.served)} "
+                       f"served) | {_n(m.per_job(point.used))} B |")
+    for label, point in (("start", start), ("middle", middle), ("end", end)):
+        if point is not None:
+            out.append(f"| server memory added per job served, clients' buffers left out, "
+                       f"{label} | {_n(m.per_served(point))} B |")
     out.append(f"| server memory per job, processes stopped | {_n(m.per_job(m.after))} B |")
     out.append(f"| a DONE record (`MEMORY USAGE`, {m.done_keys}) | {_n(m.done_record)} B "
                f"(target <= {DONE_TARGET} B: {_verdict(m.done_record <= DONE_TARGET)}) |")
@@ -291,7 +314,7 @@ def _cluster(r: ClusterRun | None) -> list[str]:
             "|---|---:|---|---:|---:|---:|---|---:|"]
     for t in r.topologies:
         if t.outcome is None or t.costs is None:
-            out.append(f"| {t.name} | {t.error or '-'} | | | | | | |")
+            out.append(f"| {t.name} | {_why(t.error)} | | | | | | |")
             continue
         c = t.costs
         out.append(

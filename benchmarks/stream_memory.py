@@ -33,6 +33,8 @@ class Sample:
     at: float
     served: int
     used: int
+    data: int = 0
+    """``used_memory`` less the clients' buffers (``mem_clients_normal``)."""
     rss: dict[str, int] = field(default_factory=dict)
     """Resident bytes by role (``primary``, ``backup 1``, ``backup 2``)."""
 
@@ -41,6 +43,7 @@ class Sample:
 class MemoryRun:
     jobs: int
     empty: int = 0
+    empty_data: int = 0
     backlogged: int = 0
     after: int = 0
     samples: list[Sample] = field(default_factory=list)
@@ -60,6 +63,12 @@ class MemoryRun:
     def per_job(self, used: int) -> float:
         return (used - self.empty) / self.jobs if self.jobs else float("nan")
 
+    def per_served(self, sample: Sample) -> float:
+        """Server memory (clients' buffers left out) added per job served so far, over
+        what the backlog held: flat when serving a job costs the same early and late."""
+        grown = sample.data - self.empty_data - (self.backlogged - self.empty)
+        return grown / sample.served if sample.served else float("nan")
+
 
 def _rss(pid: int) -> int:
     try:
@@ -74,6 +83,11 @@ def _rss(pid: int) -> int:
 
 def _used(client: redis.Redis) -> int:
     return int(client.info("memory")["used_memory"])
+
+
+def _data(client: redis.Redis) -> int:
+    memory = client.info("memory")
+    return int(memory["used_memory"]) - int(memory.get("mem_clients_normal", 0))
 
 
 def _done_record(client: redis.Redis, namespace: str, jobs: int, result: MemoryRun) -> None:
@@ -109,7 +123,7 @@ def run(port: int, client: redis.Redis, jobs: int, record_port: int) -> MemoryRu
     namespace = f"bench-memory-{uuid.uuid4().hex[:8]}"
     record = redis.Redis(port=record_port, socket_timeout=REPLY_TIMEOUT)
     try:
-        result.empty = _used(client)
+        result.empty, result.empty_data = _used(client), _data(client)
         backlog(client, namespace, jobs)
         result.backlogged = _used(client)
         setups = [
@@ -145,7 +159,7 @@ def _serve(setups: list[Setup], client: redis.Redis, record: redis.Redis,
             pids = [proc.pid or 0 for proc in procs]
             result.samples.append(Sample(
                 time.monotonic() - start, served, _used(client),
-                {name: _rss(pid) for name, pid in zip(names, pids, strict=True)},
+                _data(client), {name: _rss(pid) for name, pid in zip(names, pids, strict=True)},
             ))
             if served >= result.jobs:
                 result.seconds = time.monotonic() - start
