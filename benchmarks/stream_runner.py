@@ -27,6 +27,7 @@ from benchmarks.stream_kit import (
     TallyConnection,
     analyse,
     commandstats,
+    entries_key,
     log_key,
     read_log,
     server_cpu,
@@ -51,6 +52,8 @@ def group_support(client: redis.Redis, stream: str) -> str:
         lockworker.StreamSource(client, stream, owner="probe", group="probe")  # type: ignore[call-arg]
     except TypeError as exc:
         return f"not available: StreamSource rejects group= ({exc})"
+    finally:
+        client.delete(entries_key(stream))  # in case making the source made its group
     return ""
 
 
