@@ -202,8 +202,9 @@ def _add_run(sub: argparse._SubParsersAction[Parser], common: Parser) -> None:
     )
     run.add_argument(
         "--metrics-port", type=tcp_port, metavar="PORT",
-        help="serve Prometheus metrics over HTTP at /metrics on this port; needs "
-        "pip install 'lockworker[metrics]' (default: none, no metrics server)",
+        help="serve Prometheus metrics over HTTP at /metrics on this port, and the "
+        "probes /healthz and /readyz; needs pip install 'lockworker[metrics]' (default: "
+        "none, no metrics server)",
     )
     run.add_argument(
         "--metrics-host", metavar="HOST",

@@ -56,8 +56,9 @@ def main(args: argparse.Namespace) -> int:
     try:
         require_safe(client, args)
         daemon = build(cls, client, args)
-        with session(daemon, args, url, metrics):
+        with session(daemon, args, url, metrics) as started:
             try:
+                started()
                 if isinstance(daemon, Leader):
                     daemon.run()
                 else:

@@ -110,11 +110,12 @@ async def _run(
         await asyncio.to_thread(require_safe, sync_client, args)
         daemon = build(cls, client, args)
         log = events.logger(events.CLI, None, owner=daemon.owner)
-        with session(daemon, args, url, metrics):
+        with session(daemon, args, url, metrics) as started:
             stop_watch = await asyncio.to_thread(
                 servercheck.watching, sync_client, log, SystemClock()
             )
             try:
+                started()
                 await _serve(daemon, cls, args, sync_client)
             finally:
                 stop_watch()
