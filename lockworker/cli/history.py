@@ -23,12 +23,13 @@ LAST_ERROR_CHARS = 60
 
 def add_status_options(status: argparse.ArgumentParser) -> None:
     status.add_argument(
-        "--job", metavar="ID", help="this job only, with a table of its attempts"
+        "--job", metavar="ID",
+        help="this job only, with a table of its attempts (default: every job)",
     )
     status.add_argument(
         "--state", choices=JOB_STATES,
-        help="only the jobs in this state, with their last error (leaders and workers "
-        "are left out)",
+        help="only the jobs in this state, with their last error, leaving out leaders "
+        "and workers (default: every job, leader and worker)",
     )
 
 
@@ -36,8 +37,8 @@ def add_reset_options(reset: argparse.ArgumentParser) -> None:
     reset.add_argument("job_id", metavar="JOB_ID", nargs="?", default=None)
     reset.add_argument(
         "--state", choices=JOB_STATES,
-        help="instead of one JOB_ID: every job of --namespace in this state (listed, "
-        "then asked)",
+        help="instead of one JOB_ID: every job of --namespace in this state, listed, "
+        "then asked (default: JOB_ID only)",
     )
 
 
