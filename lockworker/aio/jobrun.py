@@ -283,6 +283,7 @@ class AsyncJobRun(RunBase):
             lambda: w.protocol.fail(
                 self.keys, held, w.max_attempts, w._retention_ms,
                 delay_ms=failure.delay_ms, give_up=failure.give_up is not None,
+                error=failure.error,
             ),
             "release failed attempt",
         )
@@ -292,7 +293,8 @@ class AsyncJobRun(RunBase):
     ) -> Outcome:
         w = self.w
         settled = await asyncio.shield(self.call(
-            lambda: w.protocol.release(self.keys, held, w._retention_ms), "release on stop"
+            lambda: w.protocol.release(self.keys, held, w._retention_ms, stopped=True),
+            "release on stop",
         ))
         log.info(events.RELEASED, reason=reason, settled=settled.value)
         if job._lease is not None:

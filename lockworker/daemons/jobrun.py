@@ -245,6 +245,7 @@ class JobRun(RunBase):
             lambda: w.protocol.fail(
                 self.keys, held, w.max_attempts, w._retention_ms,
                 delay_ms=failure.delay_ms, give_up=failure.give_up is not None,
+                error=failure.error,
             ),
             "release failed attempt",
         )
@@ -259,7 +260,8 @@ class JobRun(RunBase):
     def settle_stop(self, job: Job, held: LockValue, log: events.EventLog) -> Outcome:
         w = self.w
         settled = self.call(
-            lambda: w.protocol.release(self.keys, held, w._retention_ms), "release on stop"
+            lambda: w.protocol.release(self.keys, held, w._retention_ms, stopped=True),
+            "release on stop",
         )
         log.info(events.RELEASED, reason="stopping", settled=settled.value)
         if job._lease is not None:

@@ -97,9 +97,8 @@ class Batcher:
 
     def _alone(self, step: Step[Any]) -> Any:
         """One step, sent as a single command (no pipeline to build)."""
-        keys = step.keys
         try:
-            reply = step.script(self.client, (keys.lock, keys.state), step.args)
+            reply = step.script(self.client, step.names, step.args)
         except redis.ResponseError as exc:
             return batch.outcome(step, exc)
         return batch.outcome(step, reply)
