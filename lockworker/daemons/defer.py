@@ -76,10 +76,13 @@ class Held:
         heapq.heappush(self._heap, (at, next(self._seq), delivery))
 
     def take(self, now: float, everything: bool) -> list[Delivery]:
-        """The deliveries due at ``now`` (all with ``everything``), a batch at most."""
+        """The deliveries due at ``now`` (all with ``everything``), a batch at most.
+        Those due within :data:`IDLE_WAIT` come along: a look a moment early costs
+        nothing, a round trip of its own does."""
         taken: list[Delivery] = []
+        horizon = now + IDLE_WAIT
         while self._heap and len(taken) < batch.MAX_BATCH and (
-            everything or self._heap[0][0] <= now
+            everything or self._heap[0][0] <= horizon
         ):
             taken.append(heapq.heappop(self._heap)[2])
         return taken
@@ -88,7 +91,7 @@ class Held:
         """How long to wait before the next delivery is due (at most :data:`IDLE_WAIT`)."""
         if not self._heap:
             return IDLE_WAIT
-        return max(0.0, min(IDLE_WAIT, self._heap[0][0] - now))
+        return max(0.0, min(IDLE_WAIT, self._heap[0][0] - IDLE_WAIT - now))
 
     @staticmethod
     def keyed(namespace: str, due: list[Delivery]) -> tuple[list[Looked], list[Delivery]]:
