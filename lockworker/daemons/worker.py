@@ -37,7 +37,7 @@ from lockworker.protocol import LockProtocol, ScriptProtocol
 from lockworker.protocol.replicated import ReplicatedScriptProtocol
 from lockworker.protocol.txn import TxnProtocol
 from lockworker.runtime import events, retry, servercheck
-from lockworker.runtime.batcher import batcher_for
+from lockworker.runtime.batcher import batcher_for, renewals
 from lockworker.runtime.lease import Heartbeat
 from lockworker.runtime.presence import Presence
 from lockworker.runtime.signals import stop_on_signals
@@ -235,7 +235,7 @@ class Worker(WorkerSettings):
         self.durability = Durability(durability)
         self._call = retry.Caller(self.clock, self.redis_retry, self._log)
         self._stop = threading.Event()
-        self._heartbeat = Heartbeat(self.clock, self.lock_timeout / 3)
+        self._heartbeat = Heartbeat(self.clock, self.lock_timeout / 3, send_many=renewals(self))
         self._hub = Waits(client)
         self._signals: contextlib.ExitStack | None = None
         self._permitted = False

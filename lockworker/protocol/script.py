@@ -44,7 +44,7 @@ from lockworker.protocol.luacall import LuaScript
 R = TypeVar("R")
 
 _ACQUIRE = LuaScript(scripts.ACQUIRE)
-_RENEW = LuaScript(scripts.RENEW)
+_RENEW = RENEW_SCRIPT = LuaScript(scripts.RENEW)
 _SETTLE = LuaScript(scripts.SETTLE)
 _RESET = LuaScript(scripts.RESET)
 _INSPECT = LuaScript(scripts.INSPECT)
