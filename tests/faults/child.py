@@ -163,13 +163,74 @@ def retry_policy(config: dict[str, Any]) -> lockworker.RetryPolicy:
     return lockworker.RetryPolicy(budget=float(config.get("retry_budget", 10.0)))
 
 
+def serving(config: dict[str, Any]) -> dict[str, Any]:
+    """A worker's role and, for one that serves its jobs (``concurrency`` > 1: many at
+    once, so their steps share round trips, and a backup holds deliveries back), the
+    settings that say so."""
+    return {"role": config.get("role", "primary"),
+            "backup_delay": float(config.get("backup_delay", 0.5))}
+
+
+def note_batches(rec: Recorder) -> None:
+    """Note every round trip that carries more than one protocol step (sync and
+    asyncio), so a scenario can tell its steps were batched (not vacuously)."""
+    from lockworker.aio import batcher as aio_batcher
+    from lockworker.protocol import batch
+
+    sync_send, async_send = batch.send, aio_batcher.send
+
+    def send(client: Any, steps: Any) -> Any:
+        rec.note("batch", steps=len(steps))
+        return sync_send(client, steps)
+
+    async def asend(client: Any, steps: Any) -> Any:
+        rec.note("batch", steps=len(steps))
+        return await async_send(client, steps)
+
+    batch.send = send  # type: ignore[assignment]
+    aio_batcher.send = asend  # type: ignore[assignment]
+
+
+def recording(base: type[Any], rec: Recorder) -> type[Any]:
+    """``base`` (a Worker class) whose ``process`` records each outcome, retrying while
+    Redis is unavailable: what a sequential worker does around each call, here for the
+    calls ``serve`` makes (it runs every job through the public ``process``)."""
+    if issubclass(base, aio.Worker):
+        class AsyncRecording(base):  # type: ignore[misc, valid-type]
+            async def process(self, job_id: str, payload: Any = None) -> Any:
+                while True:
+                    try:
+                        outcome = await super().process(job_id, payload)
+                    except lockworker.RedisUnavailable as exc:
+                        rec.note("unavailable", key=job_id, error=repr(exc))
+                        continue
+                    rec.outcome(job_id, outcome.value)
+                    return outcome
+        return AsyncRecording
+
+    class Recording(base):  # type: ignore[misc, valid-type]
+        def process(self, job_id: str, payload: Any = None) -> Any:
+            while True:
+                try:
+                    outcome = super().process(job_id, payload)
+                except lockworker.RedisUnavailable as exc:
+                    rec.note("unavailable", key=job_id, error=repr(exc))
+                    continue
+                rec.outcome(job_id, outcome.value)
+                return outcome
+    return Recording
+
+
 def run_worker(config: dict[str, Any], rec: Recorder, work: Work) -> None:
     def on_acquired(job: lockworker.Job) -> None:
         result = work.section(JOB, job.id, job.token, lambda: job.lost, attempt=job.attempt)
         if result != "returned":
             raise SectionEnded(result)
 
-    worker = lockworker.Worker(
+    concurrency = int(config.get("concurrency", 1))
+    if concurrency > 1:
+        note_batches(rec)
+    worker = recording(lockworker.Worker, rec)(
         redis_client(config, config["urls"][0]),
         namespace=config["namespace"],
         owner=config.get("owner"),
@@ -179,21 +240,18 @@ def run_worker(config: dict[str, Any], rec: Recorder, work: Work) -> None:
         redis_retry=retry_policy(config),
         handle_signals=False,
         on_acquired=on_acquired,
+        **serving(config),
     )
     rec.owner = worker.owner
     first = list(config.get("first", []))
     rest = [j for j in config["jobs"] if j not in first]
     work.rng.shuffle(rest)
     rec.note("ready")
-    for job_id in first + rest:
-        while True:
-            try:
-                outcome = worker.process(job_id)
-            except lockworker.RedisUnavailable as exc:
-                rec.note("unavailable", key=job_id, error=repr(exc))
-                continue
-            rec.outcome(job_id, outcome.value)
-            break
+    if concurrency > 1:
+        worker.serve([(job_id, None) for job_id in first + rest], concurrency=concurrency)
+    else:
+        for job_id in first + rest:
+            worker.process(job_id)
     worker.close()
 
 
@@ -324,7 +382,10 @@ async def run_aworker(config: dict[str, Any], rec: Recorder, work: Work) -> None
             raise SectionEnded(result)
 
     client = aredis_client(config, config["urls"][0])
-    worker = aio.Worker(
+    concurrency = int(config.get("concurrency", 1))
+    if concurrency > 1:
+        note_batches(rec)
+    worker = recording(aio.Worker, rec)(
         client,
         namespace=config["namespace"],
         owner=config.get("owner"),
@@ -334,21 +395,18 @@ async def run_aworker(config: dict[str, Any], rec: Recorder, work: Work) -> None
         redis_retry=retry_policy(config),
         handle_signals=False,
         on_acquired=on_acquired,
+        **serving(config),
     )
     rec.owner = worker.owner
     first = list(config.get("first", []))
     rest = [j for j in config["jobs"] if j not in first]
     work.rng.shuffle(rest)
     rec.note("ready")
-    for job_id in first + rest:
-        while True:
-            try:
-                outcome = await worker.process(job_id)
-            except lockworker.RedisUnavailable as exc:
-                rec.note("unavailable", key=job_id, error=repr(exc))
-                continue
-            rec.outcome(job_id, outcome.value)
-            break
+    if concurrency > 1:
+        await worker.serve([(job_id, None) for job_id in first + rest], concurrency=concurrency)
+    else:
+        for job_id in first + rest:
+            await worker.process(job_id)
     await worker.close()
     await client.aclose()
 

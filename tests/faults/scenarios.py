@@ -25,7 +25,7 @@ import subprocess
 import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -111,7 +111,8 @@ def late_writes(history: History) -> dict[str, int]:
 def sides(env: Env, history: History) -> dict[str, int]:
     """How mixed the history is: ``aio``, the sections held by asyncio processes, and
     ``cross``, the sections that follow on the same key a section of a process of the
-    other side (a handover between sync and asyncio)."""
+    other side (a handover between sync and asyncio); and ``batches``, the round trips
+    that carried more than one protocol step (noted by serving workers)."""
     side = {run: is_async(mode) for run, mode in env.fleet.modes().items()}
     by_key: dict[tuple[str, str], list[Section]] = defaultdict(list)
     for s in history.sections:
@@ -123,7 +124,9 @@ def sides(env: Env, history: History) -> dict[str, int]:
             1 for a, b in itertools.pairwise(ordered)
             if a.run != b.run and side.get(a.run) != side.get(b.run)
         )
-    return {"aio": sum(1 for s in history.sections if side.get(s.run)), "cross": cross}
+    batches = sum(1 for n in history.notes if n.get("what") == "batch" and n["steps"] > 1)
+    return {"aio": sum(1 for s in history.sections if side.get(s.run)), "cross": cross,
+            "batches": batches}
 
 
 def on_side(env: Env, asynchronous: bool) -> Callable[[], list[Child]]:
@@ -148,10 +151,16 @@ class Mix:
     step: float = 0.03
     fail_rate: float = 0.15
     gap: float = 0.01
+    concurrency: int = 1
+    """Above 1, workers serve their jobs that many at once (their steps share round
+    trips: the batched protocol) instead of processing them one by one."""
+    backups: bool = False
+    """Every other worker is a backup (serving, it holds deliveries back while a primary
+    serves)."""
 
     def settings(self) -> dict[str, Any]:
         return {"steps": self.steps, "step": self.step, "fail_rate": self.fail_rate,
-                "gap": self.gap}
+                "gap": self.gap, "concurrency": self.concurrency, "backup_delay": 0.05}
 
     def spawn(
         self, env: Env, jobs: list[str], scale: float = 1.0, *, both: bool = True,
@@ -163,8 +172,9 @@ class Mix:
         def kinds(mode: str, n: int) -> list[str]:
             count = max(2 if both else 1, round(n * scale)) if n else 0
             return [kind_of(mode, (i + first_async) % 2 == 1) for i in range(count)]
-        for mode in kinds("worker", self.workers):
-            env.fleet.spawn(mode, jobs=jobs, **config)
+        for i, mode in enumerate(kinds("worker", self.workers)):
+            role = "backup" if self.backups and i % 2 == 1 else "primary"
+            env.fleet.spawn(mode, jobs=jobs, role=role, **config)
         for mode in kinds("lock", self.lockers):
             env.fleet.spawn(mode, names=list(self.locks), **config)
         for mode in kinds("leader", self.leaders):
@@ -568,6 +578,31 @@ def _redlock_volatile(workdir: Path, **kw: Any) -> Result:
     return redlock(workdir, durable=False, **kw)
 
 
+BATCHED = Mix(workers=4, lockers=1, leaders=1, concurrency=6, backups=True, steps=(2, 6))
+"""Workers serving six jobs at once (steps in shared round trips, renewals together),
+half of them backups holding deliveries back, beside a lock holder and a leader."""
+
+
+def _batch_sigkill(workdir: Path, **kw: Any) -> Result:
+    result = sigkill(workdir, jobs=36, mix=BATCHED, **kw)
+    return replace(result, scenario="batch_sigkill")
+
+
+def _batch_sigstop(workdir: Path, **kw: Any) -> Result:
+    result = sigstop(workdir, jobs=30, mix=replace(BATCHED, steps=(5, 10), step=0.04), **kw)
+    return replace(result, scenario="batch_sigstop")
+
+
+def _batch_proxy(workdir: Path, **kw: Any) -> Result:
+    result = proxy_phases(workdir, mix=BATCHED, **kw)
+    return replace(result, scenario="batch_proxy")
+
+
+def _batch_restart(workdir: Path, **kw: Any) -> Result:
+    result = server_restart(workdir, durable=True, mix=BATCHED, **kw)
+    return replace(result, scenario="batch_server_restart")
+
+
 SCENARIOS: dict[str, Scenario] = {
     "sigkill": sigkill,
     "sigstop": sigstop,
@@ -582,4 +617,8 @@ SCENARIOS: dict[str, Scenario] = {
     "redlock3_durable": redlock,
     "redlock5_durable": _redlock5,
     "redlock3_volatile": _redlock_volatile,
+    "batch_sigkill": _batch_sigkill,
+    "batch_sigstop": _batch_sigstop,
+    "batch_proxy": _batch_proxy,
+    "batch_server_restart": _batch_restart,
 }

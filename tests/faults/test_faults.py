@@ -103,3 +103,19 @@ def test_processes_starting_while_the_server_is_unreachable(tmp_path: Path) -> N
     result = scenarios.startup_outage(tmp_path)
     verdict(result, tmp_path)
     mixed(result)
+
+
+def test_batched_serving_under_sigkill(tmp_path: Path) -> None:
+    """Workers serving six jobs at once (steps sharing round trips, renewals together),
+    half of them backups holding deliveries back: holders SIGKILLed mid-batch."""
+    result = scenarios.SCENARIOS["batch_sigkill"](tmp_path)
+    verdict(result, tmp_path)
+    assert result.extra["batches"] >= 1, result.figure()  # the batches were exercised
+    mixed(result)
+
+
+def test_batched_serving_behind_a_proxy_that_drops_and_delays(tmp_path: Path) -> None:
+    """A flush lost to a dropped connection, a batch whose leases are partly lost."""
+    result = scenarios.SCENARIOS["batch_proxy"](tmp_path)
+    verdict(result, tmp_path)
+    assert result.extra["batches"] >= 1, result.figure()
