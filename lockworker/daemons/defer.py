@@ -152,7 +152,7 @@ class Deferrals:
         self.w = worker
         self.dispatch = dispatch
         self.held = Held(float(worker.backup_delay))
-        self._cond = threading.Condition()
+        self._cond = threading.Condition(threading.RLock())
         self._thread: threading.Thread | None = None
         self._done = False
 
@@ -169,6 +169,11 @@ class Deferrals:
             while len(self.held) >= LIMIT and not self.w.stopping and not self._done:
                 self._cond.wait(IDLE_WAIT)
             self.held.push(self.w.clock.monotonic() + self.held.delay, delivery)
+            self.start()
+
+    def start(self) -> None:
+        """Start the thread, if not yet (the first :meth:`add` does)."""
+        with self._cond:
             if self._thread is None:
                 self._thread = threading.Thread(
                     target=self._run, name="lockworker-deferrals", daemon=True

@@ -120,8 +120,10 @@ def test_a_held_job_stays_held_back_and_a_done_one_is_handed_over_with_its_snaps
 
     try:
         protocol_batch.send = counted  # type: ignore[assignment]
+        due = time.monotonic() + 0.2  # delivered together: due together
         for job_id in ("held", "done"):
-            deferrals.add(Delivery(job_id, None))
+            deferrals.held.push(due, Delivery(job_id, None))
+        deferrals.start()
         wait_for(lambda: "done" in recorder.handed, timeout=5)
         wait_for(lambda: len(looks) >= 4, timeout=5)  # the held one looked at again
     finally:
