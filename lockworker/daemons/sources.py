@@ -7,8 +7,10 @@ for a job left pending by a stop. A plain iterable ignores that call; a
 resolved, so a crash can repeat a job's look-up but never skip a job.
 
 Redis Streams fan-out (:class:`StreamSource`, :func:`submit`): producers XADD entries
-``job_id``/``payload`` (JSON) to the stream; every reader sees every entry (plain XREAD,
-no consumer groups), and the lock protocol makes exactly one process do each job.
+``job_id``/``payload`` (JSON) to the stream; every reader sees every entry (plain XREAD),
+and the lock protocol makes exactly one process do each job. With ``group=``, the
+readers share the entries through a consumer group instead, each entry to one member
+(:mod:`lockworker.daemons.groupsource`).
 
 Keys of stream ``jobs`` (one hash tag, so one Cluster slot)::
 
@@ -18,7 +20,8 @@ Keys of stream ``jobs`` (one hash tag, so one Cluster slot)::
 
 Trimming policy: each reader, when it saves its position (and at least every third of
 ``reader_ttl`` while idle), forgets readers whose registration ran out, then trims the
-entries below the lowest position of the live readers. An entry is therefore removed
+entries below the lowest position of the live readers and below what any consumer
+group of the stream still has pending or undelivered. An entry is therefore removed
 only once every live reader has resolved it; a reader gone for longer than its
 ``reader_ttl`` stops holding trimming back and loses its saved position. Trimmed entries
 are all resolved jobs (someone resolved them), so a reader that returns late misses
