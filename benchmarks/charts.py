@@ -11,6 +11,7 @@ from benchmarks.failover import Takeover
 
 HANDOVERS = "benchmarks-handovers.png"
 TAKEOVER = "benchmarks-takeover.png"
+STREAM = "benchmarks-stream.png"
 
 
 def _pyplot() -> Any:
@@ -69,3 +70,28 @@ def takeover(results: list[Takeover], folder: Path) -> str | None:
     fig.savefig(folder / TAKEOVER, dpi=100)
     plt.close(fig)
     return TAKEOVER
+
+
+def stream_rates(section: Any, folder: Path) -> str | None:
+    """Bar chart of jobs/s per stream contender (median over the rounds); the file's name."""
+    plt = _pyplot()
+    if plt is None or section is None:
+        return None
+    bars = [(r.contender.name, r.rate, r.contender.kind) for r in section.rows if r.outcomes]
+    cluster = getattr(section, "cluster", None)
+    for t in cluster.topologies if cluster is not None else []:
+        if t.outcome is not None:
+            bars.append((f"3 streams, shared groups, {t.name}", t.outcome.rate, "cluster"))
+    if not bars:
+        return None
+    colours = {"serve": "#2b6cb0", "aio": "#4c9f70", "cg": "#c05621", "cluster": "#805ad5"}
+    fig, ax = plt.subplots(figsize=(9, 0.4 * len(bars) + 1.2))
+    ax.barh(range(len(bars)), [b[1] for b in bars], color=[colours[b[2]] for b in bars])
+    ax.set_yticks(range(len(bars)), [b[0] for b in bars], fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlabel("jobs/s (median over the rounds)")
+    ax.set_title("A stream of jobs: lockworker serve() beside plain consumer groups")
+    fig.tight_layout()
+    fig.savefig(folder / STREAM, dpi=100)
+    plt.close(fig)
+    return STREAM

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from benchmarks import report_aio, report_failover, report_load
+from benchmarks import report_aio, report_failover, report_load, report_stream
 from benchmarks.common import Machine, median, spread
 from benchmarks.contended import Contended
 from benchmarks.cycle import BASELINE, CycleResult
@@ -13,7 +13,7 @@ from benchmarks.leaders import LeaderHandover
 from benchmarks.market import MarketRun
 from benchmarks.masters import MastersRun
 from benchmarks.scale import ScaleRun
-from benchmarks.stream import StreamRun
+from benchmarks.stream import StreamSection
 
 HANDOVER_TARGET_MS = 1.6
 TAKEOVER_TARGET_MS = 2.4
@@ -36,7 +36,12 @@ class Settings:
     peer_takeover_trials: int
     takeover_lease: float
     contended_seconds: float = 5.0
-    stream_jobs: int = 10_000
+    stream_jobs: int = 5_000
+    stream_rounds: int = 3
+    stream_kill_lease: float = 2.0
+    stream_cap: float = 30.0  # s a stream's SIGKILL run waits at most after the kill
+    stream_memory_jobs: int = 100_000
+    stream_cluster_jobs: int = 5_000  # per stream of the 3-stream cluster rows
     scale_jobs: int = 10_000
     market_seconds: float = 3.0
     masters_jobs: int = 4_000
@@ -65,14 +70,14 @@ class Run:
     missing: list[str]
     """Optional peers left out because they are not installed."""
     contended: list[Contended] = field(default_factory=list)
-    streams: list[StreamRun] = field(default_factory=list)
+    streams: StreamSection | None = None
     scale: ScaleRun | None = None
     market: list[MarketRun] = field(default_factory=list)
     masters: MastersRun | None = None
     leaders: list[LeaderHandover] = field(default_factory=list)
     failover: report_failover.FailoverSection | None = None
     charts: dict[str, str] = field(default_factory=dict)
-    """Chart kind ("handovers", "takeover") -> file name beside the page."""
+    """Chart kind ("handovers", "takeover", "stream") -> file name beside the page."""
 
     def baseline(self) -> CycleResult:
         return next(result for result in self.cycles if result.name == BASELINE)
@@ -183,12 +188,7 @@ def summary(run: Run) -> list[str]:
                 f"(<= {TAKEOVER_TARGET_MS * NEAR:g}): {_verdict(ok)}"
                 + ("" if ok else f" (measured range {_ms(low, 1)}-{_ms(high, 1)} ms)")
             )
-    if run.streams:
-        best = max(run.streams, key=lambda r: r.rate)
-        lines.append(
-            f"stream, primary + 2 backups: up to {_n(best.rate)} jobs/s "
-            f"(concurrency {best.concurrency})"
-        )
+    lines.extend(report_stream.summary(run.streams))
     if run.masters is not None and run.masters.rates:
         lines.append(report_load.masters_summary(run.masters))
     if run.scale is not None:
@@ -228,7 +228,7 @@ def render(run: Run) -> str:
     add("```")
     add("pip install -e '.[bench]'   # the peers, hiredis and a server binary")
     add(s.command)
-    add("python -m benchmarks --only failover   # section 9 alone, put into this page")
+    add("python -m benchmarks --only stream   # or failover: section 5 (9) alone, into this page")
     add("```")
     add("")
     add("## Summary")
@@ -423,7 +423,7 @@ def render(run: Run) -> str:
     if run.charts.get("takeover"):
         add(f"![takeover latency beyond the lease, per library]({run.charts['takeover']})")
         add("")
-    out.extend(report_load.stream(run.streams))
+    out.extend(report_stream.section(run.streams, run.charts.get("stream")))
     out.extend(report_load.scale(run.scale))
     out.extend(report_load.market(run.market, s.market_seconds))
     out.extend(report_load.masters(run.masters))

@@ -237,9 +237,16 @@ def section(section: FailoverSection | None) -> list[str]:
 
 def splice(page: str, section_lines: list[str], summary_lines: list[str]) -> str:
     """``page`` with section 9 and its summary lines replaced by (or given) these."""
+    return splice_into(page, HEADING, SUMMARY_PREFIXES, section_lines, summary_lines)
+
+
+def splice_into(page: str, heading: str, prefixes: tuple[str, ...],
+                section_lines: list[str], summary_lines: list[str]) -> str:
+    """``page`` with the section under ``heading`` and its summary lines (those starting
+    with one of ``prefixes``) replaced by (or given) these."""
     lines = page.split("\n")
     # The section: from its heading to the next "## " heading (or the end).
-    start = next((i for i, line in enumerate(lines) if line == HEADING), None)
+    start = next((i for i, line in enumerate(lines) if line == heading), None)
     if start is None:
         if lines and lines[-1] != "":
             lines.append("")
@@ -255,7 +262,7 @@ def splice(page: str, section_lines: list[str], summary_lines: list[str]) -> str
         end = next(
             (i for i in range(top + 1, len(lines)) if lines[i].startswith("## ")), len(lines)
         )
-        block = [line for line in lines[top + 1:end] if not line.startswith(SUMMARY_PREFIXES)]
+        block = [line for line in lines[top + 1:end] if not line.startswith(prefixes)]
         last = max((i for i, line in enumerate(block) if line.startswith("- ")), default=0)
         block[last + 1:last + 1] = [f"- {line}" for line in summary_lines]
         lines[top + 1:end] = block

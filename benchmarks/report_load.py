@@ -1,4 +1,4 @@
-"""The page's sections under load: contended locks, a stream, scale, the marketplace."""
+"""The page's sections under load: contended locks, scale, the marketplace, masters."""
 
 from __future__ import annotations
 
@@ -6,7 +6,6 @@ from benchmarks.contended import Contended
 from benchmarks.market import BOOK_SECONDS, MarketRun
 from benchmarks.masters import CONCURRENCY, PROCESSES, MastersRun
 from benchmarks.scale import STATUS_TARGET, ScaleRun
-from benchmarks.stream import ROLES, StreamRun
 
 
 def _n(value: float, digits: int = 0) -> str:
@@ -89,45 +88,6 @@ def contended(results: list[Contended], seconds: float, chart: str | None) -> li
     if chart:
         add(f"![contended handovers/s and sections/s per contender]({chart})")
         add("")
-    return out
-
-
-def stream(results: list[StreamRun]) -> list[str]:
-    out = ["## 5. A stream of jobs: a primary and two backups", ""]
-    add = out.append
-    jobs = results[0].jobs if results else 0
-    add(
-        f"A backlog of {_n(jobs)} jobs is submitted to one stream (`lockworker.submit`), "
-        "then three OS processes, a primary and two backups (`role=\"backup\"`, "
-        "`backup_delay=0.5`), each read the whole stream with their own `StreamSource` "
-        "and serve it with `Worker.serve(source, concurrency=c)`. Each job's "
-        "`on_acquired` makes one round trip (recording who ran it). Time runs from the "
-        "start signal to the last job run; **jobs/s** = jobs / that time. Every job must "
-        "run exactly once."
-    )
-    add("")
-    add(
-        "| concurrency | jobs | seconds | jobs/s | jobs by the primary | jobs by the backups "
-        "| exactly once | submit (jobs/s) |"
-    )
-    add("|---:|---:|---:|---:|---:|---:|---|---:|")
-    for r in results:
-        backups = sum(count for role, count in r.by_role.items() if role != "primary")
-        add(
-            f"| {r.concurrency} | {_n(r.jobs)} | {r.seconds:.2f} | {_n(r.rate)} "
-            f"| {_n(r.by_role.get('primary', 0))} | {_n(backups)} "
-            f"| {'yes' if r.exactly_once else f'**no** ({r.ran} runs, {r.distinct} ids)'} "
-            f"| {_n(r.jobs / r.submit_seconds if r.submit_seconds else float('nan'))} |"
-        )
-    add("")
-    add(
-        f"Processes: {', '.join(ROLES)}. Every process sees every job; the backups look "
-        "at each job and see it taken (or done) by the primary. A job held by another "
-        "process parks: it gives its slot back while it waits for the holder's result, "
-        "so a backup's slots stay free for jobs nobody holds. The primary does every "
-        "job while it lives; the backups' looks are the cost of standing by."
-    )
-    add("")
     return out
 
 

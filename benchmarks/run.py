@@ -8,7 +8,8 @@ marketplace, a cluster, a stream's failover beside RQ and Celery), prints a summ
 with the targets and writes the figures and charts to ``docs/`` (a full run) or beside
 ``--output``.
 
-``--only failover`` measures section 9 alone (the stream's failover, RQ and Celery)
+``--only failover`` measures section 9 alone (the stream's failover, RQ and Celery),
+``--only stream`` section 5 (a stream served by ``serve()`` beside consumer groups),
 and puts it, with its summary lines, into the page already at the output path, leaving
 the other sections' figures as they were (a page that does not exist yet gets that
 section only).
@@ -17,6 +18,7 @@ section only).
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import time
 import uuid
@@ -34,6 +36,7 @@ from benchmarks import (
     peers,
     report,
     report_failover,
+    report_stream,
     scale,
     stream,
     stream_failover,
@@ -53,7 +56,12 @@ FULL = report.Settings(
     peer_takeover_trials=5,
     takeover_lease=2.0,
     contended_seconds=5.0,
-    stream_jobs=10_000,
+    stream_jobs=5_000,
+    stream_rounds=3,
+    stream_kill_lease=2.0,
+    stream_cap=30.0,
+    stream_memory_jobs=100_000,
+    stream_cluster_jobs=5_000,
     scale_jobs=10_000,
     market_seconds=3.0,
     masters_jobs=4_000,
@@ -73,7 +81,12 @@ QUICK = report.Settings(
     peer_takeover_trials=1,
     takeover_lease=1.0,
     contended_seconds=1.0,
-    stream_jobs=300,
+    stream_jobs=200,
+    stream_rounds=1,
+    stream_kill_lease=1.0,
+    stream_cap=10.0,
+    stream_memory_jobs=10_000,
+    stream_cluster_jobs=200,
     scale_jobs=500,
     market_seconds=0.5,
     masters_jobs=200,
@@ -85,7 +98,7 @@ QUICK = report.Settings(
     peer_hold=2.0,
     peer_side_by_side=True,
 )
-SECTIONS = ("failover",)
+SECTIONS = ("failover", "stream")
 
 
 def measure(
@@ -147,8 +160,9 @@ def measure(
     finally:
         pair.close()
     try:
-        say(f"5/9 stream: {settings.stream_jobs} jobs x concurrency {stream.CONCURRENCY}")
-        streams = stream.run(server.port, client, settings.stream_jobs)
+        say(f"5/9 stream: {settings.stream_jobs} jobs x {len(stream.CONTENDERS)} contenders "
+            f"x {settings.stream_rounds} rounds, SIGKILL runs, memory, a cluster")
+        streams = measure_stream(servers, settings, say)
         say(f"6/9 scale: {settings.scale_jobs} jobs in flight over {scale.PROCESSES} processes")
         scaled = scale.run(server.port, server.url, client, settings.scale_jobs)
         say(f"7/9 marketplace: {2 * len(market.SETUPS)} setups x {settings.market_seconds:g} s")
@@ -171,6 +185,22 @@ def measure(
         contended=contention, streams=streams, scale=scaled, market=markets,
         masters=by_masters, leaders=by_leaders, failover=failover_section,
     )
+
+
+def measure_stream(
+    servers: list[RedisServer], settings: report.Settings, say: Callable[[str], None]
+) -> stream.StreamSection:
+    """Section 5: the stream served by ``serve()`` beside plain consumer groups."""
+    client = servers[0].client()
+    try:
+        return stream.run(
+            servers[0].port, client, jobs=settings.stream_jobs, rounds=settings.stream_rounds,
+            kill_lease=settings.stream_kill_lease, cap=settings.stream_cap,
+            memory_jobs=settings.stream_memory_jobs, cluster_jobs=settings.stream_cluster_jobs,
+            record_port=servers[1].port, cores=os.cpu_count() or 1, say=say,
+        )
+    finally:
+        client.close()
 
 
 def measure_failover(
@@ -212,13 +242,16 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--only", choices=SECTIONS, default=None,
-        help="measure one section (failover: section 9, a stream's failover beside RQ "
-        "and Celery) and put it into the page at the output path, the rest kept",
+        help="measure one section (stream: section 5, a stream served beside consumer "
+        "groups; failover: section 9, a stream's failover beside RQ and Celery) and put "
+        "it into the page at the output path, the rest kept",
     )
     args = parser.parse_args(argv)
     settings = QUICK if args.quick else FULL
     output = args.output if args.output is not None else (None if args.quick else DOC)
     quiet_logging()
+    if args.only == "stream":
+        return only_stream(settings, output)
     if args.only is not None:
         return only_failover(settings, args.only, output)
     with RedisServer() as server, RedisServer() as second, RedisServer() as third:
@@ -232,6 +265,7 @@ def main(argv: list[str] | None = None) -> int:
         for kind, draw, data in (
             ("handovers", charts.handovers, run.contended),
             ("takeover", charts.takeover, run.takeovers),
+            ("stream", charts.stream_rates, run.streams),
         ):
             name = draw(data, folder)  # type: ignore[operator]
             if name:
@@ -264,6 +298,35 @@ def only_failover(settings: report.Settings, only: str, output: Path | None) -> 
         output.parent.mkdir(parents=True, exist_ok=True)
         output.write_text(
             report_failover.splice(page, report_failover.section(section), lines),
+            encoding="utf-8",
+        )
+        print(f"wrote {output}")
+    return 0
+
+
+def only_stream(settings: report.Settings, output: Path | None) -> int:
+    """``--only stream``: section 5 alone, spliced into the page at ``output``."""
+    started = time.monotonic()
+
+    def say(text: str) -> None:
+        print(f"[{time.monotonic() - started:5.1f}s] {text}", flush=True)
+
+    with RedisServer() as server, RedisServer() as second:
+        say(f"server: {server.version()} on 127.0.0.1:{server.port}")
+        section = measure_stream([server, second], settings, say)
+    lines = report_stream.summary(section)
+    print()
+    for line in lines:
+        print(line)
+    if output is not None:
+        page = output.read_text(encoding="utf-8") if output.exists() else "# Benchmarks\n"
+        output.parent.mkdir(parents=True, exist_ok=True)
+        chart = charts.stream_rates(section, output.resolve().parent)
+        output.write_text(
+            report_failover.splice_into(
+                page, report_stream.HEADING, (report_stream.SUMMARY_PREFIX,),
+                report_stream.section(section, chart), lines,
+            ),
             encoding="utf-8",
         )
         print(f"wrote {output}")

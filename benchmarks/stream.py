@@ -1,128 +1,259 @@
-"""A stream of jobs served by a primary and two backups (``Worker.serve``).
+"""A stream of jobs: lockworker's ``serve()`` beside plain Redis Streams consumer groups.
 
-A backlog of jobs is submitted to a Redis stream (``lockworker.submit``); then three
-OS processes, a primary and two backups (``role="backup"``, ``backup_delay=0.5``),
-each read the whole stream with their own ``StreamSource`` and serve it with
-``Worker.serve(source, concurrency=c)``. Each job's ``on_acquired`` makes one round trip
-that records who ran it. The clock runs from the moment the three processes are told
-to start until the last job has run; every job must run exactly once.
+A backlog of jobs is submitted to a stream (the entries ``lockworker.submit`` writes);
+then OS processes serve it. Each job's handler makes one round trip that records who
+ran it (:mod:`benchmarks.stream_kit`). The contenders, on the same server and backlog:
+
+- ``serve()`` fan-out: a primary and two backups (``role="backup"``,
+  ``backup_delay=0.5``), each reading every entry with its own ``StreamSource``, at
+  concurrency 1, 4, 16 and 64, and the asyncio twin (``lockworker.aio``) at 16;
+- ``serve()`` through a shared group (``StreamSource(..., group=...)``): 1, 2 and 3
+  processes, each entry delivered to one of them;
+- plain redis-py on a consumer group: only the primary reads (XREADGROUP COUNT 100,
+  XACK per batch) while two backups XAUTOCLAIM entries idle longer than the lease; and
+  all three processes read.
+
+Rounds interleave the contenders in a rotating order; jobs/s is the median over the
+rounds. Then a SIGKILL run of each family: the primary (or one member) is killed once
+a quarter of the jobs has run.
 """
 
 from __future__ import annotations
 
-import os
-import signal
-import time
+import math
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from multiprocessing.connection import Connection
 
 import redis
 
-import lockworker
-from benchmarks.common import quiet_logging, reap, spawn
+from benchmarks import stream_cluster, stream_memory
+from benchmarks.common import median
+from benchmarks.stream_children import Setup
+from benchmarks.stream_kit import Costs, Outcome, backlog, entries_key
+from benchmarks.stream_runner import group_support, harness_client, run_fleet
 
 LEASE = 10.0
-ROLES = ("primary", "backup", "backup")
-CONCURRENCY = (1, 4, 16)
-REPLY_TIMEOUT = 60.0
+"""Seconds: the lease of the jobs/s rows (no process fails there)."""
+GROUP = "bench"
+CONCURRENCY = (1, 4, 16, 64)
+FANOUT = ("primary", "backup", "backup")
+SHARED = 16
+"""The concurrency of the asyncio and shared-group rows."""
 
 
-def _keys(namespace: str) -> tuple[str, str, str]:
-    return f"bench:{namespace}:ran", f"bench:{namespace}:by", f"bench:{namespace}:ids"
+@dataclass(frozen=True)
+class Contender:
+    name: str
+    kind: str
+    """``serve``, ``aio`` or ``cg`` (:mod:`benchmarks.stream_children`)."""
+    roles: tuple[str, ...]
+    concurrency: int = SHARED
+    group: bool = False
+    """``serve``/``aio``: through a shared group (``group=``); ``cg`` always is."""
+
+    @property
+    def serving(self) -> int:
+        """Processes that serve jobs while all live (backups stand by)."""
+        return sum(1 for role in self.roles if role != "backup")
 
 
-def child_main(port: int, setup: tuple[str, str, str, int], pipe: Connection) -> None:
-    """One serving process: get ready, wait for ``go``, serve until SIGTERM.
+def _processes(n: int) -> str:
+    return f"{n} process{'es' if n > 1 else ''}"
 
-    ``setup``: (namespace, stream, role, concurrency).
-    """
-    namespace, stream, role, concurrency = setup
-    quiet_logging(to_devnull=True)
-    client = redis.Redis(host="127.0.0.1", port=port, socket_timeout=REPLY_TIMEOUT)
-    owner = f"{role}-{os.getpid()}"
-    ran, by, ids = _keys(namespace)
 
-    def on_acquired(job: lockworker.Job) -> None:
-        record = client.pipeline(transaction=False)
-        record.incr(ran)
-        record.hincrby(by, owner, 1)
-        record.sadd(ids, job.id)
-        record.execute()
+CONTENDERS = (
+    *(Contender(f"serve(), primary + 2 backups, concurrency {c}", "serve", FANOUT, c)
+      for c in CONCURRENCY),
+    Contender(f"aio serve(), primary + 2 backups, concurrency {SHARED}", "aio", FANOUT),
+    *(Contender(f"serve(group=), {_processes(n)}, concurrency {SHARED}", "serve",
+                ("member",) * n, group=True) for n in (1, 2, 3)),
+    Contender("consumer group, primary reads, 2 backups XAUTOCLAIM", "cg", FANOUT, 1),
+    Contender("consumer group, all 3 read", "cg", ("member",) * 3, 1),
+)
+PRIMARY_ONLY = CONTENDERS[-2].name
+ALL_READ = CONTENDERS[-1].name
+FANOUT_16 = CONTENDERS[2].name
+GROUP_3 = CONTENDERS[7].name
+KILLED = (PRIMARY_ONLY, ALL_READ, FANOUT_16, GROUP_3)
 
-    worker = lockworker.Worker(
-        client, namespace=namespace, lock_timeout=LEASE, retention=600.0, owner=owner,
-        role=role, backup_delay=0.5, on_acquired=on_acquired,
-    )
-    source = lockworker.StreamSource(client, stream, owner=owner)
-    client.ping()
-    pipe.send("ready")
-    pipe.recv()
-    try:
-        worker.serve(source, concurrency=concurrency)
-    finally:
-        worker.close()
-        client.close()
+
+def merge(costs: list[Costs]) -> Costs:
+    total = Costs(sum(c.jobs for c in costs))
+    handled = 0.0
+    for c in costs:
+        total.round_trips += c.round_trips
+        total.sent.update(c.sent)
+        total.server.update(c.server)
+        total.client_cpu += c.client_cpu
+        total.server_cpu += c.server_cpu
+        handled += c.handler_seconds * c.jobs
+    total.handler_seconds = handled / total.jobs if total.jobs else float("nan")
+    return total
 
 
 @dataclass
-class StreamRun:
-    concurrency: int
-    jobs: int
-    seconds: float = 0.0
-    submit_seconds: float = 0.0
-    ran: int = 0
-    distinct: int = 0
-    by_role: dict[str, int] = field(default_factory=dict)
+class Row:
+    contender: Contender
+    outcomes: list[Outcome] = field(default_factory=list)
+    costs: list[Costs] = field(default_factory=list)
+    windows: list[float] = field(default_factory=list)
+    error: str = ""
+    """Why the row has no figures (``not available: ...``, or what went wrong)."""
 
     @property
     def rate(self) -> float:
-        return self.jobs / self.seconds if self.seconds else float("nan")
+        return median([o.rate for o in self.outcomes if o.rate == o.rate])
+
+    @property
+    def rates(self) -> list[float]:
+        return [o.rate for o in self.outcomes]
 
     @property
     def exactly_once(self) -> bool:
-        return self.ran == self.jobs == self.distinct
+        return bool(self.outcomes) and all(o.exactly_once for o in self.outcomes)
+
+    @property
+    def cost(self) -> Costs:
+        return merge(self.costs)
+
+    @property
+    def busy_cores(self) -> float:
+        """Cores the processes and the server kept busy on average."""
+        spent = sum(c.client_cpu + c.server_cpu for c in self.costs)
+        window = sum(self.windows)
+        return spent / window if window else float("nan")
+
+    @property
+    def handler_bound(self) -> float:
+        """jobs/s if only the handler's round trip limited the serving processes."""
+        seconds = self.cost.handler_seconds
+        c = self.contender
+        if math.isnan(seconds) or not seconds:
+            return float("nan")
+        return c.serving * c.concurrency / seconds
 
 
-def run_one(port: int, client: redis.Redis, jobs: int, concurrency: int) -> StreamRun:
+@dataclass
+class StreamSection:
+    jobs: int
+    rounds: int
+    kill_lease: float
+    cap: float
+    cores: int
+    rows: list[Row] = field(default_factory=list)
+    kills: list[Row] = field(default_factory=list)
+    cluster: stream_cluster.ClusterRun | None = None
+    memory: stream_memory.MemoryRun | None = None
+
+    def row(self, name: str) -> Row | None:
+        return next((r for r in self.rows if r.contender.name == name), None)
+
+
+def setups(contender: Contender, port: int, namespace: str, lease: float) -> list[Setup]:
+    group = GROUP if contender.group or contender.kind == "cg" else None
+    return [
+        Setup(contender.kind, port, namespace, namespace, role, contender.concurrency,
+              lease, group)
+        for role in contender.roles
+    ]
+
+
+def run_once(port: int, contender: Contender, jobs: int, *, lease: float = LEASE,
+             kill: bool = False, cap: float = 30.0) -> tuple[Outcome, Costs, float]:
     namespace = f"bench-stream-{uuid.uuid4().hex[:8]}"
-    stream = namespace
-    ran_key, by_key, ids_key = _keys(namespace)
-    result = StreamRun(concurrency, jobs)
-    started = time.monotonic()
-    for n in range(jobs):
-        lockworker.submit(client, stream, f"job-{n}", {"n": n})
-    result.submit_seconds = time.monotonic() - started
-
-    procs, pipes = spawn(
-        child_main, [(port, (namespace, stream, role, concurrency)) for role in ROLES]
-    )
+    harness = harness_client(port)
     try:
-        for pipe in pipes:
-            if not pipe.poll(REPLY_TIMEOUT) or pipe.recv() != "ready":
-                raise RuntimeError("a serving process did not get ready")
-        start = time.monotonic()
-        for pipe in pipes:
-            pipe.send("go")
-        deadline = start + REPLY_TIMEOUT + jobs / 20
-        while int(client.get(ran_key) or 0) < jobs:
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"the stream was not served within {deadline - start:.0f}s")
-            time.sleep(0.005)
-        result.seconds = time.monotonic() - start
+        backlog(harness, namespace, jobs)
+        if contender.kind == "cg":
+            harness.xgroup_create(entries_key(namespace), GROUP, id="0")
+        measured = run_fleet(
+            setups(contender, port, namespace, lease), [namespace], jobs, harness, [harness],
+            kill=0 if kill else None, cap=cap,
+        )
     finally:
-        for proc in procs:
-            if proc.pid is not None and proc.is_alive():
-                os.kill(proc.pid, signal.SIGTERM)
-        reap(procs, pipes)
-    time.sleep(0.05)  # a job started just before the stop is counted too
-    result.ran = int(client.get(ran_key) or 0)
-    result.distinct = int(client.scard(ids_key))
-    for owner, count in client.hgetall(by_key).items():
-        role = owner.decode().split("-", 1)[0]
-        result.by_role[role] = result.by_role.get(role, 0) + int(count)
-    return result
+        harness.close()
+    if measured.timed_out and not kill:
+        raise RuntimeError(
+            f"not every job ran within the time limit ({measured.outcome.distinct} of {jobs})"
+        )
+    return measured.outcome, measured.costs, measured.window
 
 
-def run(port: int, client: redis.Redis, jobs: int) -> list[StreamRun]:
-    return [run_one(port, client, jobs, concurrency) for concurrency in CONCURRENCY]
+def run(
+    port: int, client: redis.Redis, *, jobs: int, rounds: int, kill_lease: float,
+    cap: float, memory_jobs: int, cluster_jobs: int, record_port: int, cores: int,
+    say: Callable[[str], None] | None = None,
+) -> StreamSection:
+    def tell(text: str) -> None:
+        if say is not None:
+            say(text)
+
+    section = StreamSection(jobs, rounds, kill_lease, cap, cores)
+    missing = group_support(client, f"bench-probe-{uuid.uuid4().hex[:8]}")
+    section.rows = [Row(c, error=missing if c.group else "") for c in CONTENDERS]
+    live = [row for row in section.rows if not row.error]
+    for index in range(rounds):
+        tell(f"  stream round {index + 1}/{rounds}: {len(live)} contenders x {jobs} jobs")
+        for row in live[index % len(live):] + live[: index % len(live)]:
+            _measure(row, lambda c=row.contender: run_once(port, c, jobs))
+    for name in KILLED:
+        row = Row(next(c for c in CONTENDERS if c.name == name), error=missing if (
+            "group=" in name) else "")
+        section.kills.append(row)
+        if not row.error:
+            tell(f"  stream SIGKILL: {name}")
+            _measure(row, lambda c=row.contender: run_once(
+                port, c, jobs, lease=kill_lease, kill=True, cap=cap))
+    tell(f"  stream memory: {memory_jobs} jobs backlogged, then served")
+    section.memory = stream_memory.run(port, client, memory_jobs, record_port)
+    tell(f"  stream cluster: 3 streams x {cluster_jobs} jobs, 3 masters and 1 server")
+    section.cluster = stream_cluster.run(cluster_jobs, missing)
+    return section
+
+
+def _measure(row: Row, once: Callable[[], tuple[Outcome, Costs, float]]) -> None:
+    try:
+        outcome, costs, window = once()
+    except Exception as exc:  # reported in the row, not lost
+        row.error = f"{type(exc).__name__}: {exc}"[:300]
+        return
+    row.outcomes.append(outcome)
+    row.costs.append(costs)
+    row.windows.append(window)
+
+
+def where(name: str) -> str:
+    """What a command does in these runs (the page's "where it goes" column)."""
+    return PURPOSES.get(name, "")
+
+
+PURPOSES: dict[str, str] = {
+    "rpush": "the handler's record (the job's own round trip)",
+    "evalsha": "lockworker's steps as scripts (claim, complete, look, renew, touch)",
+    "eval": "a script sent whole (first use, before its SHA is cached)",
+    "xread": "fan-out: a StreamSource reads entries",
+    "xreadgroup": "a consumer group member reads entries",
+    "xack": "acknowledge entries (a batch per request)",
+    "xautoclaim": "claim entries idle longer than the lease",
+    "xinfo|consumers": "a backup looks at the primary's idle time",
+    "xgroup|createconsumer": "the primary joins the group (once)",
+    "xgroup|create": "a group is created (once)",
+    "subscribe": "wake-ups: a waiter listens on a job's channel",
+    "unsubscribe": "wake-ups: a waiter stops listening",
+    "psubscribe": "wake-ups: a pattern channel",
+    "publish": "wake-ups: a step tells waiters",
+    "ping": "a connection's health check",
+    "hello": "a new connection's handshake",
+    "client|setinfo": "a new connection's handshake",
+    "client|maint_notifications": "a new connection's handshake",
+    "client|setname": "a connection names itself",
+    "script|load": "scripts loaded (once per connection pool)",
+    "multi": "a look at a job (GET state, GET lease, PTTL, TIME) in one MULTI/EXEC",
+    "exec": "a look at a job (GET state, GET lease, PTTL, TIME) in one MULTI/EXEC",
+    "get": "a job's state and lease: the looks, and inside scripts",
+    "pttl": "a lease's time left: the looks",
+    "time": "the server's clock: the looks, and inside scripts",
+    "config|get": "lockworker's server check (eviction, persistence)",
+    "acl|whoami": "lockworker's permission check (once per worker)",
+}

@@ -20,8 +20,13 @@ The metric names and labels below are a public contract (docs/daemons.md, "Metri
 - ``lockworker_leases_held{namespace}``: the attempts this process holds now;
 - ``lockworker_leader{name}``: 1 while this process leads ``name``, 0 once it
   campaigned for it otherwise (following, resigned, lost);
+- ``lockworker_leader_elections_total{name}`` and ``lockworker_leader_lost_total{name}``:
+  terms this process won (``leader.elected``) and lost (``leader.lost``: its lease
+  could not be renewed in time, or was taken);
 - ``lockworker_redis_retries_total{step}``: Redis steps retried after a connection
   error or a failover's refusal, by step (the job id, lock or stream name cut off);
+- ``lockworker_redis_unavailable_total{step}``: Redis steps given up once their
+  retries ran out (``redis.unavailable``: the caller got ``RedisUnavailable``);
 - ``lockworker_server_check{server,check}``: the last ``server.check`` of a daemon
   (at start and every few minutes): 0 ok, 1 warning, 2 unknown, 3 failure (alert on
   ``lockworker_server_check{check="eviction"} == 3``);
@@ -63,6 +68,7 @@ __all__ = [
     "install",
     "serve_http",
     "step_label",
+    "wsgi_app",
 ]
 
 OUTCOMES = {
@@ -80,7 +86,8 @@ ENDS = frozenset({events.DONE, events.FAILED, events.RELEASED, events.LOST, even
 """The events that end an attempt this process held (the first of them, per token)."""
 
 LEADER_ELECTED = "leader.elected"
-LEADER_ENDED = frozenset({"leader.resigned", "leader.lost"})
+LEADER_LOST = "leader.lost"
+LEADER_ENDED = frozenset({"leader.resigned", LEADER_LOST})
 
 LATENCY_BUCKETS = (
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
@@ -143,12 +150,21 @@ def serve_http(port: int, *, host: str = DEFAULT_HOST) -> Metrics:
     return install()
 
 
+def wsgi_app() -> Any:
+    """:func:`install` on the default registry, and a WSGI application serving it
+    (every path answers): what ``lockworker run --metrics-port`` serves beside its
+    probes (:mod:`lockworker.cli.probes`)."""
+    install()
+    return prometheus_client.make_wsgi_app()
+
+
 class Metrics:
     """lockworker's metrics on one registry, counted from events; made by :func:`install`.
 
     The attributes are the ``prometheus_client`` metrics, for reading in tests or
     adding to: ``outcomes``, ``attempt_duration``, ``handover_wait``,
-    ``takeover_latency``, ``leases_held``, ``leader``, ``redis_retries``.
+    ``takeover_latency``, ``leases_held``, ``leader``, ``leader_elections``,
+    ``leader_lost``, ``redis_retries``, ``redis_unavailable``.
     """
 
     def __init__(self, registry: CollectorRegistry, clock: Clock) -> None:
@@ -183,6 +199,20 @@ class Metrics:
             "lockworker_leader", "1 while this process leads the name, else 0.",
             ["name"], registry=registry,
         )
+        self.leader_elections = Counter(
+            "lockworker_leader_elections",
+            "Terms this process won, by leader name.", ["name"], registry=registry,
+        )
+        self.leader_lost = Counter(
+            "lockworker_leader_lost",
+            "Terms this process lost (its lease not renewed in time, or taken), by name.",
+            ["name"], registry=registry,
+        )
+        self.redis_unavailable = Counter(
+            "lockworker_redis_unavailable",
+            "Redis steps given up once their retries ran out, by step.",
+            ["step"], registry=registry,
+        )
         self.redis_retries = Counter(
             "lockworker_redis_retries_total",
             "Redis steps retried after a connection error or a failover's refusal, by step.",
@@ -201,7 +231,8 @@ class Metrics:
         self._collectors = (
             self.outcomes, self.attempt_duration, self.handover_wait,
             self.takeover_latency, self.leases_held, self.leader, self.redis_retries,
-            self.server_check, self.evicted_keys,
+            self.server_check, self.evicted_keys, self.leader_elections, self.leader_lost,
+            self.redis_unavailable,
         )
         self._lock = threading.Lock()
         self._held: OrderedDict[tuple[str, str], tuple[Any, float]] = OrderedDict()
@@ -232,12 +263,20 @@ class Metrics:
                 # ``sum by (name) (lockworker_leader) < 1`` still has the followers'
                 # series to sum when the leader's process is gone.
                 gauge = self.leader.labels(name)
+                elections, lost = self.leader_elections.labels(name), self.leader_lost.labels(name)
                 if event == LEADER_ELECTED:
                     gauge.set(1)
+                    elections.inc()
                 elif event in LEADER_ENDED:
                     gauge.set(0)
+                    if event == LEADER_LOST:
+                        lost.inc()
         if event == events.REDIS_RETRY:
-            self.redis_retries.labels(step_label(fields.get("step"))).inc()
+            step = step_label(fields.get("step"))
+            self.redis_retries.labels(step).inc()
+            self.redis_unavailable.labels(step)  # at 0 from the first retry: see _first_seen
+        elif event == events.REDIS_UNAVAILABLE:
+            self.redis_unavailable.labels(step_label(fields.get("step"))).inc()
         elif event == events.SERVER_CHECK:
             self._server_check(fields)
 

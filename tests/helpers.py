@@ -5,12 +5,15 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import os
+import shutil
 import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, TypeVar
+
+import pytest
 
 from lockworker.model.codec import Holder, LockValue
 from lockworker.model.keys import JobKeys
@@ -113,3 +116,20 @@ def sh(*cmd: str | Path, cwd: Path) -> subprocess.CompletedProcess[str]:
     )
     assert out.returncode == 0, f"{cmd}:\n{out.stdout[-2000:]}\n{out.stderr[-2000:]}"
     return out
+
+
+CI_ENV = "LOCKWORKER_CI"
+"""Set by ``.ci/run``: there, a test whose system tool is missing fails instead of skipping."""
+
+
+def need_binary(name: str, package: str) -> str:
+    """The path of the system tool ``name``; skips the test (saying which Debian
+    ``package`` provides it) where it is not installed, but fails it under ``.ci/run``
+    (``$LOCKWORKER_CI``), which installs it, so CI never passes by skipping."""
+    found = shutil.which(name)
+    if found:
+        return found
+    why = f"{name} is not installed (Debian: apt-get install {package})"
+    if os.environ.get(CI_ENV):
+        pytest.fail(f"{why}; ${CI_ENV} is set, so .ci/run should have installed it")
+    pytest.skip(why)

@@ -15,6 +15,7 @@ import contextlib
 from collections.abc import Awaitable
 
 from lockworker.clock import Clock
+from lockworker.model.health import Pulse
 from lockworker.runtime.lease import Lease, let_go, lose, renewal_answered, renewal_due
 
 
@@ -25,6 +26,8 @@ class AsyncHeartbeat:
         self._clock = clock
         self._interval = interval
         self._tasks: dict[Lease, asyncio.Task[None]] = {}
+        self._renewing: dict[Lease, float] = {}
+        """The leases whose renewal is in flight, and when each was sent."""
 
     def hold(self, lease: Lease) -> None:
         """Start renewing ``lease`` (its ``renew`` is a coroutine function)."""
@@ -61,6 +64,18 @@ class AsyncHeartbeat:
             with contextlib.suppress(RuntimeError):  # its loop is closed: nothing to stop
                 task.get_loop().call_soon_threadsafe(task.cancel)
 
+    def pulse(self) -> Pulse:
+        """What the heartbeat shows now, for a liveness probe
+        (:func:`lockworker.model.health.alive`); safe from any thread (the copies are
+        made without a thread switch, so the loop cannot change them half-way)."""
+        held = [lease for lease in tuple(self._tasks) if not (lease.released or lease.lost)]
+        renewing = dict(self._renewing)
+        waiting = [lease.next_renewal for lease in held if lease not in renewing]
+        return Pulse(
+            self._interval, renewing_since=min(renewing.values(), default=None),
+            due=min(waiting, default=None), held=len(held),
+        )
+
     async def _keep(self, lease: Lease) -> None:
         while not (lease.released or lease.lost):
             await asyncio.sleep(max(0.0, lease.next_renewal - self._clock.monotonic()))
@@ -73,6 +88,7 @@ class AsyncHeartbeat:
         sent_at = self._clock.monotonic()
         if not renewal_due(lease, sent_at):
             return
+        self._renewing[lease] = sent_at
         try:
             held = await lease.renew(lease.valid_until)
         except asyncio.CancelledError:
@@ -80,6 +96,8 @@ class AsyncHeartbeat:
         except Exception as exc:
             lose(lease, f"could not renew: {exc!r}")
             return
+        finally:
+            self._renewing.pop(lease, None)
         renewal_answered(lease, sent_at, bool(held), self._interval)
 
     async def close(self) -> None:

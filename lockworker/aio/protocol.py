@@ -7,6 +7,7 @@ awaits the reply. A sync and an async process therefore speak one protocol on on
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import redis
@@ -14,11 +15,11 @@ import redis
 from lockworker.model.codec import Holder, LockValue
 from lockworker.model.keys import JobKeys
 from lockworker.model.state import Ending, Grant, Renewal, Reset, Settle, Snapshot
-from lockworker.protocol.decode import foreign_on_wrongtype, server_ms, snapshot_from
-from lockworker.protocol.interface import node_of
+from lockworker.protocol.decode import foreign_on_wrongtype
 from lockworker.protocol.script import (
     Step,
     acquire_step,
+    inspect_step,
     renew_step,
     reset_step,
     settle_step,
@@ -26,17 +27,32 @@ from lockworker.protocol.script import (
 
 R = TypeVar("R")
 
+AsyncSender = Callable[[Step[Any]], Awaitable[Any]]
+"""The asyncio side's :data:`lockworker.protocol.script.Sender`."""
+
 
 class AsyncScriptProtocol:
     """:class:`~lockworker.protocol.LockProtocol`'s steps as coroutines."""
 
-    __slots__ = ("client",)
+    __slots__ = ("client", "sender")
 
-    def __init__(self, client: Any) -> None:
+    def __init__(self, client: Any, sender: AsyncSender | None = None) -> None:
         self.client = client
+        self.sender = sender
+        """With a worker's sender (:mod:`lockworker.aio.batcher`), steps that many
+        tasks send at once share round trips; each is still its own atomic script."""
 
     async def _do(self, step: Step[R]) -> R:
         keys = step.keys
+        if self.sender is not None:
+            result = await self.sender(step)
+            if not isinstance(result, BaseException):
+                return result  # type: ignore[no-any-return]
+            if isinstance(result, redis.ResponseError) and step.recover is not None:
+                done = step.recover(await self.client.get(keys.state))
+                if done is not None:
+                    return done
+            raise result
         try:
             reply = await step.script.acall(self.client, (keys.lock, keys.state), step.args)
         except redis.ResponseError as exc:
@@ -76,25 +92,6 @@ class AsyncScriptProtocol:
         return await self._do(reset_step(keys, retention_ms, force=force))
 
     async def inspect(self, keys: JobKeys) -> Snapshot:
-        """State, lease and lease time left in one transaction, as the sync side reads it."""
-        node = node_of(self.client, keys)
-        # On a cluster, redis.asyncio's transaction pipeline (redis-py 8) runs a command
-        # that must re-read the slot map in a loop of its own and fails ("bound to a
-        # different event loop"): read in a plain pipeline there, one slot, one batch.
-        # Not one atomic read, which no decision needs: every decision is an atomic
-        # step of its own (acquire, settle); this read only reports and times waits.
-        pipe = self.client.pipeline(transaction=node is None)
-        pipe.get(keys.state)
-        pipe.get(keys.lock)
-        pipe.pttl(keys.lock)
-        if node is None:
-            pipe.time()
-        try:
-            raw_state, raw_lock, pttl, *now = await pipe.execute()
-        except redis.ResponseError as exc:
-            raise foreign_on_wrongtype(keys, exc) from exc
-        if node is not None:  # see lockworker.protocol.interface.inspect
-            now = [await self.client.execute_command("TIME", target_nodes=node)]
-        return snapshot_from(
-            keys, raw_state, raw_lock, int(pttl) if int(pttl) >= 0 else None, server_ms(now[0])
-        )
+        """State, lease and lease time left at one instant, as the sync side reads it
+        (one script: on a cluster too, where a transaction takes no TIME)."""
+        return await self._do(inspect_step(keys))

@@ -22,6 +22,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from lockworker import config
+from lockworker.aio.batcher import batcher_for
 from lockworker.aio.jobrun import SERVING, AsyncJobRun
 from lockworker.aio.lease import AsyncHeartbeat, Background
 from lockworker.aio.permissions import require_permissions
@@ -116,7 +117,7 @@ class Worker(WorkerSettings):
             },
         )
         self.durability = Durability.LOCAL
-        self.protocol = AsyncScriptProtocol(client)
+        self.protocol = AsyncScriptProtocol(client, batcher_for(client))
         self._call = retry.AsyncCaller(self.clock, self.redis_retry, self._log)
         self._stop = threading.Event()
         self._permitted = False

@@ -97,7 +97,8 @@ def _problem(url: str) -> str | None:
 
 
 def safe_url(url: str) -> str:
-    """``url`` with any password (``user:password@``, ``?password=``) replaced by
+    """``url`` with any password (``user:password@``, ``?password=``,
+    ``?sentinel_password=``) replaced by
     ``***``, for messages and logs; never raises, whatever the URL.
 
     The password is found without parsing: everything between the user name and the
@@ -108,7 +109,7 @@ def safe_url(url: str) -> str:
         userinfo, at, host = rest.rpartition("@")
         if at and ":" in userinfo:
             url = f"{scheme}://{userinfo.split(':', 1)[0]}:***@{host}"
-    return re.sub(r"([?&]password=)[^&#]*", r"\1***", url)
+    return re.sub(r"([?&](?:sentinel_)?password=)[^&#]*", r"\1***", url)
 
 
 UNREACHABLE = (redis.RedisError, OSError, RedisClusterException)

@@ -20,7 +20,7 @@ from typing import Any, NoReturn, TypeVar
 import redis
 
 from lockworker import __version__, config
-from lockworker.cli import check, logs, schedule
+from lockworker.cli import check, dashboard, logs, schedule
 from lockworker.cli.common import (
     DEFAULT_URL,
     ENV_URL,
@@ -207,8 +207,9 @@ def _add_run(sub: argparse._SubParsersAction[Parser], common: Parser) -> None:
     )
     run.add_argument(
         "--metrics-port", type=tcp_port, metavar="PORT",
-        help="serve Prometheus metrics over HTTP at /metrics on this port; needs "
-        "pip install 'lockworker[metrics]' (default: none, no metrics server)",
+        help="serve Prometheus metrics over HTTP at /metrics on this port, and the "
+        "probes /healthz and /readyz; needs pip install 'lockworker[metrics]' (default: "
+        "none, no metrics server)",
     )
     run.add_argument(
         "--metrics-host", metavar="HOST",
@@ -331,6 +332,7 @@ def build_parser() -> Parser:
     _add_demo(sub)
     _add_server(sub)
     check.add_parser(sub, common, positive_float, positive_int)
+    dashboard.add_parser(sub, common, positive_float, tcp_port)
     return parser
 
 
@@ -351,6 +353,7 @@ HANDLERS = {
     "run": ("run", "main"), "submit": ("jobs", "submit_main"),
     "reset": ("jobs", "reset_main"), "status": ("status", "main"),
     "server": ("server", "main"), "demo": ("demo", "main"), "check": ("check", "main"),
+    "dashboard": ("dashboard", "main"),
 }
 
 

@@ -61,7 +61,8 @@ def main(args: argparse.Namespace) -> int:
             source = None if isinstance(daemon, Leader) else stream_source(
                 client, args, daemon.owner
             )
-            with session(daemon, args, url, metrics):
+            with session(daemon, args, url, metrics) as started:
+                started()
                 if source is None:
                     daemon.run()
                 else:

@@ -112,11 +112,12 @@ async def _run(
         daemon = build(cls, client, args)
         source = None if is_leader(cls) else stream_source(sync_client, args, daemon.owner)
         log = events.logger(events.CLI, None, owner=daemon.owner)
-        with session(daemon, args, url, metrics):
+        with session(daemon, args, url, metrics) as started:
             stop_watch = await asyncio.to_thread(
                 servercheck.watching, sync_client, log, SystemClock()
             )
             try:
+                started()
                 await _serve(daemon, args, source)
             finally:
                 stop_watch()

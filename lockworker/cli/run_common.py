@@ -21,13 +21,14 @@ from typing import Any, NoReturn
 
 import redis
 
+from lockworker.cli import probes as http
 from lockworker.cli.common import EXIT_INTERRUPTED, EXIT_USAGE, CliError, safe_url
 from lockworker.cli.schedule import give_up_on
 from lockworker.cli.target import is_asyncio, is_leader
 from lockworker.daemons.sources import StreamSource
 from lockworker.errors import InvalidConfig, InvalidHook
 from lockworker.model.servercheck import Status
-from lockworker.runtime import events, servercheck
+from lockworker.runtime import events, health, servercheck
 from lockworker.runtime.signals import stop_on_signals
 
 EXIT_GRACE_EXPIRED = 1
@@ -167,26 +168,32 @@ def metrics_extra(args: argparse.Namespace) -> ModuleType | None:
     return metrics
 
 
-def serve_metrics(metrics: ModuleType, args: argparse.Namespace) -> str:
-    """Count the events and serve them on ``--metrics-host:--metrics-port``; the URL.
-    A port that cannot be listened on is one line, exit 2."""
+def serve_metrics(
+    metrics: ModuleType, args: argparse.Namespace, daemon: Any, url: str
+) -> tuple[str, health.Probes]:
+    """Count the events and serve them on ``--metrics-host:--metrics-port``, beside the
+    daemon's probes (:mod:`lockworker.cli.probes`); the URL and the probes. A port that
+    cannot be listened on is one line, exit 2."""
+    probes = http.for_daemon(daemon, url, socket_timeout(args.lock_timeout))
     host = args.metrics_host or metrics.DEFAULT_HOST
     where = f"{host}:{args.metrics_port}"
     try:
-        metrics.serve_http(args.metrics_port, host=host)
+        served = http.app(probes, metrics.wsgi_app())
+        http.serve(served, args.metrics_port, host)
     except OSError as exc:
         raise CliError(f"--metrics-port: cannot listen on {where}: {exc.strerror or exc}") from exc
-    return f"http://{where}/metrics"
+    return f"http://{where}/metrics", probes
 
 
 @contextlib.contextmanager
 def session(
     daemon: Any, args: argparse.Namespace, url: str, metrics: ModuleType | None
-) -> Iterator[None]:
-    """Around the daemon's run: the metrics endpoint, the signal handlers (first signal:
-    ``daemon.stop()`` and the grace timer; second: exit 130 at once), and the
-    command's own events. ``daemon.stop()`` is called from a courier thread, never from
-    the signal handler itself: both kinds' ``stop`` are safe there."""
+) -> Iterator[Callable[[], None]]:
+    """Around the daemon's run: the metrics and probes endpoint, the signal handlers
+    (first signal: ``daemon.stop()`` and the grace timer; second: exit 130 at once),
+    and the command's own events. ``daemon.stop()`` is called from a courier thread,
+    never from the signal handler itself: both kinds' ``stop`` are safe there. Yields
+    what to call when the daemon begins to serve or campaign (``/readyz`` waits for it)."""
     kind = "leader" if is_leader(type(daemon)) else "worker"
     log = events.logger(
         events.CLI, None, kind=kind, target=args.target, owner=daemon.owner, role=args.role
@@ -204,8 +211,12 @@ def session(
             hint="jobs in hand are taken over when their leases run out",
         ))
 
+    started: Callable[[], None] = lambda: None  # noqa: E731 - no probes without metrics
     try:
-        served = {} if metrics is None else {"metrics": serve_metrics(metrics, args)}
+        served = {}
+        if metrics is not None:
+            served["metrics"], probes = serve_metrics(metrics, args, daemon, url)
+            started = probes.started
         with stop_on_signals(on_stop, on_again=on_again):
             log.info(
                 STARTED, redis=safe_url(url), namespace=args.namespace, pid=os.getpid(),
@@ -213,7 +224,7 @@ def session(
             )
             if args.owner is None and kind == "worker":
                 log.warning(NO_OWNER, hint="pass a stable --owner so a restart resumes the stream")
-            yield
+            yield started
     finally:
         grace.cancel()
     log.info(STOPPED)

@@ -62,6 +62,10 @@ class Gate(Protocol):
         """Take a slot again (blocks until one is free)."""
         ...
 
+    def first_look(self) -> Snapshot | None:
+        """What a look of the job just saw, once (then None): the run's first look."""
+        ...
+
 
 SERVING: Lending[Gate] = Lending("lockworker.serve.gate")
 """How ``serve`` lends its slots to the ``Worker.process`` call of each delivery."""
@@ -87,6 +91,9 @@ class JobRun(RunBase):
             return contend.run(self)
 
     def look(self) -> Snapshot:
+        seen = None if self.gate is None else self.gate.first_look()
+        if seen is not None:
+            return seen
         return self.call(lambda: self.w.protocol.inspect(self.keys), "inspect job")
 
     def acquire(self) -> Grant | Snapshot:

@@ -38,10 +38,11 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
 
 from lockworker.config import count
+from lockworker.daemons.defer import Deferrals
 from lockworker.daemons.jobrun import SERVING
 from lockworker.daemons.sources import Delivery, as_source
 from lockworker.errors import ForeignValueError, InvalidConfig
-from lockworker.model.state import Outcome
+from lockworker.model.state import Outcome, Snapshot
 from lockworker.runtime import events
 from lockworker.runtime.park import Slots
 
@@ -63,6 +64,27 @@ class Servable(Protocol):
     def _install_signal_handlers(self) -> None: ...
 
     def process(self, job_id: str, payload: Any = None) -> Outcome: ...
+
+class Seen:
+    """The slots lent to one delivery's run, with what a look just saw of its job: the
+    run's first look (a backup's, :mod:`lockworker.daemons.defer`) costs nothing."""
+
+    __slots__ = ("seen", "slots")
+
+    def __init__(self, slots: Slots, seen: Snapshot) -> None:
+        self.slots = slots
+        self.seen: Snapshot | None = seen
+
+    def park(self) -> bool:
+        return self.slots.park()
+
+    def unpark(self) -> None:
+        self.slots.unpark()
+
+    def first_look(self) -> Snapshot | None:
+        seen, self.seen = self.seen, None
+        return seen
+
 
 JOB_ERROR = "serve.job_error"
 STARTED = "serve.started"
@@ -94,6 +116,8 @@ class _Server:
         self.idle = threading.Condition(self.mutex)
         self.running: dict[str, collections.deque[Delivery]] = {}
         self.error: BaseException | None = None
+        self.pool: ThreadPoolExecutor | None = None
+        self.deferrals = Deferrals(worker, self.dispatch) if Deferrals.wanted(worker) else None
         self.log = events.logger(
             events.SERVE, worker._logger,
             namespace=worker.namespace, owner=worker.owner, run=worker.run_id,
@@ -103,7 +127,7 @@ class _Server:
         w = self.worker
         self.log.info(STARTED, concurrency=self.concurrency)
         # A thread per working or parked job: parked ones sleep without a slot.
-        pool = ThreadPoolExecutor(
+        self.pool = ThreadPoolExecutor(
             self.concurrency + self.slots.park_limit, thread_name_prefix="lockworker-serve"
         )
         try:
@@ -111,25 +135,41 @@ class _Server:
                 delivery = next(deliveries, None)
                 if delivery is None:
                     break
-                self.slots.take()  # running jobs end on stop, so this returns then too
-                if w.stopping or self.error is not None:
-                    self.slots.give()
+                if self.deferrals is not None and self.deferrals.deferring():
+                    self.deferrals.add(delivery)  # a backup while a primary serves
+                elif not self.dispatch(delivery, None):
                     break
-                if self.claim(delivery):
-                    pool.submit(self.work, delivery)
-                else:
-                    self.slots.give()
         finally:
             close = getattr(deliveries, "close", None)
             if close is not None:
                 close()
+            if self.deferrals is not None:
+                with self.idle:  # a source that ended: what is held back still counts
+                    while len(self.deferrals) and not w.stopping and self.error is None:
+                        self.idle.wait(0.05)
+                self.deferrals.close()
             with self.idle:
                 while self.running:
                     self.idle.wait()
-            pool.shutdown(wait=True)
+            self.pool.shutdown(wait=True)
             self.log.info(STOPPED, stopping=w.stopping)
         if self.error is not None:
             raise self.error
+
+    def dispatch(self, delivery: Delivery, seen: Snapshot | None) -> bool:
+        """Run ``delivery`` in a free slot (waits for one), with what a look of the
+        job just saw, if any; False if the serving ends instead."""
+        w = self.worker
+        self.slots.take()  # running jobs end on stop, so this returns then too
+        if w.stopping or self.error is not None:
+            self.slots.give()
+            return False
+        assert self.pool is not None
+        if self.claim(delivery):
+            self.pool.submit(self.work, delivery, seen)
+        else:
+            self.slots.give()
+        return True
 
     def claim(self, delivery: Delivery) -> bool:
         """Mark the job running (True), or queue it behind the same id (False)."""
@@ -141,11 +181,12 @@ class _Server:
             self.running[delivery.job_id] = collections.deque()
             return True
 
-    def work(self, delivery: Delivery) -> None:
+    def work(self, delivery: Delivery, seen: Snapshot | None = None) -> None:
         """Run ``delivery``, then any delivery of the same id queued behind it."""
         current: Delivery | None = delivery
         while current is not None:
-            self.run_one(current)
+            self.run_one(current, seen)
+            seen = None
             with self.mutex:
                 waiting = self.running[current.job_id]
                 if waiting and not self.worker.stopping and self.error is None:
@@ -156,9 +197,10 @@ class _Server:
                 current = None
         self.slots.give()
 
-    def run_one(self, delivery: Delivery) -> None:
+    def run_one(self, delivery: Delivery, seen: Snapshot | None = None) -> None:
+        gate = self.slots if seen is None else Seen(self.slots, seen)
         try:
-            with SERVING.lend(self.worker, self.slots):
+            with SERVING.lend(self.worker, gate):
                 outcome = self.worker.process(delivery.job_id, delivery.payload)
         except (InvalidConfig, ForeignValueError) as exc:
             self.log.error(

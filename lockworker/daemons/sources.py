@@ -58,6 +58,10 @@ STREAMS_NAMESPACE = "streams"
 READER_TTL = 6 * 3600.0
 """Default ``reader_ttl``: a quarter of the worker's default ``retention`` (a day), so
 that a reader catching up after a long absence finds old jobs DONE, not forgotten."""
+SAVE_EVERY = 0.05
+"""Seconds between two saves of a reader's position while jobs resolve: a busy stream
+saves once per this many jobs resolved, not once per job (a crash repeats at most
+this long's look-ups, each of which finds its job DONE); an idle one saves at once."""
 SAVE_FAILED = "stream.save_failed"
 GROUP_BATCH = 16
 """Default ``batch`` of a group member: entries it takes ahead of its slots (which no
@@ -188,6 +192,8 @@ class StreamSource:
         self._read: collections.deque[str] = collections.deque()
         self._done: set[str] = set()
         self._last_touch = float("-inf")
+        self._unsaved: str | None = None
+        self._closed = True
         self._group = None if self.group is None else GroupReader(
             client, self.keys, owner=self.owner, group=self.group, block=self.block,
             batch=batch, start=start, reader_ttl=self.reader_ttl, clock=self.clock,
@@ -232,9 +238,19 @@ class StreamSource:
         with self._lock:  # a new pass starts from the saved position: forget the last one
             self._read.clear()
             self._done.clear()
-        last_read = self.touch()
+            self._unsaved = None
+            self._closed = False
+        try:
+            yield from self._read_from(self.touch(), stop)
+        finally:
+            with self._lock:  # from now on every resolution saves at once
+                self._closed = True
+            self._save(force=True)
+
+    def _read_from(self, last_read: str, stop: threading.Event) -> Iterator[Delivery]:
         block_ms = max(1, round(self.block * 1000))
         while not stop.is_set():
+            self._save(force=True)  # what resolved while the last batch was served
             if self.clock.monotonic() - self._last_touch >= self.reader_ttl / 3:
                 self.touch()
             reply = self._call(
@@ -263,15 +279,29 @@ class StreamSource:
         return Delivery(job[0], job[1], lambda: self._resolved(entry_id))
 
     def _resolved(self, entry_id: str) -> None:
-        """Mark ``entry_id`` resolved; save the position past every resolved entry."""
-        advanced: str | None = None
+        """Mark ``entry_id`` resolved; the position moves past every resolved entry,
+        saved at most every :data:`SAVE_EVERY` seconds while the reader reads (at once
+        once it stopped reading: jobs still running then are the last)."""
         with self._lock:
             self._done.add(entry_id)
             while self._read and self._read[0] in self._done:
-                advanced = self._read.popleft()
-                self._done.discard(advanced)
-        if advanced is not None:
-            try:
-                self.touch(advanced)
-            except (redis.RedisError, LockworkerError) as exc:  # the next save goes past it
-                self._log.warning(SAVE_FAILED, position=advanced, error=events.describe(exc))
+                self._unsaved = self._read.popleft()
+                self._done.discard(self._unsaved)
+        self._save(force=False)
+
+    def _save(self, *, force: bool) -> None:
+        """Save the unsaved position: with ``force``, or when the last save is
+        :data:`SAVE_EVERY` old, or once the reader stopped reading."""
+        with self._lock:
+            position = self._unsaved
+            if position is None or not (
+                force or self._closed
+                or self.clock.monotonic() - self._last_touch >= SAVE_EVERY
+            ):
+                return
+            self._unsaved = None
+            self._last_touch = self.clock.monotonic()  # no other thread saves meanwhile
+        try:
+            self.touch(position)
+        except (redis.RedisError, LockworkerError) as exc:  # the next save goes past it
+            self._log.warning(SAVE_FAILED, position=position, error=events.describe(exc))

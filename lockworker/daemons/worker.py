@@ -43,6 +43,7 @@ from lockworker.protocol import LockProtocol, ScriptProtocol
 from lockworker.protocol.replicated import ReplicatedScriptProtocol
 from lockworker.protocol.txn import TxnProtocol
 from lockworker.runtime import events, retry, servercheck
+from lockworker.runtime.batcher import batcher_for
 from lockworker.runtime.lease import Heartbeat
 from lockworker.runtime.presence import Presence
 from lockworker.runtime.signals import stop_on_signals
@@ -72,7 +73,7 @@ def make_protocol(
         timeout = seconds(replica_timeout, "replica_timeout")
         return ReplicatedScriptProtocol(client, count, max(1, round(timeout * 1000)))
     if protocol == ProtocolKind.SCRIPT:
-        return ScriptProtocol(client)
+        return ScriptProtocol(client, batcher_for(client))
     if protocol == ProtocolKind.TXN:
         return TxnProtocol(client)
     if isinstance(protocol, str):

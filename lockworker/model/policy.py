@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from lockworker.config import seconds
 from lockworker.errors import InvalidConfig
-from lockworker.model.state import Role, Snapshot
+from lockworker.model.state import JobStatus, Role, Snapshot
 
 EXPIRY_MARGIN = 0.001
 """Seconds added after a lease's end before re-checking, so the check lands after it."""
@@ -154,3 +154,15 @@ class Sightings:
             fields["past_lease_ms"] = round((sent_at - self.lease_end) * 1000.0, 3)
         self.first_held = self.lease_end = None
         return fields
+
+
+def look_again_at(seen: Snapshot, now: float, delay: float) -> float | None:
+    """When a backup holding a delivery back while a primary serves looks at it again
+    (:mod:`lockworker.daemons.defer`): held by another, ``delay`` later or just after
+    the lease's end, whichever comes first; anything else (resolved, free, a failure's
+    retry schedule) is for the contest, now (None)."""
+    if seen.status is not JobStatus.PENDING or seen.holder is None:
+        return None
+    if seen.pttl_ms is None:
+        return now + delay
+    return now + min(delay, seen.pttl_ms / 1000 + 0.001)

@@ -50,6 +50,14 @@ def presence_keys(namespace: str) -> JobKeys:
     return JobKeys(NAMESPACE, check_name(namespace, "namespace"), Space.PRESENCE)
 
 
+def handover_channel(namespace: str) -> str:
+    """The channel on which a settle that hands a job of ``namespace`` over at once (a
+    release, a failure due again at once) tells so: one channel a namespace, in its
+    presence space. Backups holding deliveries back listen there
+    (:mod:`lockworker.daemons.defer`)."""
+    return presence_keys(namespace).extra("handovers")
+
+
 MEMBERS_PATTERN = f"{PREFIX}:{Space.PRESENCE.value}:{NAMESPACE}:{{*}}:members"
 """A SCAN pattern matching every namespace's presence set."""
 

@@ -64,6 +64,14 @@ def wake_message(message: str, due_in_ms: int) -> str:
     return f"{message}:{due_in_ms}" if due_in_ms > 0 else message
 
 
+def hands_over(kind: Ending, message: str, due_in_ms: int) -> bool:
+    """Whether a settle hands the job to whoever else wants it, now: a release (a stop
+    gives the attempt back) or a failure due again at once. Only such a settle is
+    told on the namespace's handover channel (backups holding deliveries back listen
+    there: :mod:`lockworker.daemons.defer`)."""
+    return kind is Ending.RELEASE or (message == "failed" and due_in_ms <= 0)
+
+
 def due_in(message: object) -> float | None:
     """Seconds until the job a wake ``message`` was about is due again (a failure's
     ``failed:<ms>``), or None for any other message, one of another release included."""

@@ -123,6 +123,7 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('DEL', KEYS[1])
   redis.call('SET', KEYS[2], value, 'PX', ARGV[3])
   redis.call('PUBLISH', ARGV[4], ARGV[5])
+  if ARGV[7] and ARGV[7] ~= '' then redis.call('PUBLISH', ARGV[7], ARGV[5]) end
   return 1
 end
 """ + SETTLE_REFUSED
@@ -157,4 +158,15 @@ redis.call('DEL', KEYS[1])
 redis.call('SET', KEYS[2], lw_state_value('pending', '0', token, '', ''), 'PX', ARGV[2])
 redis.call('PUBLISH', ARGV[3], 'reset')
 return {'reset', (st and st.status) or 'pending'}
+"""
+
+
+# INSPECT: read a job's state, its lease and the lease's time left, and the server's
+# clock (which tells a due time still ahead), at one instant. Writes nothing.
+# KEYS[1] lock   KEYS[2] state
+# returns {state or false, lock or false, pttl ms (-2 none, -1 no expiry), TIME}
+INSPECT = """
+local now = redis.call('TIME')
+return {redis.call('GET', KEYS[2]), redis.call('GET', KEYS[1]), redis.call('PTTL', KEYS[1]),
+        now}
 """

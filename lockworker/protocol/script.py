@@ -18,7 +18,8 @@ from typing import Any, Generic, TypeVar
 import redis
 
 from lockworker.model.codec import Holder, LockValue
-from lockworker.model.keys import JobKeys
+from lockworker.model.keys import JobKeys, Space
+from lockworker.model.presence import handover_channel
 from lockworker.model.state import Ending, Grant, Renewal, Reset, Settle, Snapshot
 from lockworker.protocol import lua as scripts
 from lockworker.protocol.decode import (
@@ -27,9 +28,12 @@ from lockworker.protocol.decode import (
     decode_reset,
     failure_due_ms,
     foreign_on_wrongtype,
+    hands_over,
     renewal,
+    server_ms,
     settle_plan,
     settle_result,
+    snapshot_from,
     wake_message,
 )
 from lockworker.protocol.interface import SettleSteps
@@ -41,6 +45,7 @@ _ACQUIRE = LuaScript(scripts.ACQUIRE)
 _RENEW = LuaScript(scripts.RENEW)
 _SETTLE = LuaScript(scripts.SETTLE)
 _RESET = LuaScript(scripts.RESET)
+_INSPECT = LuaScript(scripts.INSPECT)
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,16 +86,39 @@ def settle_step(
     the job GAVE_UP whatever attempts are left."""
     new_state, message = settle_plan(held, kind, max_attempts, give_up=give_up)
     due = failure_due_ms(new_state, delay_ms)
+    handover = handover_channel(keys.namespace) if (
+        keys.space is Space.JOB and hands_over(kind, message, due)
+    ) else ""
     args = (held.encode(), new_state.encode(), retention_ms, keys.wake,
-            wake_message(message, due), due or "")
+            wake_message(message, due), due or "", handover)
     return Step(
         _SETTLE, keys, args, lambda reply: settle_result(int(reply), new_state),
         partial(applied_despite_error, new_state, delay_ms=due),
     )
 
 
+def _snapshot(keys: JobKeys, reply: Any) -> Snapshot:
+    raw_state, raw_lock, pttl, now = reply
+    return snapshot_from(
+        keys, raw_state or None, raw_lock or None, int(pttl) if int(pttl) >= 0 else None,
+        server_ms(now),
+    )
+
+
+def inspect_step(keys: JobKeys) -> Step[Snapshot]:
+    """Read the job (state, lease, lease time left, the server's clock) in one script:
+    one command, and a step like the others, so looks of many jobs share a batch."""
+    return Step(_INSPECT, keys, (), partial(_snapshot, keys))
+
+
 def reset_step(keys: JobKeys, retention_ms: int, *, force: bool = False) -> Step[Reset]:
     return Step(_RESET, keys, (1 if force else 0, retention_ms, keys.wake), decode_reset)
+
+
+Sender = Callable[[Step[Any]], Any]
+"""Sends a step, perhaps in a batch with others' (:mod:`lockworker.runtime.batcher`):
+returns its result or the exception it stands for
+(:func:`lockworker.protocol.batch.outcome`), raises an error of the round trip."""
 
 
 class ScriptProtocol(SettleSteps):
@@ -98,12 +126,15 @@ class ScriptProtocol(SettleSteps):
 
     The scripts are shared by every object in the process (:mod:`lockworker.protocol.luacall`):
     one EVALSHA per step, and a SCRIPT LOAD once per server whose cache is empty.
+    With a ``sender`` (a worker's, :mod:`lockworker.runtime.batcher`), steps that many
+    threads send at once share round trips; each is still its own atomic script.
     """
 
-    __slots__ = ("client",)
+    __slots__ = ("client", "sender")
 
-    def __init__(self, client: redis.Redis) -> None:
+    def __init__(self, client: redis.Redis, sender: Sender | None = None) -> None:
         self.client = client
+        self.sender = sender
 
     def _run(self, script: LuaScript, keys: JobKeys, args: Sequence[str | int]) -> Any:
         try:
@@ -112,17 +143,27 @@ class ScriptProtocol(SettleSteps):
             raise foreign_on_wrongtype(keys, exc) from exc
 
     def _do(self, step: Step[R]) -> R:
+        if self.sender is not None:
+            result = self.sender(step)
+            if not isinstance(result, BaseException):
+                return result  # type: ignore[no-any-return]
+            if isinstance(result, redis.ResponseError):
+                return self._recovered(step, result)
+            raise result
         try:
             reply = self._run(step.script, step.keys, step.args)
-        except redis.ResponseError:
-            # A script's error after its writes (nothing is rolled back): as after a
-            # lost reply, the state says whether the step was applied.
-            if step.recover is not None:
-                done = step.recover(self.client.get(step.keys.state))
-                if done is not None:
-                    return done
-            raise
+        except redis.ResponseError as exc:
+            return self._recovered(step, exc)
         return step.decode(reply)
+
+    def _recovered(self, step: Step[R], error: redis.ResponseError) -> R:
+        """A script's error after its writes (nothing is rolled back): as after a lost
+        reply, the state says whether the step was applied; if not, the error stands."""
+        if step.recover is not None:
+            done = step.recover(self.client.get(step.keys.state))
+            if done is not None:
+                return done
+        raise error
 
     def acquire(
         self, keys: JobKeys, who: Holder, lease_ms: int, max_attempts: int, retention_ms: int
@@ -144,3 +185,6 @@ class ScriptProtocol(SettleSteps):
 
     def reset(self, keys: JobKeys, retention_ms: int, *, force: bool = False) -> Reset:
         return self._do(reset_step(keys, retention_ms, force=force))
+
+    def inspect(self, keys: JobKeys) -> Snapshot:
+        return self._do(inspect_step(keys))

@@ -20,10 +20,12 @@ from redis.exceptions import ClusterDownError, MovedError, RedisClusterException
 
 from lockworker.errors import Contended, ForeignValueError
 from lockworker.model.codec import Holder, LockValue, StateValue, decode_lock, decode_state
-from lockworker.model.keys import JobKeys
+from lockworker.model.keys import JobKeys, Space
+from lockworker.model.presence import handover_channel
 from lockworker.model.state import Ending, Grant, JobStatus, Renewal, Reset, Settle, Snapshot
 from lockworker.protocol.decode import (
     failure_due_ms,
+    hands_over,
     same_failure,
     server_ms,
     settle_plan,
@@ -181,6 +183,8 @@ class TxnProtocol(SettleSteps):
             pipe.delete(keys.lock)
             pipe.set(keys.state, written.encode(), px=retention_ms)
             pipe.publish(keys.wake, wake_message(message, delay))
+            if keys.space is Space.JOB and hands_over(kind, message, delay):
+                pipe.publish(handover_channel(keys.namespace), wake_message(message, delay))
             pipe.execute()
             return settle_result(1, new_state)
 

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from lockworker.clock import Clock
+from lockworker.model.health import Pulse
 
 _ENDING = threading.Lock()
 """Makes "lost" and "released" one decision per lease, whichever thread comes first."""
@@ -112,6 +113,8 @@ class Heartbeat:
         self._mutex = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._ran_at: float | None = None
+        self._renewing: float | None = None
 
     def hold(self, lease: Lease) -> None:
         """Start renewing ``lease``."""
@@ -166,8 +169,23 @@ class Heartbeat:
                 return self._interval
             return max(0.0, min(self._interval, self._heap[0][0] - self._clock.monotonic()))
 
+    def pulse(self) -> Pulse:
+        """What the heartbeat shows now, for a liveness probe
+        (:func:`lockworker.model.health.alive`); safe from any thread."""
+        if self._stop.is_set():
+            return Pulse(self._interval)  # closed: renews nothing any more
+        with self._mutex:
+            waiting = [e[2].next_renewal for e in self._heap if not (e[2].released or e[2].lost)]
+        renewing = self._renewing
+        return Pulse(
+            self._interval, ran_at=self._ran_at, renewing_since=renewing,
+            due=min(waiting, default=None),
+            held=len(waiting) + (renewing is not None),
+        )
+
     def _run(self) -> None:
         while not self._stop.is_set():
+            self._ran_at = self._clock.monotonic()
             lease = self._next_due()
             if lease is None:
                 self._clock.wait(self._stop, self._sleep_for())
@@ -182,6 +200,7 @@ class Heartbeat:
         sent_at = self._clock.monotonic()
         if not renewal_due(lease, sent_at):
             return
+        self._renewing = sent_at
         try:
             held = lease.renew(lease.valid_until)
         except Exception as exc:
@@ -190,6 +209,8 @@ class Heartbeat:
             # to renew the others.
             lose(lease, f"could not renew: {exc!r}")
             return
+        finally:
+            self._renewing = None
         renewal_answered(lease, sent_at, bool(held), self._interval)
 
     def close(self, *, wait: bool = True) -> None:

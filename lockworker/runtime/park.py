@@ -51,6 +51,10 @@ class Slots:
         self._returning = 0
         """Parked jobs whose wait ended, waiting for a slot: they go before new jobs."""
 
+    def first_look(self) -> None:
+        """Nothing seen beforehand (see :class:`lockworker.daemons.serve.Seen`)."""
+        return None
+
     @property
     def parked(self) -> int:
         with self._cond:

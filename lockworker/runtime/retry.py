@@ -12,7 +12,8 @@ error, a foreign value) are raised at once: retrying would not change them.
 
 Retrying is never silent: the first failure and every backoff are logged at WARNING
 (event ``redis.retry``, with the step, the try and the error), so an operator sees a
-Redis outage as it happens, not only when the budget runs out.
+Redis outage as it happens, not only when the budget runs out; running out is logged at
+ERROR (``redis.unavailable``, with the step, the tries and the last error).
 """
 
 from __future__ import annotations
@@ -102,7 +103,7 @@ def call(
     try:
         return retrying(fn)
     except tenacity.RetryError as exc:
-        raise _unavailable(exc, what) from exc.last_attempt.exception()
+        raise _unavailable(exc, what, log) from exc.last_attempt.exception()
 
 
 async def acall(
@@ -133,7 +134,7 @@ async def acall(
     try:
         return await retrying(attempt)
     except tenacity.RetryError as exc:
-        raise _unavailable(exc, what) from exc.last_attempt.exception()
+        raise _unavailable(exc, what, log) from exc.last_attempt.exception()
 
 
 def _tenacity(
@@ -157,8 +158,16 @@ def _tenacity(
     }
 
 
-def _unavailable(exc: tenacity.RetryError, what: str) -> RedisUnavailable:
+def _unavailable(
+    exc: tenacity.RetryError, what: str, log: events.EventLog | None
+) -> RedisUnavailable:
+    """The error raised once the retries ran out, logged as ``redis.unavailable``."""
     last = exc.last_attempt.exception()
+    if log is not None:
+        log.error(
+            events.REDIS_UNAVAILABLE, step=what, tries=exc.last_attempt.attempt_number + 1,
+            error=_brief(last),
+        )
     return RedisUnavailable(
         f"Redis unreachable while trying to {what}: gave up after "
         f"{exc.last_attempt.attempt_number + 1} tries ({last})"

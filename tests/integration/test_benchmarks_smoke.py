@@ -39,7 +39,11 @@ def test_quick_benchmark_run_writes_a_report(tmp_path: Path) -> None:
         "## 3. Handover after a failed attempt",
         "### Leadership: from a leader's stop to the next one's election",
         "## 4. Takeover after SIGKILL",
-        "## 5. A stream of jobs: a primary and two backups",
+        "## 5. A stream of jobs: lockworker beside a consumer group",
+        "### A process killed mid-stream",
+        "### Where each job's commands go",
+        "### Memory: a large backlog served",
+        "### Three streams through shared groups: 3 masters or 1 server",
         "## 6. Scale: jobs in flight",
         '## 7. The "Redis in Action" marketplace',
         "## 8. Beyond one server: a 3-master cluster",
@@ -80,6 +84,14 @@ def test_quick_benchmark_run_writes_a_report(tmp_path: Path) -> None:
         "| lockworker | 300 |",
         "| lockworker | default |",
         "| lockworker | tuned |",
+        "| lockworker serve(), primary + 2 backups, concurrency 1 |",
+        "| lockworker serve(), primary + 2 backups, concurrency 64 |",
+        "| lockworker aio serve(), primary + 2 backups, concurrency 16 |",
+        "| lockworker serve(group=), 3 processes, concurrency 16 |",
+        "| consumer group, primary reads, 2 backups XAUTOCLAIM |",
+        "| consumer group, all 3 read |",
+        "| 3-master cluster |",
+        "| 1 server |",
     ):
         assert row in report
     peers = {"rq": ("RQ",), "celery": ("Celery (threads)",)}  # the [bench] extra's
@@ -107,8 +119,16 @@ def test_quick_benchmark_run_writes_a_report(tmp_path: Path) -> None:
         "leadership handover, stop to election (median ms):",
         "stream failover, the backups' jobs/s after the primary went",
         "beside RQ and Celery, 3 worker processes: jobs/s",
+        "stream: `serve()` primary + 2 backups >= 0.8x the primary-only consumer group",
+        "stream: a DONE record's server memory <=",
+        "stream, 3 streams through shared groups (jobs/s):",
     ):
         assert line in done.stdout
-    for chart in ("benchmarks-handovers.png", "benchmarks-takeover.png"):
+    stream = report.split("## 5. ", 1)[1].split("## 6. ", 1)[0]
+    # The stream rows ran (or say why not: group= not there yet), every job exactly once
+    # where no process was killed, and every job at least once where one was.
+    assert "error: " not in stream
+    assert "**no**" not in stream
+    for chart in ("benchmarks-handovers.png", "benchmarks-takeover.png", "benchmarks-stream.png"):
         if f"]({chart})" in report:
             assert (tmp_path / chart).stat().st_size > 0

@@ -230,3 +230,24 @@ def test_retry_does_not_retry_errors_in_the_reply() -> None:
 def test_retry_policy_refuses_non_positive_values(field: str) -> None:
     with pytest.raises(ValueError, match=field):
         RetryPolicy(**{field: 0})
+
+
+def test_retries_running_out_are_logged_once_at_error_as_redis_unavailable() -> None:
+    """The end of the retries was only the exception, which a caller may swallow: it is
+    now an event too (``redis.unavailable``: what the alert on exhausted retries counts),
+    naming the step, the tries and the last error."""
+    clock, log = FakeClock(), _Log()
+    tries: list[int] = []
+
+    def down() -> None:
+        tries.append(1)
+        raise redis.ConnectionError("Connection refused")
+
+    with pytest.raises(RedisUnavailable):
+        call(down, clock=clock, policy=RetryPolicy(budget=1.0), what="renew lease", log=log)
+    errors = [r for r in log.records if r[0] == "error"]
+    assert [r[1] for r in errors] == ["redis.unavailable"]
+    assert errors[0][2]["step"] == "renew lease"
+    assert errors[0][2]["tries"] == len(tries)
+    assert "Connection refused" in str(errors[0][2]["error"])
+    assert log.records[-1] == errors[0]  # after the last retry's warning

@@ -255,3 +255,33 @@ def test_the_library_and_the_cli_never_import_prometheus_client() -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=60, check=False)
     assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.usefixtures("installed")
+def test_leader_elections_and_losses_count_by_name_from_the_first_event(
+    registry: CollectorRegistry,
+) -> None:
+    """What an alert on handover storms and on failing renewals reads: every term won
+    and every term lost, at 0 from the name's first event (a follower's too)."""
+    log = events.logger(events.LEADER, None, leader="scheduler", owner="a", run="r")
+    log.info("leader.following", holder="b", token=2)
+    assert value(registry, "lockworker_leader_elections_total", name="scheduler") == 0
+    assert value(registry, "lockworker_leader_lost_total", name="scheduler") == 0
+    for event in ("leader.elected", "leader.lost", "leader.elected", "leader.resigned",
+                  "leader.elected"):
+        log.bind(token=3).info(event)
+    assert value(registry, "lockworker_leader_elections_total", name="scheduler") == 3
+    assert value(registry, "lockworker_leader_lost_total", name="scheduler") == 1
+
+
+@pytest.mark.usefixtures("installed")
+def test_redis_steps_given_up_count_by_step_at_zero_from_the_first_retry(
+    registry: CollectorRegistry,
+) -> None:
+    unavailable = "lockworker_redis_unavailable_total"
+    job_log("n-1").warning(events.REDIS_RETRY, step="renew lease (job 'n-1')")
+    assert value(registry, unavailable, step="renew lease") == 0
+    job_log("n-1").error(events.REDIS_UNAVAILABLE, step="renew lease (job 'n-1')", tries=9)
+    job_log("n-2").error(events.REDIS_UNAVAILABLE, step="acquire job (job 'n-2')", tries=4)
+    assert value(registry, unavailable, step="renew lease") == 1
+    assert value(registry, unavailable, step="acquire job") == 1

@@ -1,0 +1,242 @@
+"""The serving processes of the stream section: lockworker's and plain consumer groups'.
+
+One process per :class:`Setup`. It connects, says ``ready``, waits for ``go``, serves
+until the parent says ``stop`` (or kills it), and answers ``stop`` with what it
+counted since ``go`` (round trips, commands sent by name, CPU seconds, the handler's
+time). Kinds:
+
+- ``serve``: ``lockworker.Worker.serve(StreamSource(...), concurrency=c)``; with
+  ``group`` the source is the shared consumer group's (``group=``), without it every
+  process reads every entry (fan-out);
+- ``aio``: the same with ``lockworker.aio.Worker``;
+- ``cg``: plain redis-py on a Redis Streams consumer group. ``primary``: XREADGROUP
+  COUNT 100, the handler for each entry in turn, one XACK per batch. ``backup``: every
+  :data:`POLL` s one request of XAUTOCLAIM (entries idle longer than the lease) and
+  XINFO CONSUMERS; once the primary has been idle longer than the lease it reads new
+  entries too. ``member``: reads like the primary, and XAUTOCLAIMs entries idle longer
+  than the lease every :data:`POLL` s (and whenever a read comes back empty).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+import time
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from typing import Any
+
+import redis
+import redis.asyncio
+from redis.cluster import RedisCluster
+
+import lockworker
+import lockworker.aio
+from benchmarks.common import quiet_logging
+from benchmarks.stream_kit import (
+    AioTallyConnection,
+    Tally,
+    TallyConnection,
+    entries_key,
+    log_key,
+)
+
+BATCH = 100
+POLL = 0.1
+"""Seconds between a consumer group's XAUTOCLAIM checks."""
+BACKUP_DELAY = 0.5
+REPLY_TIMEOUT = 60.0
+
+
+@dataclass(frozen=True)
+class Setup:
+    kind: str
+    """``serve``, ``aio`` or ``cg``."""
+    port: int
+    namespace: str
+    stream: str
+    role: str
+    """``primary``/``backup`` (fan-out and ``cg``), ``member`` (a shared group)."""
+    concurrency: int = 16
+    lease: float = 10.0
+    group: str | None = None
+    cluster: bool = False
+    record_port: int | None = None
+    """Where the handler's log goes (``serve`` only; default: the served server)."""
+
+
+def _client(setup: Setup) -> Any:
+    if setup.cluster:
+        cluster = RedisCluster(host="127.0.0.1", port=setup.port, socket_timeout=REPLY_TIMEOUT)
+        for node in cluster.get_nodes():  # RedisCluster takes no connection_class
+            pool = node.redis_connection.connection_pool
+            pool.connection_class = TallyConnection
+            pool.reset()  # the connections made so far (uncounted) are dropped
+        return cluster
+    pool = redis.ConnectionPool(
+        host="127.0.0.1", port=setup.port, socket_timeout=REPLY_TIMEOUT,
+        connection_class=TallyConnection,
+    )
+    return redis.Redis(connection_pool=pool)
+
+
+class Child:
+    """What every kind shares: the handler, the counts, the ``stop`` listener."""
+
+    def __init__(self, setup: Setup, pipe: Connection) -> None:
+        self.setup, self.pipe = setup, pipe
+        self.owner = f"{setup.role}-{os.getpid()}"
+        self.log = log_key(setup.stream)
+        self.stopped = threading.Event()
+        self.lock = threading.Lock()
+        self.handled, self.handler_seconds, self.cpu = 0, 0.0, 0.0
+
+    def handled_one(self, started: float) -> None:
+        spent = time.monotonic() - started
+        with self.lock:
+            self.handled += 1
+            self.handler_seconds += spent
+
+    def go(self, on_stop: Any) -> None:
+        """Say ready, wait for go, start counting, and listen for stop."""
+        self.pipe.send("ready")
+        self.pipe.recv()
+        Tally.reset()
+        self.cpu = time.process_time()
+
+        def listen() -> None:
+            self.pipe.recv()
+            trips, sent = Tally.snapshot()
+            with self.lock:
+                mean = self.handler_seconds / self.handled if self.handled else 0.0
+            self.pipe.send({
+                "round_trips": trips, "sent": sent, "handled": self.handled,
+                "cpu": time.process_time() - self.cpu, "handler_seconds": mean,
+            })
+            self.stopped.set()
+            on_stop()
+
+        threading.Thread(target=listen, daemon=True).start()
+
+
+def _serve(setup: Setup, pipe: Connection) -> None:
+    child = Child(setup, pipe)
+    client = _client(setup)
+    record = client if setup.record_port is None else redis.Redis(port=setup.record_port)
+
+    def on_acquired(job: lockworker.Job) -> None:
+        started = time.monotonic()
+        record.rpush(child.log, f"{job.id} {started:.6f} {child.owner}")
+        child.handled_one(started)
+
+    worker = lockworker.Worker(
+        client, namespace=setup.namespace, lock_timeout=setup.lease, retention=600.0,
+        owner=child.owner, role="backup" if setup.role == "backup" else "primary",
+        backup_delay=BACKUP_DELAY, on_acquired=on_acquired,
+    )
+    extra = {} if setup.group is None else {"group": setup.group}
+    source = lockworker.StreamSource(client, setup.stream, owner=child.owner, **extra)
+    client.ping()
+    child.go(worker.stop)
+    try:
+        worker.serve(source, concurrency=setup.concurrency)
+    finally:
+        worker.close()
+        client.close()
+
+
+async def _aio_serve(setup: Setup, pipe: Connection) -> None:
+    child = Child(setup, pipe)
+    pool = redis.asyncio.ConnectionPool(
+        host="127.0.0.1", port=setup.port, socket_timeout=REPLY_TIMEOUT,
+        connection_class=AioTallyConnection,
+    )
+    client = redis.asyncio.Redis(connection_pool=pool)
+    reader = _client(setup)
+
+    async def on_acquired(job: lockworker.Job) -> None:
+        started = time.monotonic()
+        await client.rpush(child.log, f"{job.id} {started:.6f} {child.owner}")
+        child.handled_one(started)
+
+    worker = lockworker.aio.Worker(
+        client, namespace=setup.namespace, lock_timeout=setup.lease, retention=600.0,
+        owner=child.owner, role="backup" if setup.role == "backup" else "primary",
+        backup_delay=BACKUP_DELAY, on_acquired=on_acquired,
+    )
+    extra = {} if setup.group is None else {"group": setup.group}
+    source = lockworker.StreamSource(reader, setup.stream, owner=child.owner, **extra)
+    await client.ping()
+    await asyncio.to_thread(child.go, worker.stop)
+    try:
+        await worker.serve(source, concurrency=setup.concurrency)
+    finally:
+        await worker.close()
+        await client.aclose()
+        reader.close()
+
+
+def _consumer_group(setup: Setup, pipe: Connection) -> None:
+    child = Child(setup, pipe)
+    client = _client(setup)
+    key, group, lease_ms = entries_key(setup.stream), setup.group or "", int(setup.lease * 1000)
+
+    def handle(entries: list[Any]) -> None:
+        if not entries:
+            return
+        for _id, fields in entries:
+            started = time.monotonic()
+            job = fields[b"job_id"].decode()
+            client.rpush(child.log, f"{job} {started:.6f} {child.owner}")
+            child.handled_one(started)
+        client.xack(key, group, *[entry_id for entry_id, _ in entries])
+
+    def read() -> list[Any]:
+        got = client.xreadgroup(group, child.owner, {key: ">"}, count=BATCH, block=100)
+        return list(got[0][1]) if got else []
+
+    def claim() -> list[Any]:
+        got = client.xautoclaim(key, group, child.owner, lease_ms, "0-0", count=BATCH)
+        return list(got[1])
+
+    if setup.role == "primary":  # known to the group, idle from now, before any read
+        client.xgroup_createconsumer(key, group, child.owner)
+    child.go(lambda: None)
+    reading = setup.role != "backup"
+    last_claim = time.monotonic()
+    while not child.stopped.is_set():
+        if setup.role == "backup":
+            check = client.pipeline(transaction=False)
+            check.xautoclaim(key, group, child.owner, lease_ms, "0-0", count=BATCH)
+            check.xinfo_consumers(key, group)
+            claimed, consumers = check.execute()
+            handle(list(claimed[1]))
+            primary = [c for c in consumers if _text(c["name"]).startswith("primary")]
+            if not primary or all(int(c["idle"]) > lease_ms for c in primary):
+                reading = True  # the primary is gone: read new entries too
+            if reading:
+                handle(read())
+            elif not claimed[1]:
+                time.sleep(POLL)
+            continue
+        got = read()
+        handle(got)
+        if not got or time.monotonic() - last_claim >= POLL:
+            handle(claim())
+            last_claim = time.monotonic()
+    client.close()
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def child_main(setup: Setup, pipe: Connection) -> None:
+    quiet_logging(to_devnull=True)
+    if setup.kind == "aio":
+        asyncio.run(_aio_serve(setup, pipe))
+    elif setup.kind == "cg":
+        _consumer_group(setup, pipe)
+    else:
+        _serve(setup, pipe)

@@ -1,0 +1,267 @@
+"""What the dashboard shows, read from Redis the way ``lockworker status`` reads it.
+
+A :class:`Collector` reads every leader, live worker and job (SCAN over the state keys,
+:mod:`lockworker.cli.status`) into a :class:`View`, again and again in a thread of its
+own: every ``refresh`` seconds, but never busier than a third of the time (a read of
+10,000 jobs takes a fraction of a second, so it is not repeated back to back). Pages are
+cut from the latest view, so a page costs no read of its own and loads at once however
+many jobs there are.
+
+Between two reads it compares who held each job and each leadership: a job (or a term)
+whose holder changed to another process with a greater fencing token was handed over,
+and the :class:`Handover` is kept (the newest :data:`KEPT` of them) for the page to
+show as it happens. A job's attempt history (``Snapshot.history``, where the library
+records one) is read when a page shows the job.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from inspect import signature
+from typing import Any
+
+import redis
+import structlog
+
+from lockworker.cli import status
+from lockworker.cli.status import Row, WorkerRow
+from lockworker.clock import Clock, SystemClock, wall_time
+from lockworker.errors import ForeignValueError
+from lockworker.model.keys import JobKeys
+from lockworker.model.state import Reset, Snapshot
+from lockworker.protocol import ScriptProtocol
+
+STATES = ("held", "pending", "done", "gave_up", "foreign")
+"""The states a job row can have, in the order the counts show them."""
+KEPT = 100
+"""How many handovers the dashboard remembers (the newest)."""
+BUSY = 3.0
+"""A read is followed by at least BUSY times its own duration of rest."""
+
+log = structlog.get_logger("lockworker.dashboard")
+
+
+@dataclass(frozen=True)
+class Handover:
+    """A job or a leadership that passed from one process to another."""
+
+    seen_at: float
+    """Wall-clock time of the read that saw it."""
+    kind: str
+    """``job`` or ``leader``."""
+    namespace: str
+    id: str
+    before: str
+    after: str
+    token: int
+    """The new holder's fencing token (a term's number, for a leader)."""
+    attempt: int | None
+
+
+@dataclass(frozen=True)
+class View:
+    """Everything one read saw."""
+
+    taken_at: float
+    """Wall-clock time of the read (for display)."""
+    read_seconds: float
+    leaders: tuple[Row, ...] = ()
+    workers: tuple[WorkerRow, ...] = ()
+    jobs: tuple[Row, ...] = ()
+    error: str | None = None
+    """Why the read failed (the previous rows are kept), with any password masked."""
+    counts: dict[str, dict[str, int]] = field(default_factory=dict)
+    """namespace -> state -> number of jobs."""
+
+    def select(
+        self, *, namespace: str | None = None, state: str | None = None, query: str = ""
+    ) -> list[Row]:
+        """The job rows of ``namespace``/``state`` (any if None) whose id holds ``query``."""
+        return [
+            r for r in self.jobs
+            if (namespace is None or r.namespace == namespace)
+            and (state is None or r.state == state)
+            and (not query or query in r.id)
+        ]
+
+
+def count(rows: Iterable[Row]) -> dict[str, dict[str, int]]:
+    """Jobs per state per namespace (every state present, zero or not)."""
+    counts: dict[str, dict[str, int]] = {}
+    for row in rows:
+        states = counts.setdefault(row.namespace, dict.fromkeys(STATES, 0))
+        states[row.state] = states.get(row.state, 0) + 1
+    return counts
+
+
+Seen = dict[tuple[str, str, str], tuple[str, int, int | None]]
+"""(kind, namespace, id) -> (last holder, its token, its attempt)."""
+
+
+def handovers(seen: Seen, rows: Sequence[Row], at: float) -> tuple[list[Handover], Seen]:
+    """The handovers since ``seen`` that ``rows`` show, and what is seen now.
+
+    A row's holder is the live holder, or else whoever last held the job (a leadership:
+    only a live one; a vacant term keeps the previous leader remembered). A holder other
+    than the remembered one, with a greater token, took over from it.
+    """
+    found: list[Handover] = []
+    now: Seen = {}
+    for row in rows:
+        key = (row.kind, row.namespace, row.id)
+        before = seen.get(key)
+        if row.holder is None:
+            if before is not None:
+                now[key] = before
+            continue
+        now[key] = (row.holder, row.token, row.attempt)
+        if before is not None and before[0] != row.holder and row.token > before[1]:
+            found.append(Handover(at, row.kind, row.namespace, row.id, before[0], row.holder,
+                                  row.token, row.attempt))
+    return found, now
+
+
+def history(snapshot: Snapshot) -> tuple[Any, ...]:
+    """The job's attempt records, oldest first (none where the library keeps none)."""
+    return tuple(getattr(snapshot, "history", ()) or ())
+
+
+def last_error(records: Sequence[Any]) -> str | None:
+    """``Type: message`` of the latest attempt that recorded an error, or None."""
+    for record in reversed(records):
+        error = getattr(record, "error", None)
+        kind = getattr(record, "error_type", None)
+        if error or kind:
+            return f"{kind}: {error}" if kind and error else str(kind or error)
+    return None
+
+
+class Collector:
+    """Reads the views and keeps the handovers; thread-safe. ``masked``: texts (a
+    password) that must never appear in an error shown."""
+
+    def __init__(
+        self, client: redis.Redis, *, retention: float = 86400.0, refresh: float = 1.0,
+        namespace: str | None = None, masked: Sequence[str] = (), clock: Clock | None = None,
+    ) -> None:
+        self.client = client
+        self.retention = retention
+        self.refresh = refresh
+        self.namespace = namespace
+        self.masked = tuple(m for m in masked if m)
+        self.clock = clock or SystemClock()
+        self._view = View(taken_at=0.0, read_seconds=0.0, error="not read yet")
+        self._handovers: deque[Handover] = deque(maxlen=KEPT)
+        self._seen: Seen = {}
+        self._errors: dict[tuple[str, str, int, int], str | None] = {}
+        self._lock = threading.Lock()
+        self._reading = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def mask(self, message: str) -> str:
+        for secret in self.masked:
+            message = message.replace(secret, "***")
+        return message
+
+    @property
+    def view(self) -> View:
+        with self._lock:
+            return self._view
+
+    @property
+    def handovers(self) -> list[Handover]:
+        """Newest first."""
+        with self._lock:
+            return list(reversed(self._handovers))
+
+    def read(self) -> View:
+        """Read everything now; a failed read keeps the rows and says why."""
+        with self._reading:
+            started = self.clock.monotonic()
+            try:
+                leaders = status.leader_rows(self.client) if self.namespace is None else []
+                workers = status.worker_rows(self.client, self.namespace)
+                keys = sorted(
+                    status.state_keys(self.client, self.namespace),
+                    key=lambda k: (status.natural(k[1]), status.natural(k[2])),
+                )
+                jobs = status.job_rows(self.client, keys, self.retention)
+            except (redis.RedisError, OSError) as exc:
+                error = self.mask(f"{type(exc).__name__}: {exc}")
+                log.warning("dashboard.read_failed", error=error)
+                with self._lock:
+                    old = self._view
+                    self._view = View(wall_time(), old.read_seconds, old.leaders, old.workers,
+                                      old.jobs, error, old.counts)
+                    return self._view
+            took = self.clock.monotonic() - started
+            view = View(wall_time(), took, tuple(leaders), tuple(workers), tuple(jobs),
+                        None, count(jobs))
+            found, seen = handovers(self._seen, [*leaders, *jobs], view.taken_at)
+            with self._lock:
+                self._view, self._seen = view, seen
+                self._handovers.extend(found)
+            for handover in found:
+                log.info("dashboard.handover", kind=handover.kind, namespace=handover.namespace,
+                         id=handover.id, before=handover.before, after=handover.after,
+                         token=handover.token)
+            return view
+
+    def start(self) -> None:
+        """Read once now, then keep reading in a daemon thread until :meth:`stop`."""
+        self.read()
+        self._thread = threading.Thread(target=self._run, name="dashboard-reader", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self.clock.wait(self._stop, max(self.refresh, BUSY * self.view.read_seconds)):
+            self.read()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+
+    def inspect(self, namespace: str, job_id: str) -> Snapshot | None:
+        """The job as Redis has it now (with its history where recorded); None if its
+        keys hold values lockworker did not write."""
+        protocol = ScriptProtocol(self.client)
+        read: Callable[..., Snapshot] = protocol.inspect
+        keys = JobKeys.of(namespace, job_id)
+        try:
+            if "history" in signature(read).parameters:  # a library that records attempts
+                return read(keys, history=True)
+            return read(keys)
+        except ForeignValueError:
+            return None
+
+    def last_errors(self, rows: Sequence[Row]) -> dict[tuple[str, str], str | None]:
+        """The last recorded error of each job of ``rows`` (a page of given-up jobs):
+        read once per attempt of a job, then remembered."""
+        found: dict[tuple[str, str], str | None] = {}
+        for row in rows:
+            key = (row.namespace, row.id, row.token, row.attempt or 0)
+            with self._lock:
+                known = key in self._errors
+                error = self._errors.get(key)
+            if not known:
+                seen = self.inspect(row.namespace, row.id)
+                error = last_error(history(seen)) if seen is not None else None
+                error = self.mask(error) if error is not None else None
+                with self._lock:
+                    self._errors[key] = error
+                    if len(self._errors) > 10 * KEPT:
+                        self._errors.pop(next(iter(self._errors)))
+            found[(row.namespace, row.id)] = error
+        return found
+
+    def reset(self, namespace: str, job_id: str) -> Reset:
+        """Make a job that nobody holds pending again (a held one is refused)."""
+        keys = JobKeys.of(namespace, job_id)
+        done = ScriptProtocol(self.client).reset(keys, round(self.retention * 1000))
+        log.info("dashboard.reset", namespace=namespace, id=job_id, result=done.value)
+        return done

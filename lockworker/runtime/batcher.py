@@ -1,0 +1,139 @@
+"""Group commit for the protocol steps of many threads on one client.
+
+Under ``Worker.serve`` many job threads of a process send protocol steps at once: the
+grants of new jobs, the DONE of finished ones, renewals, backups' looks. Sent one by
+one, each step pays a round trip, and the process pays a send and a receive system
+call, a reply parse and a thread switch per step. A :class:`Batcher` sends them
+together (:mod:`lockworker.protocol.batch`: one pipeline of the very per-job steps).
+
+The rule is group commit, as a database commits its log: a step that finds no batch
+in flight is sent at once, alone, by the calling thread (a lone job pays nothing
+extra); a step that arrives while a batch is in flight waits for it to come back, then
+goes out with every other step that arrived meanwhile, sent by the first of them. No
+step therefore waits longer than one round trip beyond its own, and the more steps are
+in flight, the fewer round trips they take.
+
+One batcher per client object (:func:`batcher_for`), shared by every worker on it:
+sharing costs nothing per worker and lets their steps share round trips too.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from collections import deque
+from typing import Any
+
+import redis
+
+from lockworker.protocol import batch
+from lockworker.protocol.script import Step
+
+
+class _Entry:
+    """One step waiting for its batch: its result, or the signal to lead the next."""
+
+    __slots__ = ("done", "lead", "result", "step")
+
+    def __init__(self, step: Step[Any]) -> None:
+        self.step = step
+        self.done = threading.Event()
+        self.lead = False
+        self.result: Any = None
+
+
+class Batcher:
+    """Send protocol steps of many threads in shared round trips (see the module)."""
+
+    def __init__(self, client: redis.Redis, max_batch: int = batch.MAX_BATCH) -> None:
+        self.client = client
+        self.max_batch = max_batch
+        self._mutex = threading.Lock()
+        self._queue: deque[_Entry] = deque()
+        self._busy = False
+
+    def __call__(self, step: Step[Any]) -> Any:
+        """Send ``step`` (alone or in a batch); its result or the exception it stands
+        for (returned, not raised: :func:`lockworker.protocol.batch.outcome`). An error of
+        the whole round trip (the connection) is raised."""
+        with self._mutex:
+            if not self._busy:
+                self._busy = True
+                entry = None
+            else:
+                entry = _Entry(step)
+                self._queue.append(entry)
+        if entry is None:
+            return self._lead(step)
+        entry.done.wait()
+        if entry.lead:
+            return self._lead(step)
+        if isinstance(entry.result, _Failed):
+            raise entry.result.error
+        return entry.result
+
+    def _lead(self, step: Step[Any]) -> Any:
+        """Send ``step`` and whatever is queued; hand the lead to the next in line."""
+        with self._mutex:
+            taken = [self._queue.popleft() for _ in range(
+                min(len(self._queue), self.max_batch - 1)
+            )]
+        try:
+            if taken:
+                results = batch.send(self.client, [step, *(e.step for e in taken)])
+            else:
+                results = [self._alone(step)]
+        except BaseException as exc:
+            for e in taken:
+                e.result = _Failed(exc)
+                e.done.set()
+            self._pass_lead()
+            raise
+        for e, result in zip(taken, results[1:], strict=True):
+            e.result = result
+            e.done.set()
+        self._pass_lead()
+        return results[0]
+
+    def _alone(self, step: Step[Any]) -> Any:
+        """One step, sent as a single command (no pipeline to build)."""
+        keys = step.keys
+        try:
+            reply = step.script(self.client, (keys.lock, keys.state), step.args)
+        except redis.ResponseError as exc:
+            return batch.outcome(step, exc)
+        return batch.outcome(step, reply)
+
+    def _pass_lead(self) -> None:
+        """Let the next queued step lead the next batch, or mark the batcher idle."""
+        with self._mutex:
+            if not self._queue:
+                self._busy = False
+                return
+            nxt = self._queue.popleft()
+        nxt.lead = True
+        nxt.done.set()
+
+
+class _Failed:
+    """The round trip of a batch failed: every step in it raises this error."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+
+
+_BATCHERS: weakref.WeakKeyDictionary[Any, Batcher] = weakref.WeakKeyDictionary()
+_REGISTRY = threading.Lock()
+
+
+def batcher_for(client: redis.Redis) -> Batcher:
+    """The batcher of ``client`` (one per client object, made on first use)."""
+    found = _BATCHERS.get(client)
+    if found is None:
+        with _REGISTRY:
+            found = _BATCHERS.get(client)
+            if found is None:
+                found = _BATCHERS[client] = Batcher(client)
+    return found

@@ -1,0 +1,212 @@
+"""The dashboard over real HTTP against a real server: pages, paging at 10,000 jobs,
+the token, the host names it answers to, and the checks on every change (a CSRF token
+and the page's own origin)."""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+pytest.importorskip("starlette", reason="the dashboard extra is not installed")
+
+import redis
+from dashboard_server import ask, serving
+
+import lockworker
+from lockworker.dashboard.app import PAGE, create_app
+from lockworker.dashboard.view import Collector
+from lockworker.model.codec import StateValue
+from lockworker.model.keys import JobKeys
+from lockworker.model.state import JobStatus, Snapshot
+from lockworker.protocol import ScriptProtocol
+from lockworker.testing import RedisServer
+
+HTML = {"Accept": "text/html"}
+
+
+def rows(body: str) -> list[str]:
+    """The ids of the job rows a page shows."""
+    return re.findall(r'<td class="id"><a href="[^"]*">([^<]*)</a>', body)
+
+
+def csrf_of(body: str) -> str:
+    found = re.search(r'name="csrf" value="([^"]+)"', body)
+    assert found, "no form with a CSRF token on the page"
+    return found[1]
+
+
+def give_up(client: redis.Redis, namespace: str, job_id: str, error: str = "boom") -> None:
+    def fail(_job: lockworker.Job) -> None:
+        raise RuntimeError(error)
+
+    worker = lockworker.Worker(client, namespace=namespace, on_acquired=fail, max_attempts=1,
+                               handle_signals=False, lock_timeout=2.0)
+    assert worker.process(job_id) is lockworker.Outcome.GAVE_UP
+    worker.close()
+
+
+def state(client: redis.Redis, namespace: str, job_id: str) -> JobStatus:
+    return ScriptProtocol(client).inspect(JobKeys.of(namespace, job_id)).status
+
+
+@pytest.fixture
+def collector(redis_client: redis.Redis, namespace: str) -> Iterator[Collector]:
+    made = Collector(redis_client, namespace=namespace, refresh=0.2)
+    yield made
+    made.stop()
+
+
+def test_ten_thousand_jobs_are_paged_and_a_page_loads_well_under_a_second() -> None:
+    with RedisServer() as server:
+        client = server.client(decode_responses=True)
+        pipe = client.pipeline(transaction=False)
+        for i in range(10_000):
+            keys = JobKeys.of(f"ns-{i % 4}", f"job-{i}")
+            status = (JobStatus.DONE, JobStatus.GAVE_UP)[i % 2]
+            value = StateValue(status, 1, i + 1, "0123456789abcdef", "host-a")
+            pipe.set(keys.state, value.encode(), px=3_600_000)
+        pipe.execute()
+        collector = Collector(client, refresh=60.0)
+        with serving(create_app(collector, url=server.url)) as base:
+            assert len(collector.view.jobs) == 10_000
+            took = []
+            for path in ("/", "/jobs", "/jobs?page=150", "/jobs?ns=ns-1&state=gave_up&page=9",
+                         "/?gave_up=3"):
+                started = time.monotonic()
+                reply = ask(base, path)
+                took.append(time.monotonic() - started)
+                assert reply.status == 200, path
+                assert len(rows(reply.body)) <= PAGE
+            assert max(took) < 1.0, took  # typically a few tens of ms: a wide margin
+            page = ask(base, "/jobs?page=150").body
+            assert "page 150 of 200 (10000 rows)" in page
+            # by namespace, then naturally by id: rows 7451-7500 are ns-2's last 50
+            assert rows(page) == [f"job-{4 * k + 2}" for k in range(2450, 2500)]
+            counts = ask(base, "/").body
+            assert 'ns=ns-1&amp;state=gave_up">2500<' in counts
+            assert 'ns=ns-0&amp;state=gave_up">0<' in counts
+        client.close()
+
+
+def test_a_job_page_shows_its_attempts_and_escapes_the_error(
+    redis_client: redis.Redis, namespace: str
+) -> None:
+    @dataclass(frozen=True)
+    class Record:  # the attempt record's fields, as the library's history holds them
+        attempt: int
+        token: int
+        owner: str
+        run: str
+        started_ms: int
+        ended_ms: int | None
+        ending: str | None
+        error_type: str | None
+        error: str | None
+
+    @dataclass(frozen=True)
+    class WithHistory(Snapshot):
+        history: tuple[Any, ...] = ()
+
+    class Recorded(Collector):
+        def inspect(self, namespace: str, job_id: str) -> Snapshot | None:
+            seen = super().inspect(namespace, job_id)
+            assert seen is not None
+            records = (
+                Record(1, 7, "host-a", "r1", 1_700_000_000_000, 1_700_000_000_250, "lost",
+                       None, None),
+                Record(2, 8, "host-b", "r2", 1_700_000_001_000, 1_700_000_001_500, "gave_up",
+                       "ValueError", "<b>bad</b> row & 'quote'"),
+            )
+            return WithHistory(**{**seen.__dict__, "history": records})
+
+    give_up(redis_client, namespace, "invoice-43")
+    collector = Recorded(redis_client, namespace=namespace, refresh=60.0)
+    with serving(create_app(collector, url="redis://x")) as base:
+        job = ask(base, f"/job?ns={namespace}&id=invoice-43").body
+        assert "ValueError</b>: <span class=\"message\">&lt;b&gt;bad&lt;/b&gt; row &amp; " \
+            "&#39;quote&#39;</span>" in job
+        assert "<b>bad</b>" not in job
+        assert job.count('class="attempt ') == 2 and "host-b" in job and "lost" in job
+        overview = ask(base, "/").body  # the given-up list shows the last error
+        assert "ValueError: &lt;b&gt;bad&lt;/b&gt; row" in overview
+
+
+def test_a_read_only_dashboard_has_no_reset_and_a_reset_needs_the_pages_csrf_and_origin(
+    redis_client: redis.Redis, namespace: str, collector: Collector
+) -> None:
+    give_up(redis_client, namespace, "j1")
+    with serving(create_app(collector, url="redis://x")) as base:
+        page = ask(base, f"/job?ns={namespace}&id=j1").body
+        assert 'action="/reset"' not in page
+        assert ask(base, "/reset", method="POST", form={"ns": namespace, "id": "j1"}).status \
+            in (404, 405)
+    with serving(create_app(collector, url="redis://x", allow_reset=True)) as base:
+        first = ask(base, f"/job?ns={namespace}&id=j1")
+        cookie, token = first.cookies["lockworker_csrf"], csrf_of(first.body)
+        own = {"Origin": base, "Sec-Fetch-Site": "same-origin"}
+        form = {"ns": namespace, "id": "j1", "csrf": token}
+        attempts = [
+            ({"ns": namespace, "id": "j1"}, own, {"lockworker_csrf": cookie}),  # no token
+            ({**form, "csrf": "0" * 64}, own, {"lockworker_csrf": cookie}),  # a wrong one
+            (form, own, {}),  # the token without the browser's cookie
+            (form, {"Origin": "http://evil.example"}, {"lockworker_csrf": cookie}),
+            (form, {"Origin": base, "Sec-Fetch-Site": "cross-site"}, {"lockworker_csrf": cookie}),
+            (form, {}, {"lockworker_csrf": cookie}),  # neither Origin nor Referer
+        ]
+        for fields, headers, cookies in attempts:
+            reply = ask(base, "/reset", method="POST", form=fields, headers=headers,
+                        cookies=cookies)
+            assert reply.status == 403, (fields, headers, cookies)
+            assert state(redis_client, namespace, "j1") \
+                is JobStatus.GAVE_UP
+        assert ask(base, "/reset", headers=own).status == 405  # GET changes nothing
+        done = ask(base, "/reset", method="POST", form=form, cookies={"lockworker_csrf": cookie},
+                   headers={"Referer": f"{base}/job?ns={namespace}&id=j1"})
+        assert done.status == 303 and "said=reset" in done.headers["location"]
+        assert state(redis_client, namespace, "j1") \
+            is JobStatus.PENDING
+
+
+def test_a_token_is_asked_by_bearer_header_or_login_form(collector: Collector) -> None:
+    with serving(create_app(collector, url="redis://x", token="t0ken-42")) as base:
+        assert ask(base, "/").status == 401
+        assert ask(base, "/job?ns=a&id=b", headers={"Authorization": "Bearer nope"}).status == 401
+        to_login = ask(base, "/jobs?page=2", headers=HTML)
+        assert to_login.status == 303
+        assert to_login.headers["location"] == "/login?next=%2Fjobs%3Fpage%3D2"
+        assert ask(base, "/", headers={"Authorization": "Bearer t0ken-42"}).status == 200
+        own = {"Origin": base}
+        wrong = ask(base, "/login", method="POST", form={"token": "nope"}, headers=own)
+        assert wrong.status == 401 and "lockworker_session" not in wrong.cookies
+        cross = ask(base, "/login", method="POST", form={"token": "t0ken-42"},
+                    headers={"Origin": "http://evil.example"})
+        assert cross.status == 401
+        ok = ask(base, "/login?next=//evil.example/", method="POST",
+                 form={"token": "t0ken-42"}, headers=own)
+        assert ok.status == 303 and ok.headers["location"] == "/"
+        session = ok.cookies["lockworker_session"]
+        assert "t0ken-42" not in session
+        assert ask(base, "/", cookies={"lockworker_session": session}).status == 200
+        assert ask(base, "/static/dashboard.css").status == 200  # the login page's style
+
+
+def test_without_a_token_only_loopback_host_names_are_answered(collector: Collector) -> None:
+    with serving(create_app(collector, url="redis://x")) as base:
+        port = base.rsplit(":", 1)[1]
+        for host in (f"127.0.0.1:{port}", f"localhost:{port}", f"[::1]:{port}"):
+            assert ask(base, "/", headers={"Host": host}).status == 200, host
+        rebound = ask(base, "/", headers={"Host": f"attacker.example:{port}"})
+        assert rebound.status == 421
+
+
+def test_every_page_forbids_inline_scripts_and_framing(collector: Collector) -> None:
+    with serving(create_app(collector, url="redis://x")) as base:
+        headers = ask(base, "/").headers
+        assert "script-src 'self'" in headers["content-security-policy"]
+        assert "frame-ancestors 'none'" in headers["content-security-policy"]
+        assert headers["x-content-type-options"] == "nosniff"
