@@ -33,7 +33,16 @@ from lockworker.errors import (
     Retry,
     StopRequested,
 )
-from lockworker.model.state import Durability, JobStatus, Outcome, ProtocolKind, Role, Snapshot
+from lockworker.model.history import AttemptEnd, AttemptRecord
+from lockworker.model.state import (
+    Durability,
+    JobStatus,
+    Outcome,
+    ProtocolKind,
+    Reset,
+    Role,
+    Snapshot,
+)
 from lockworker.primitives import JSONCodec, Lock, Redlock, Semaphore, compute_once
 from lockworker.runtime.retry import RetryPolicy
 
@@ -42,6 +51,8 @@ __version__ = "0.2.0"
 __all__ = [
     "AcquireTimeout",
     "AlreadyHeld",
+    "AttemptEnd",
+    "AttemptRecord",
     "Clock",
     "Contended",
     "Delivery",
@@ -68,6 +79,7 @@ __all__ = [
     "QuorumNotReached",
     "RedisUnavailable",
     "Redlock",
+    "Reset",
     "Retry",
     "RetryPolicy",
     "Role",

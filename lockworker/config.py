@@ -198,6 +198,19 @@ def port(value: object, name: str) -> int:
     return cast(int, number(value, name, minimum=1, maximum=65535, integer=True))
 
 
+JOB_STATES = ("pending", "held", "done", "gave_up")
+"""The states a job is listed and reset by (``held``: pending under a live lease)."""
+
+
+def job_state(value: object, name: str = "state") -> str:
+    """``value`` if it is one of :data:`JOB_STATES`."""
+    if not isinstance(value, str) or value not in JOB_STATES:
+        raise InvalidConfig(
+            f"{name} must be one of {', '.join(JOB_STATES)}, got {_shown(value)}"
+        )
+    return value
+
+
 def local_durability(value: object, product: str, instead: str) -> str:
     """``durability`` of a product that has only the local form: ``"local"``, or an
     error naming the argument, the value, why not and what to use instead."""

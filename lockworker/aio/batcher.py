@@ -87,9 +87,8 @@ class AsyncBatcher:
 
 
 async def _alone(client: Any, step: Step[Any]) -> Any:
-    keys = step.keys
     try:
-        reply = await step.script.acall(client, (keys.lock, keys.state), step.args)
+        reply = await step.script.acall(client, step.names, step.args)
     except redis.ResponseError as exc:
         return batch.outcome(step, exc)
     return batch.outcome(step, reply)

@@ -65,6 +65,10 @@ class AsyncGate(Protocol):
 
     async def unpark(self) -> None: ...
 
+    def first_look(self) -> Snapshot | None:
+        """What a look of the job just saw, once (then None): the run's first look."""
+        ...
+
 
 SERVING: Lending[AsyncGate] = Lending("lockworker.aio.serve.gate")
 """How serving lends its slots to the ``aio.Worker.process`` call of each delivery."""
@@ -90,6 +94,9 @@ class AsyncJobRun(RunBase):
     # -- the contest's I/O (the loop is lockworker.daemons.contend's) ----------------
 
     async def look(self) -> Snapshot:
+        seen = None if self.gate is None else self.gate.first_look()
+        if seen is not None:
+            return seen
         return await self.call(lambda: self.w.protocol.inspect(self.keys), "inspect job")
 
     async def acquire(self) -> Grant | Snapshot:
@@ -283,6 +290,7 @@ class AsyncJobRun(RunBase):
             lambda: w.protocol.fail(
                 self.keys, held, w.max_attempts, w._retention_ms,
                 delay_ms=failure.delay_ms, give_up=failure.give_up is not None,
+                error=failure.error,
             ),
             "release failed attempt",
         )
@@ -292,7 +300,8 @@ class AsyncJobRun(RunBase):
     ) -> Outcome:
         w = self.w
         settled = await asyncio.shield(self.call(
-            lambda: w.protocol.release(self.keys, held, w._retention_ms), "release on stop"
+            lambda: w.protocol.release(self.keys, held, w._retention_ms, stopped=True),
+            "release on stop",
         ))
         log.info(events.RELEASED, reason=reason, settled=settled.value)
         if job._lease is not None:

@@ -13,9 +13,16 @@ from typing import Any, TypeVar
 import redis
 
 from lockworker.model.codec import Holder, LockValue
+from lockworker.model.history import ErrorText
 from lockworker.model.keys import JobKeys
 from lockworker.model.state import Ending, Grant, Renewal, Reset, Settle, Snapshot
-from lockworker.protocol.decode import foreign_on_wrongtype
+from lockworker.protocol.decode import (
+    foreign_on_wrongtype,
+    server_ms,
+    snapshot_from,
+    with_history,
+)
+from lockworker.protocol.interface import node_of
 from lockworker.protocol.script import (
     Step,
     acquire_step,
@@ -54,7 +61,7 @@ class AsyncScriptProtocol:
                     return done
             raise result
         try:
-            reply = await step.script.acall(self.client, (keys.lock, keys.state), step.args)
+            reply = await step.script.acall(self.client, step.names, step.args)
         except redis.ResponseError as exc:
             if step.recover is not None and "WRONGTYPE" not in str(exc):  # applied anyway?
                 done = step.recover(await self.client.get(keys.state))
@@ -78,20 +85,54 @@ class AsyncScriptProtocol:
 
     async def fail(
         self, keys: JobKeys, held: LockValue, max_attempts: int, retention_ms: int,
-        *, delay_ms: int = 0, give_up: bool = False,
+        *, delay_ms: int = 0, give_up: bool = False, error: ErrorText | None = None,
     ) -> Settle:
         return await self._do(settle_step(
             keys, held, Ending.FAIL, retention_ms, max_attempts, delay_ms=delay_ms,
-            give_up=give_up,
+            give_up=give_up, error=error,
         ))
 
-    async def release(self, keys: JobKeys, held: LockValue, retention_ms: int) -> Settle:
-        return await self._do(settle_step(keys, held, Ending.RELEASE, retention_ms))
+    async def release(
+        self, keys: JobKeys, held: LockValue, retention_ms: int, *, stopped: bool = False
+    ) -> Settle:
+        return await self._do(
+            settle_step(keys, held, Ending.RELEASE, retention_ms, stopped=stopped)
+        )
 
-    async def reset(self, keys: JobKeys, retention_ms: int, *, force: bool = False) -> Reset:
-        return await self._do(reset_step(keys, retention_ms, force=force))
+    async def reset(
+        self, keys: JobKeys, retention_ms: int, *, force: bool = False,
+        expect: str | None = None,
+    ) -> Reset:
+        return await self._do(reset_step(keys, retention_ms, force=force, expect=expect))
 
-    async def inspect(self, keys: JobKeys) -> Snapshot:
-        """State, lease and lease time left at one instant, as the sync side reads it
-        (one script: on a cluster too, where a transaction takes no TIME)."""
-        return await self._do(inspect_step(keys))
+    async def inspect(self, keys: JobKeys, *, history: bool = False) -> Snapshot:
+        """State, lease and lease time left in one transaction, as the sync side reads
+        it; with ``history``, the job's attempts too. Without, one script (on a cluster
+        too, where a transaction takes no TIME)."""
+        if not history:
+            return await self._do(inspect_step(keys))
+        node = node_of(self.client, keys)
+        # On a cluster, redis.asyncio's transaction pipeline (redis-py 8) runs a command
+        # that must re-read the slot map in a loop of its own and fails ("bound to a
+        # different event loop"): read in a plain pipeline there, one slot, one batch.
+        # Not one atomic read, which no decision needs: every decision is an atomic
+        # step of its own (acquire, settle); this read only reports and times waits.
+        pipe = self.client.pipeline(transaction=node is None)
+        pipe.get(keys.state)
+        pipe.get(keys.lock)
+        pipe.pttl(keys.lock)
+        if history:
+            pipe.lrange(keys.history, 0, -1)
+        if node is None:
+            pipe.time()
+        try:
+            raw_state, raw_lock, pttl, *rest = await pipe.execute()
+        except redis.ResponseError as exc:
+            raise foreign_on_wrongtype(keys, exc) from exc
+        records = rest.pop(0) if history else None
+        if node is not None:  # see lockworker.protocol.interface.inspect
+            rest = [await self.client.execute_command("TIME", target_nodes=node)]
+        seen = snapshot_from(
+            keys, raw_state, raw_lock, int(pttl) if int(pttl) >= 0 else None, server_ms(rest[0])
+        )
+        return seen if records is None else with_history(seen, records, raw_lock)

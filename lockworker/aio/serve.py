@@ -27,12 +27,16 @@ import threading
 from collections.abc import AsyncGenerator, Awaitable, Collection
 from typing import Any, Protocol
 
+from lockworker.aio.defer import AsyncDeferrals
 from lockworker.aio.jobrun import SERVING
+from lockworker.aio.wake import wait
 from lockworker.config import count
+from lockworker.daemons import defer
+from lockworker.daemons.defer import IDLE_WAIT
 from lockworker.daemons.serve import JOB_ERROR, RESOLVED, STARTED, STOPPED
 from lockworker.daemons.sources import Delivery, as_source
 from lockworker.errors import ForeignValueError, InvalidConfig
-from lockworker.model.state import Outcome
+from lockworker.model.state import Outcome, Snapshot
 from lockworker.runtime import events
 
 
@@ -94,6 +98,31 @@ class Slots:
 
     async def unpark(self) -> None:
         await self.take(first=True)
+
+    def first_look(self) -> None:
+        """Nothing seen beforehand (see :class:`Seen`)."""
+        return None
+
+
+class Seen:
+    """The slots lent to one delivery's run, with what a look just saw of its job (a
+    backup's held-back delivery, :mod:`lockworker.aio.defer`): its first look is free."""
+
+    __slots__ = ("seen", "slots")
+
+    def __init__(self, slots: Slots, seen: Snapshot) -> None:
+        self.slots = slots
+        self.seen: Snapshot | None = seen
+
+    def park(self) -> bool:
+        return self.slots.park()
+
+    async def unpark(self) -> None:
+        await self.slots.unpark()
+
+    def first_look(self) -> Snapshot | None:
+        seen, self.seen = self.seen, None
+        return seen
 
 
 async def serve(worker: AsyncServable, source: object, *, concurrency: int = 4) -> None:
@@ -190,6 +219,9 @@ class _Server:
         self.running: dict[str, collections.deque[Delivery]] = {}
         self.tasks: set[asyncio.Task[None]] = set()
         self.error: BaseException | None = None
+        self.deferrals = (
+            AsyncDeferrals(worker, self.dispatch) if defer.wanted(worker) else None
+        )
         self.log = events.logger(
             events.SERVE, worker._logger,
             namespace=worker.namespace, owner=worker.owner, run=worker.run_id,
@@ -202,21 +234,15 @@ class _Server:
             async for delivery in deliveries:
                 if w.stopping or self.error is not None:
                     break
-                await self.slots.take()
-                if w.stopping or self.error is not None:
-                    self.slots.give()
+                if self.deferrals is not None and self.deferrals.deferring():
+                    await self.deferrals.add(delivery)  # a backup while a primary serves
+                elif not await self.dispatch(delivery, None) or w.stopping:
                     break
-                waiting = self.running.get(delivery.job_id)
-                if waiting is not None:
-                    waiting.append(delivery)
-                    self.slots.give()
-                    continue
-                self.running[delivery.job_id] = collections.deque()
-                task = asyncio.ensure_future(self.work(delivery))
-                self.tasks.add(task)
-                task.add_done_callback(self.tasks.discard)
-                if w.stopping:
-                    break
+            if self.deferrals is not None:  # a source that ended: held back still counts
+                stopped = w._stop_event()
+                while len(self.deferrals) and not w.stopping and self.error is None:
+                    await wait(stopped, IDLE_WAIT)
+                w._stop_events.discard(stopped)
         except asyncio.CancelledError:
             # Wherever serving was cancelled (reading the source, waiting for a slot),
             # so are its jobs: a running hook's lease is released at once.
@@ -225,17 +251,39 @@ class _Server:
             raise
         finally:
             await deliveries.aclose()
+            if self.deferrals is not None:
+                await self.deferrals.close()
             if self.tasks:
                 await asyncio.gather(*list(self.tasks), return_exceptions=True)
             self.log.info(STOPPED, stopping=w.stopping)
         if self.error is not None:
             raise self.error
 
-    async def work(self, delivery: Delivery) -> None:
+    async def dispatch(self, delivery: Delivery, seen: Snapshot | None) -> bool:
+        """Run ``delivery`` in a free slot (waits for one), with what a look of the job
+        just saw, if any; False if the serving ends instead."""
+        w = self.worker
+        await self.slots.take()
+        if w.stopping or self.error is not None:
+            self.slots.give()
+            return False
+        waiting = self.running.get(delivery.job_id)
+        if waiting is not None:
+            waiting.append(delivery)
+            self.slots.give()
+            return True
+        self.running[delivery.job_id] = collections.deque()
+        task = asyncio.ensure_future(self.work(delivery, seen))
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+        return True
+
+    async def work(self, delivery: Delivery, seen: Snapshot | None = None) -> None:
         current: Delivery | None = delivery
         try:
             while current is not None:
-                await self.run_one(current)
+                await self.run_one(current, seen)
+                seen = None
                 waiting = self.running[current.job_id]
                 if waiting and not self.worker.stopping and self.error is None:
                     current = waiting.popleft()
@@ -245,9 +293,10 @@ class _Server:
         finally:
             self.slots.give()
 
-    async def run_one(self, delivery: Delivery) -> None:
+    async def run_one(self, delivery: Delivery, seen: Snapshot | None = None) -> None:
+        gate = self.slots if seen is None else Seen(self.slots, seen)
         try:
-            with SERVING.lend(self.worker, self.slots):
+            with SERVING.lend(self.worker, gate):
                 outcome = await self.worker.process(delivery.job_id, delivery.payload)
         except (InvalidConfig, ForeignValueError) as exc:
             self.log.error(

@@ -32,6 +32,7 @@ from lockworker.aio.serve import serve
 from lockworker.aio.wake import AsyncWaits
 from lockworker.clock import Clock
 from lockworker.config import RetryDelay
+from lockworker.daemons import deadletter
 from lockworker.daemons.job import Job
 from lockworker.daemons.worker import DAY, WorkerSettings
 from lockworker.errors import InvalidConfig, JobNotFound
@@ -228,9 +229,12 @@ class Worker(WorkerSettings):
         return self._stop.is_set()
 
     async def inspect(self, job_id: str) -> Snapshot:
-        """What Redis says about ``job_id`` now (status, attempt, token, holder, lease)."""
+        """What Redis says about ``job_id`` now (status, attempt, token, holder, lease),
+        with its attempts (``history``)."""
         keys = JobKeys.of(self.namespace, job_id)
-        return await self._call(lambda: self.protocol.inspect(keys), "inspect job")
+        return await self._call(
+            lambda: self.protocol.inspect(keys, history=True), "inspect job"
+        )
 
     async def reset(self, job_id: str, *, force: bool = False) -> bool:
         """Make a known job pending again; see :meth:`lockworker.Worker.reset`."""
@@ -241,6 +245,28 @@ class Worker(WorkerSettings):
         if result is Reset.ABSENT:
             raise JobNotFound(f"no job {job_id!r} in namespace {self.namespace!r}")
         return result is Reset.RESET
+
+    async def reset_all(
+        self, state: str = "gave_up", *, force: bool = False
+    ) -> dict[str, Reset]:
+        """Reset every job of the namespace in ``state``; see
+        :meth:`lockworker.Worker.reset_all`."""
+        state = config.job_state(state)
+        results: dict[str, Reset] = {}
+        pattern = deadletter.pattern(self.namespace)
+        async for raw in self.client.scan_iter(match=pattern, count=1000):
+            keys = deadletter.job_keys(raw, self.namespace)
+            if keys is None or keys.job_id in results:
+                continue
+            result = await self._call(
+                lambda k=keys: self.protocol.reset(  # type: ignore[misc]
+                    k, self._retention_ms, force=force, expect=state
+                ),
+                f"reset job {keys.job_id!r}",
+            )
+            if result is not Reset.CHANGED and result is not Reset.ABSENT:
+                results[keys.job_id] = result
+        return results
 
     async def close(self) -> None:
         """End the presence (the registration is removed: backups know at once), the

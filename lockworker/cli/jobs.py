@@ -5,9 +5,11 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any, TextIO
+from typing import Any
 
 from lockworker.cli.common import EXIT_FAILURE, EXIT_OK, CliError, connect, redis_url
+from lockworker.cli.history import confirm, reset_state_main
+from lockworker.cli.status import selected
 from lockworker.daemons.sources import submit
 from lockworker.errors import ForeignValueError, InvalidConfig
 from lockworker.model.keys import JobKeys
@@ -49,22 +51,19 @@ def describe(job_id: str, seen: Snapshot) -> str:
     return f"job {job_id!r} is {seen.status.value} (attempt {seen.attempt}{by})"
 
 
-def confirm(question: str, stdin: TextIO, stdout: TextIO) -> bool:
-    """Ask on the terminal; anything but y/yes is a no."""
-    stdout.write(f"{question} [y/N] ")
-    stdout.flush()
-    answer = stdin.readline()
-    return answer.strip().lower() in ("y", "yes")
-
-
 def reset_main(args: argparse.Namespace) -> int:
-    """Make a resolved (or, with --force, held) job pending again, after asking."""
+    """Make a resolved (or, with --force, held) job pending again, after asking; with
+    --state, every job of the namespace in that state."""
+    if (args.job_id is None) == (args.state is None):
+        raise CliError("give one JOB_ID, or --state STATE for every job in that state")
+    if not args.yes and not sys.stdin.isatty():
+        raise CliError("refusing to reset without a terminal to ask on: pass --yes")
+    if args.state is not None:
+        return reset_in_state(args)
     try:
         keys = JobKeys.of(args.namespace, args.job_id)
     except InvalidConfig as exc:
         raise CliError(str(exc)) from exc
-    if not args.yes and not sys.stdin.isatty():
-        raise CliError("refusing to reset without a terminal to ask on: pass --yes")
     client = connect(redis_url(args.redis))
     try:
         protocol = ScriptProtocol(client)
@@ -101,3 +100,20 @@ def reset_main(args: argparse.Namespace) -> int:
         raise CliError(f"job {args.job_id!r} was taken meanwhile; not reset", EXIT_FAILURE)
     print(f"job {args.job_id!r} in namespace {args.namespace!r} is pending again")
     return EXIT_OK
+
+
+def reset_in_state(args: argparse.Namespace) -> int:
+    """``reset --state``: list the namespace's jobs in that state, then reset them."""
+    try:
+        JobKeys.of(args.namespace, "-")
+    except InvalidConfig as exc:
+        raise CliError(str(exc)) from exc
+    client = connect(redis_url(args.redis))
+    try:
+        wanted = argparse.Namespace(
+            namespace=args.namespace, job=None, state=args.state, retention=args.retention
+        )
+        rows = selected(client, wanted)
+    finally:
+        client.close()
+    return reset_state_main(args, rows)

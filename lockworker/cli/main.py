@@ -20,7 +20,7 @@ from typing import Any, NoReturn, TypeVar
 import redis
 
 from lockworker import __version__, config
-from lockworker.cli import check, dashboard, logs, schedule
+from lockworker.cli import check, dashboard, history, logs, schedule
 from lockworker.cli.common import (
     DEFAULT_URL,
     ENV_URL,
@@ -243,14 +243,16 @@ def _add_jobs(sub: argparse._SubParsersAction[Parser], common: Parser) -> None:
         help="the workers' retention, to tell a job's age from its key's time to live "
         + RETENTION_HELP,
     )
+    history.add_status_options(status)
 
     reset = sub.add_parser(
         "reset", parents=[common], help="make a job pending again",
         description="Make a done or gave_up job pending again with no attempt spent "
-        "(asks first; a job held by a live process only with --force). Workers serving "
-        "a stream do not re-read old entries: submit the job again afterwards.",
+        "(asks first; a job held by a live process only with --force), or every job of "
+        "a namespace in one state (--state gave_up). Workers serving a stream do not "
+        "re-read old entries: submit the job again afterwards.",
     )
-    reset.add_argument("job_id", metavar="JOB_ID")
+    history.add_reset_options(reset)
     reset.add_argument("--namespace", required=True, help="the job's namespace (required)")
     reset.add_argument("--yes", "-y", action="store_true", help="do not ask")
     reset.add_argument("--force", action="store_true", help="reset even while it is held")

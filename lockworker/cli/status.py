@@ -26,6 +26,7 @@ from redis.cluster import RedisCluster
 from redis.crc import key_slot
 
 from lockworker.cli.common import EXIT_OK, connect, redis_url
+from lockworker.cli.history import cut, history_table, last_error, record_json
 from lockworker.clock import wall_time
 from lockworker.daemons.leader import NAMESPACE as LEADERS
 from lockworker.daemons.leader import Leader
@@ -33,7 +34,7 @@ from lockworker.errors import ForeignValueError
 from lockworker.model.codec import decode_state
 from lockworker.model.keys import JobKeys, Space, parse_state_key, state_pattern
 from lockworker.model.presence import MEMBERS_PATTERN, parse_members_key, presence_keys
-from lockworker.protocol import presence, snapshot_from, text
+from lockworker.protocol import ScriptProtocol, presence, snapshot_from, text
 from lockworker.protocol.decode import server_ms
 
 BATCH = 200
@@ -54,6 +55,8 @@ class Row:
     age: float | None
     next_attempt_in: float | None = None
     """A pending job whose failed attempt set its next one ahead: seconds until due."""
+    last_error: str | None = None
+    """The newest ended attempt's error (``Type: message``), or ``lease lost``."""
 
 
 @dataclass(frozen=True)
@@ -107,10 +110,12 @@ def state_keys(client: redis.Redis, namespace: str | None) -> Iterator[tuple[str
 
 _DIGITS = re.compile(r"([0-9]+)")
 
-# READ_JOBS: state, lock and both TTLs of every job in the batch, at one moment.
-# KEYS: state1, lock1, state2, lock2, ...   returns s1, l1, lock pttl1, state pttl1, ...,
-# and last the server's TIME (for the jobs' due times).
-# A key of another type reads as a value no job has, so it shows as foreign.
+# READ_JOBS: state, lock, both TTLs and the last two attempt records of every job in
+# the batch, at one moment.
+# KEYS: state1, lock1, history1, state2, ...   returns s1, l1, lock pttl1, state pttl1,
+# records1, ..., and last the server's TIME (for the jobs' due times).
+# A key of another type reads as a value no job has, so it shows as foreign (a history
+# of another type as no records).
 READ_JOBS = """
 local out = {}
 local function read(key)
@@ -118,11 +123,14 @@ local function read(key)
   if type(v) == 'table' and v.err then return '<a value of another type>' end
   return v
 end
-for i = 1, #KEYS, 2 do
+for i = 1, #KEYS, 3 do
   out[#out + 1] = read(KEYS[i])
   out[#out + 1] = read(KEYS[i + 1])
   out[#out + 1] = redis.call('PTTL', KEYS[i + 1])
   out[#out + 1] = redis.call('PTTL', KEYS[i])
+  local records = redis.pcall('LRANGE', KEYS[i + 2], -2, -1)
+  if type(records) == 'table' and records.err then records = {} end
+  out[#out + 1] = records
 end
 out[#out + 1] = redis.call('TIME')
 return out
@@ -146,12 +154,13 @@ def job_rows(
     for batch in _batches(client, keys):
         names: list[str] = []
         for state_key, _namespace, _job_id in batch:
-            names += [state_key, state_key[: -len("state")] + "lock"]
+            base = state_key[: -len("state")]
+            names += [state_key, base + "lock", base + "history"]
         replies = read(keys=names, client=client)  # one script: one consistent moment
         now_ms = server_ms(replies[-1])
         for i, (_key, namespace, job_id) in enumerate(batch):
             rows.append(
-                _job_row(namespace, job_id, replies[4 * i : 4 * i + 4], retention, now_ms)
+                _job_row(namespace, job_id, replies[5 * i : 5 * i + 5], retention, now_ms)
             )
     order = {(k[1], k[2]): i for i, k in enumerate(keys)}
     rows.sort(key=lambda row: order[(row.namespace, row.id)])
@@ -189,7 +198,7 @@ def job_age(state_ttl: object, retention: float) -> float | None:
 def _job_row(
     namespace: str, job_id: str, replies: list[Any], retention: float, now_ms: int
 ) -> Row:
-    raw_state, raw_lock, lock_ttl, state_ttl = replies
+    raw_state, raw_lock, lock_ttl, state_ttl, records = replies
     age = job_age(state_ttl, retention)
     if any(isinstance(r, Exception) for r in (raw_state, raw_lock)):
         return Row("job", namespace, job_id, "foreign", None, None, 0, None, age)
@@ -204,8 +213,10 @@ def _job_row(
     holder = seen.holder if seen.holder is not None else (seen.owner or None)
     lease = seen.pttl_ms / 1000.0 if seen.pttl_ms is not None else None
     due = seen.due_ms / 1000.0 if seen.due_ms is not None else None
+    error = last_error(records, seen.token if seen.holder is not None else None)
     return Row(
-        "job", namespace, job_id, state, holder, seen.attempt, seen.token, lease, age, due
+        "job", namespace, job_id, state, holder, seen.attempt, seen.token, lease, age, due,
+        error,
     )
 
 
@@ -277,11 +288,13 @@ def duration(seconds: float | None) -> str:
 HEADER = ("KIND", "NAMESPACE", "ID", "STATE", "HOLDER", "ATTEMPT", "TOKEN", "LEASE LEFT", "AGE")
 
 
-def table(rows: list[Row]) -> str:
-    """Aligned columns with a header; a line saying so when there is nothing."""
+def table(rows: list[Row], *, errors: bool = False) -> str:
+    """Aligned columns with a header (and, with ``errors``, each job's last error); a
+    line saying so when there is nothing."""
     if not rows:
-        return "no jobs or leaders found"
-    cells = [HEADER] + [
+        return "no jobs found" if errors else "no jobs or leaders found"
+    header = (*HEADER, "LAST ERROR") if errors else HEADER
+    cells = [header] + [
         (
             r.kind, printable(r.namespace), printable(r.id),
             r.state if r.next_attempt_in is None
@@ -289,10 +302,10 @@ def table(rows: list[Row]) -> str:
             printable(r.holder or "-"),
             "-" if r.attempt is None else str(r.attempt), str(r.token),
             duration(r.lease_left), duration(r.age),
-        )
+        ) + ((printable(cut(r.last_error or "-")),) if errors else ())
         for r in rows
     ]
-    widths = [max(len(line[i]) for line in cells) for i in range(len(HEADER))]
+    widths = [max(len(line[i]) for line in cells) for i in range(len(header))]
     return "\n".join(
         "  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)).rstrip()
         for line in cells
@@ -318,25 +331,61 @@ def workers_table(workers: list[WorkerRow]) -> str:
     )
 
 
+def jobs_only(args: argparse.Namespace) -> bool:
+    """``--job`` or ``--state``: the jobs asked for, without leaders or workers."""
+    return getattr(args, "job", None) is not None or getattr(args, "state", None) is not None
+
+
+def selected(client: redis.Redis, args: argparse.Namespace) -> list[Row]:
+    """The job rows ``--namespace``, ``--job`` and ``--state`` ask for."""
+    keys = sorted(
+        (k for k in state_keys(client, args.namespace) if args.job in (None, k[2])),
+        key=lambda k: (natural(k[1]), natural(k[2])),
+    )
+    return [r for r in job_rows(client, keys, args.retention) if args.state in (None, r.state)]
+
+
+def histories(client: redis.Redis, rows: list[Row]) -> dict[tuple[str, str], Any]:
+    """Each row's job's attempts (``--job``), read as ``Worker.inspect`` reads them."""
+    protocol = ScriptProtocol(client)
+    return {
+        (r.namespace, r.id): protocol.inspect(JobKeys(r.namespace, r.id), history=True).history
+        for r in rows if r.state != "foreign"
+    }
+
+
 def main(args: argparse.Namespace) -> int:
     client = connect(redis_url(args.redis))
+    found: dict[tuple[str, str], Any] = {}
     try:
-        workers = worker_rows(client, args.namespace)
-        rows = collect(client, args.namespace, args.retention)
+        if jobs_only(args):
+            workers, rows = [], selected(client, args)
+            if args.job is not None:
+                found = histories(client, rows)
+        else:
+            workers = worker_rows(client, args.namespace)
+            rows = collect(client, args.namespace, args.retention)
     finally:
         client.close()
     if args.json:
+        jobs = [asdict(r) for r in rows if r.kind == "job"]
+        for job in jobs:
+            if (job["namespace"], job["id"]) in found:
+                job["history"] = [record_json(h) for h in found[job["namespace"], job["id"]]]
         json.dump(
             {
                 "workers": [asdict(w) for w in workers],
                 "leaders": [asdict(r) for r in rows if r.kind == "leader"],
-                "jobs": [asdict(r) for r in rows if r.kind == "job"],
+                "jobs": jobs,
             },
             sys.stdout, indent=2,
         )
         sys.stdout.write("\n")
-    else:
-        print(table(rows))
-        if workers:
-            print("\n" + workers_table(workers))
+        return EXIT_OK
+    print(table(rows, errors=jobs_only(args)))
+    for (namespace, job_id), records in found.items():
+        print(f"\nattempts of {printable(job_id)!s} in namespace {printable(namespace)}:")
+        print(history_table(records, printable, duration))
+    if workers:
+        print("\n" + workers_table(workers))
     return EXIT_OK

@@ -44,7 +44,7 @@ from lockworker.model.keys import JobKeys
 from lockworker.model.presence import handover_channel
 from lockworker.model.state import Role, Snapshot
 from lockworker.protocol import batch
-from lockworker.protocol.script import ScriptProtocol, inspect_step
+from lockworker.protocol.script import inspect_step
 
 LIMIT = 4 * batch.MAX_BATCH
 """Deliveries a backup holds back at most; the source is read again once there is room."""
@@ -52,7 +52,97 @@ LIMIT = 4 * batch.MAX_BATCH
 IDLE_WAIT = 0.05
 """Seconds the thread waits at most between two checks of the held-back deliveries."""
 
+Looked = tuple[Delivery, JobKeys]
+"""A held-back delivery and the keys of its job, about to be looked at."""
+
 Dispatch = Callable[[Delivery, "Snapshot | None"], object]
+
+
+class Held:
+    """Held-back deliveries, the first due first, and what to do after a look at them.
+
+    No I/O and no locking: the sync side's thread holds its lock around it, the
+    asyncio side's task needs none. One definition of the decisions for both."""
+
+    def __init__(self, delay: float) -> None:
+        self.delay = delay
+        self._heap: list[tuple[float, int, Delivery]] = []
+        self._seq = itertools.count()
+
+    def __len__(self) -> int:
+        return len(self._heap)
+
+    def push(self, at: float, delivery: Delivery) -> None:
+        heapq.heappush(self._heap, (at, next(self._seq), delivery))
+
+    def take(self, now: float, everything: bool) -> list[Delivery]:
+        """The deliveries due at ``now`` (all with ``everything``), a batch at most.
+        Those due within :data:`IDLE_WAIT` come along: a look a moment early costs
+        nothing, a round trip of its own does."""
+        taken: list[Delivery] = []
+        horizon = now + IDLE_WAIT
+        while self._heap and len(taken) < batch.MAX_BATCH and (
+            everything or self._heap[0][0] <= horizon
+        ):
+            taken.append(heapq.heappop(self._heap)[2])
+        return taken
+
+    def wait_for(self, now: float) -> float:
+        """How long to wait before the next delivery is due (at most :data:`IDLE_WAIT`)."""
+        if not self._heap:
+            return IDLE_WAIT
+        return max(0.0, min(IDLE_WAIT, self._heap[0][0] - IDLE_WAIT - now))
+
+    @staticmethod
+    def keyed(namespace: str, due: list[Delivery]) -> tuple[list[Looked], list[Delivery]]:
+        """The deliveries to look at, with their job's keys, and those whose job id names
+        no job (for ``process``, which says why)."""
+        looked: list[Looked] = []
+        bad: list[Delivery] = []
+        for delivery in due:
+            try:
+                looked.append((delivery, JobKeys.of(namespace, delivery.job_id)))
+            except LockworkerError:
+                bad.append(delivery)
+        return looked, bad
+
+    def after_look(
+        self, looked: list[Looked], seen: list[Any], now: float,
+        deferring: bool,
+    ) -> list[tuple[Delivery, Snapshot | None]]:
+        """Hold back again what is still held by another (while a primary serves); the
+        rest, with what was seen of it, goes to ``process``. ``seen``: per job, its
+        snapshot or the error its look met (``process`` meets it again and says so)."""
+        handed: list[tuple[Delivery, Snapshot | None]] = []
+        for (delivery, _), snapshot in zip(looked, seen, strict=True):
+            if isinstance(snapshot, Snapshot):
+                again = policy.look_again_at(snapshot, now, self.delay)
+                if again is not None and deferring:
+                    self.push(again, delivery)
+                    continue
+                handed.append((delivery, snapshot))
+            else:
+                handed.append((delivery, None))
+        return handed
+
+
+def wanted(worker: Any) -> bool:
+    """Whether ``worker``'s serving holds deliveries back: a backup with a delay, on the
+    script protocol (a batch is a pipeline of scripts)."""
+    return (
+        worker.role is Role.BACKUP and worker.backup_delay > 0
+        and worker.protocol.__class__.__name__ in SCRIPT_PROTOCOLS
+    )
+
+
+SCRIPT_PROTOCOLS = frozenset({"ScriptProtocol", "AsyncScriptProtocol"})
+"""The protocols whose looks a batch can carry (not WATCH/MULTI/EXEC's, nor the
+replicated one's, which waits for replicas after each step)."""
+
+
+def deferring(worker: Any) -> bool:
+    """True while a primary of ``worker``'s namespace serves: deliveries are held back."""
+    return policy.primary_serving(worker._view.defer_until, worker.clock.monotonic())
 
 
 class Deferrals:
@@ -61,36 +151,24 @@ class Deferrals:
     def __init__(self, worker: Any, dispatch: Dispatch) -> None:
         self.w = worker
         self.dispatch = dispatch
-        self.delay = float(worker.backup_delay)
+        self.held = Held(float(worker.backup_delay))
         self._cond = threading.Condition()
-        self._heap: list[tuple[float, int, Delivery]] = []
-        self._seq = itertools.count()
         self._thread: threading.Thread | None = None
         self._done = False
 
-    @staticmethod
-    def wanted(worker: Any) -> bool:
-        """Whether ``worker``'s serving holds deliveries back: a backup with a delay,
-        on the script protocol (the batch is a pipeline of scripts)."""
-        return (
-            worker.role is Role.BACKUP and worker.backup_delay > 0
-            and isinstance(worker.protocol, ScriptProtocol)
-        )
-
     def deferring(self) -> bool:
-        """True while a primary serves: a new delivery is held back."""
-        return policy.primary_serving(self.w._view.defer_until, self.w.clock.monotonic())
+        return deferring(self.w)
 
     def __len__(self) -> int:
         with self._cond:
-            return len(self._heap)
+            return len(self.held)
 
     def add(self, delivery: Delivery) -> None:
         """Hold ``delivery`` back for ``backup_delay`` (waits while :data:`LIMIT` are)."""
         with self._cond:
-            while len(self._heap) >= LIMIT and not self.w.stopping and not self._done:
+            while len(self.held) >= LIMIT and not self.w.stopping and not self._done:
                 self._cond.wait(IDLE_WAIT)
-            self._push(self.w.clock.monotonic() + self.delay, delivery)
+            self.held.push(self.w.clock.monotonic() + self.held.delay, delivery)
             if self._thread is None:
                 self._thread = threading.Thread(
                     target=self._run, name="lockworker-deferrals", daemon=True
@@ -106,50 +184,24 @@ class Deferrals:
         if thread is not None:
             thread.join(timeout=10.0)
 
-    def _push(self, at: float, delivery: Delivery) -> None:
-        heapq.heappush(self._heap, (at, next(self._seq), delivery))
-
-    def _take(self, everything: bool) -> list[Delivery]:
-        """The deliveries due now (all with ``everything``), a batch at most."""
-        now = self.w.clock.monotonic()
-        with self._cond:
-            taken: list[Delivery] = []
-            while self._heap and len(taken) < batch.MAX_BATCH and (
-                everything or self._heap[0][0] <= now
-            ):
-                taken.append(heapq.heappop(self._heap)[2])
-            self._cond.notify_all()  # room for the source
-            return taken
-
-    def _wait_for(self) -> float:
-        with self._cond:
-            if not self._heap:
-                return IDLE_WAIT
-            left = self._heap[0][0] - float(self.w.clock.monotonic())
-            return max(0.0, min(IDLE_WAIT, left))
-
     def _run(self) -> None:
-        channel = handover_channel(self.w.namespace)
-        with self.w._hub.listen(channel) as news:
+        with self.w._hub.listen(handover_channel(self.w.namespace)) as news:
             while not self.w.stopping and not self._done:
                 everything = news.is_set() or not self.deferring()
                 news.clear()
-                due = self._take(everything)
+                with self._cond:
+                    due = self.held.take(self.w.clock.monotonic(), everything)
+                    self._cond.notify_all()  # room for the source
+                    wait = self.held.wait_for(self.w.clock.monotonic())
                 if not due:
-                    self.w.clock.wait(news, self._wait_for())
+                    self.w.clock.wait(news, wait)
                     continue
                 self._look(due)
 
     def _look(self, due: list[Delivery]) -> None:
-        """One round trip for ``due``: hand each over, or hold it back again. A job id
-        that names no job, and every job of a batch Redis did not answer, go to
-        ``process`` as they are: it raises what serve reports."""
-        looked = []
-        for delivery in due:
-            try:
-                looked.append((delivery, JobKeys.of(self.w.namespace, delivery.job_id)))
-            except LockworkerError:
-                self.dispatch(delivery, None)
+        """One round trip for ``due``: hand each over, or hold it back again. Every job
+        of a batch Redis did not answer goes to ``process``, which meets the error."""
+        looked, bad = Held.keyed(self.w.namespace, due)
         steps = [inspect_step(keys) for _, keys in looked]
         try:
             seen = self.w._call(
@@ -157,14 +209,11 @@ class Deferrals:
             ) if steps else []
         except LockworkerError:
             seen = [None] * len(steps)
-        now = self.w.clock.monotonic()
-        for (delivery, _), snapshot in zip(looked, seen, strict=True):
-            if isinstance(snapshot, Snapshot):
-                again = policy.look_again_at(snapshot, now, self.delay)
-                if again is not None and self.deferring():
-                    with self._cond:
-                        self._push(again, delivery)
-                    continue
-                self.dispatch(delivery, snapshot)
-            else:  # a foreign value or a bad id: process() says which, and serve skips it
-                self.dispatch(delivery, None)
+        with self._cond:
+            handed = self.held.after_look(
+                looked, seen, self.w.clock.monotonic(), self.deferring()
+            )
+        for delivery in bad:
+            self.dispatch(delivery, None)
+        for delivery, snapshot in handed:
+            self.dispatch(delivery, snapshot)

@@ -27,6 +27,7 @@ from lockworker.model.codec import LockValue
 from lockworker.model.keys import JobKeys
 from lockworker.model.state import Grant, Outcome, Settle, Snapshot
 from lockworker.protocol.interface import LockProtocol
+from lockworker.protocol.script import renew_step
 from lockworker.runtime import events
 from lockworker.runtime.lease import Heartbeat, Lease, ended
 from lockworker.runtime.park import Lending
@@ -207,6 +208,8 @@ class JobRun(RunBase):
             renew, w.lock_timeout, sent_at,
             on_lost=lost, on_renewed=lambda _lease: log.debug(events.RENEWED),
         )
+        lease.step = renew_step(self.keys, held, w._lease_ms, w._retention_ms)
+        lease.answer = lambda renewal: events.renewed(renewal, log)  # as ``renew`` does
         self.acquired(grant, sent_at, lease, job, log)
         w._heartbeat.hold(lease)
         # Every way out lets go of the lease through ``end``: a lease that ran out
@@ -245,6 +248,7 @@ class JobRun(RunBase):
             lambda: w.protocol.fail(
                 self.keys, held, w.max_attempts, w._retention_ms,
                 delay_ms=failure.delay_ms, give_up=failure.give_up is not None,
+                error=failure.error,
             ),
             "release failed attempt",
         )
@@ -259,7 +263,8 @@ class JobRun(RunBase):
     def settle_stop(self, job: Job, held: LockValue, log: events.EventLog) -> Outcome:
         w = self.w
         settled = self.call(
-            lambda: w.protocol.release(self.keys, held, w._retention_ms), "release on stop"
+            lambda: w.protocol.release(self.keys, held, w._retention_ms, stopped=True),
+            "release on stop",
         )
         log.info(events.RELEASED, reason="stopping", settled=settled.value)
         if job._lease is not None:

@@ -17,6 +17,7 @@ from lockworker.daemons.job import Job
 from lockworker.errors import GiveUp, InvalidConfig, Retry
 from lockworker.model import policy, presence
 from lockworker.model.codec import Holder, LockValue
+from lockworker.model.history import ErrorText, error_text
 from lockworker.model.keys import JobKeys
 from lockworker.model.state import Grant, JobStatus, Outcome, Role, Settle, Snapshot
 from lockworker.protocol.decode import due_in
@@ -147,10 +148,12 @@ class RunBase(ContestantBase):
         w = self.base
         if isinstance(exc, (GiveUp, *w.give_up_on)):
             reason = exc.reason if isinstance(exc, GiveUp) and exc.reason else repr(exc)
-            return exc, Failure(0, reason)
+            return exc, Failure(0, reason, error_text(exc))
         if isinstance(exc, Retry):
             try:
-                return exc, Failure(round(config.retry_after(exc.after) * 1000))
+                return exc, Failure(
+                    round(config.retry_after(exc.after) * 1000), error=error_text(exc)
+                )
             except InvalidConfig as bad:
                 bad.__cause__ = exc
                 exc = bad
@@ -159,7 +162,7 @@ class RunBase(ContestantBase):
         except InvalidConfig as bad:
             self.log.error(events.HOOK_ERROR, hook="retry_delay", error=str(bad))
             delay = config.scheduled_delay(config.retry_delay(None), job.attempt)
-        return exc, Failure(round(delay * 1000))
+        return exc, Failure(round(delay * 1000), error=error_text(exc))
 
     def failure_settled(
         self, settled: Settle, log: events.EventLog, failure: Failure
@@ -190,3 +193,5 @@ class Failure:
 
     delay_ms: int
     give_up: str | None = None
+    error: ErrorText | None = None
+    """The failure as the attempt's history record keeps it."""

@@ -38,6 +38,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
 
 from lockworker.config import count
+from lockworker.daemons import defer
 from lockworker.daemons.defer import Deferrals
 from lockworker.daemons.jobrun import SERVING
 from lockworker.daemons.sources import Delivery, as_source
@@ -117,7 +118,7 @@ class _Server:
         self.running: dict[str, collections.deque[Delivery]] = {}
         self.error: BaseException | None = None
         self.pool: ThreadPoolExecutor | None = None
-        self.deferrals = Deferrals(worker, self.dispatch) if Deferrals.wanted(worker) else None
+        self.deferrals = Deferrals(worker, self.dispatch) if defer.wanted(worker) else None
         self.log = events.logger(
             events.SERVE, worker._logger,
             namespace=worker.namespace, owner=worker.owner, run=worker.run_id,

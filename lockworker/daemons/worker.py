@@ -21,14 +21,8 @@ import redis
 
 from lockworker import config
 from lockworker.clock import Clock, SystemClock
-from lockworker.config import (
-    RetryDelay,
-    default_owner,
-    lease,
-    positive,
-    seconds,
-    this_process,
-)
+from lockworker.config import RetryDelay, default_owner, lease, positive, seconds, this_process
+from lockworker.daemons import deadletter
 from lockworker.daemons.hooks import Hooks
 from lockworker.daemons.job import Job
 from lockworker.daemons.jobrun import SERVING, JobRun
@@ -43,7 +37,7 @@ from lockworker.protocol import LockProtocol, ScriptProtocol
 from lockworker.protocol.replicated import ReplicatedScriptProtocol
 from lockworker.protocol.txn import TxnProtocol
 from lockworker.runtime import events, retry, servercheck
-from lockworker.runtime.batcher import batcher_for
+from lockworker.runtime.batcher import batcher_for, renewals
 from lockworker.runtime.lease import Heartbeat
 from lockworker.runtime.presence import Presence
 from lockworker.runtime.signals import stop_on_signals
@@ -241,7 +235,7 @@ class Worker(WorkerSettings):
         self.durability = Durability(durability)
         self._call = retry.Caller(self.clock, self.redis_retry, self._log)
         self._stop = threading.Event()
-        self._heartbeat = Heartbeat(self.clock, self.lock_timeout / 3)
+        self._heartbeat = Heartbeat(self.clock, self.lock_timeout / 3, send_many=renewals(self))
         self._hub = Waits(client)
         self._signals: contextlib.ExitStack | None = None
         self._permitted = False
@@ -335,9 +329,10 @@ class Worker(WorkerSettings):
         return self._stop.is_set()
 
     def inspect(self, job_id: str) -> Snapshot:
-        """What Redis says about ``job_id`` now (status, attempt, token, holder, lease)."""
+        """What Redis says about ``job_id`` now (status, attempt, token, holder, lease),
+        with its attempts (``history``)."""
         keys = JobKeys.of(self.namespace, job_id)
-        return self._call(lambda: self.protocol.inspect(keys), "inspect job")
+        return self._call(lambda: self.protocol.inspect(keys, history=True), "inspect job")
 
     def reset(self, job_id: str, *, force: bool = False) -> bool:
         """Make a known job (DONE, GAVE_UP or pending) pending again, attempts cleared.
@@ -355,6 +350,11 @@ class Worker(WorkerSettings):
         if result is Reset.ABSENT:
             raise JobNotFound(f"no job {job_id!r} in namespace {self.namespace!r}")
         return result is Reset.RESET
+
+    def reset_all(self, state: str = "gave_up", *, force: bool = False) -> dict[str, Reset]:
+        """:meth:`reset` every job of the namespace in ``state`` (pending, held, done,
+        gave_up), each only if still in it; results by job id (:mod:`.deadletter`)."""
+        return deadletter.reset_all(self, config.job_state(state), force=force)
 
     def close(self) -> None:
         """Stop the background threads (heartbeat, presence, wake reader); the worker's

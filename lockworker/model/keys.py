@@ -5,6 +5,7 @@ Layout, for a worker's job ``2026-11-22`` in namespace ``digest``::
     lw:job:digest:{2026-11-22}:lock    the lease: which run holds which attempt, with a TTL
     lw:job:digest:{2026-11-22}:state   status, attempt count, last token; outlives leases
     lw:job:digest:{2026-11-22}:wake    pub/sub channel that wakes waiting processes
+    lw:job:digest:{2026-11-22}:history one record per attempt (lockworker.model.history)
 
 The second part is the product (:class:`Space`): a worker's job, a ``Lock``, a
 ``Semaphore``, a ``Leader``, a ``compute_once`` key, a ``Redlock``, a stream source or
@@ -105,11 +106,13 @@ class JobKeys:
         object.__setattr__(self, "lock", base + ":lock")
         object.__setattr__(self, "state", base + ":state")
         object.__setattr__(self, "wake", base + ":wake")
+        object.__setattr__(self, "history", base + ":history")
 
     base: str = field(default="", init=False, repr=False, compare=False)
     lock: str = field(default="", init=False, repr=False, compare=False)
     state: str = field(default="", init=False, repr=False, compare=False)
     wake: str = field(default="", init=False, repr=False, compare=False)
+    history: str = field(default="", init=False, repr=False, compare=False)
 
     def extra(self, suffix: str) -> str:
         """Another key in the same slot, for primitives that need more than three."""

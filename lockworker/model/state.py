@@ -9,6 +9,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
+from lockworker.model.history import AttemptRecord
+
 
 class JobStatus(str, enum.Enum):
     """What Redis says about a job. Only PENDING jobs can still be acquired."""
@@ -62,6 +64,9 @@ class Snapshot:
     pttl_ms: int | None = None
     run: str = ""
     due_ms: int | None = None
+    history: tuple[AttemptRecord, ...] = ()
+    """The job's attempts, oldest first (:mod:`lockworker.model.history`); read only
+    when asked for (``Worker.inspect``), else empty."""
 
     @property
     def resolved(self) -> bool:
@@ -110,6 +115,9 @@ class Reset(str, enum.Enum):
     """Refused: a live lease holds the job (reset with ``force`` to take it anyway)."""
     ABSENT = "absent"
     """The server knows no such job; nothing was written."""
+    CHANGED = "changed"
+    """Refused: the job is not in the state the caller expected (``expect``); it
+    changed since it was listed. Nothing was written."""
 
 
 class Role(str, enum.Enum):

@@ -178,7 +178,7 @@ class RedlockCore(common.Primitive, Generic[C]):
         return ttl * self.drift_factor + DRIFT_FIXED
 
     def _script(self, step: Step[Any]) -> common.ScriptStep[Any]:
-        return common.ScriptStep(step.script, (self.keys.lock, self.keys.state), step.args,
+        return common.ScriptStep(step.script, step.names, step.args,
                                  step.decode)
 
     def _each(

@@ -36,8 +36,8 @@ and the client far more than the round trip it shares."""
 
 def command(step: Step[Any]) -> tuple[Any, ...]:
     """The EVALSHA command of ``step``, as one job would send it."""
-    keys = step.keys
-    return ("EVALSHA", step.script.sha, 2, keys.lock, keys.state, *step.args)
+    names = step.names
+    return ("EVALSHA", step.script.sha, len(names), *names, *step.args)
 
 
 def missing_scripts(steps: Sequence[Step[Any]], replies: Sequence[Any]) -> list[LuaScript]:

@@ -7,12 +7,14 @@ implementations (:mod:`lockworker.protocol.script` and :mod:`lockworker.protocol
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 import redis
 
 from lockworker.errors import ForeignValueError
 from lockworker.model.codec import LockValue, StateValue, decode_lock, decode_state
+from lockworker.model.history import AttemptEnd, read_history
 from lockworker.model.keys import JobKeys
 from lockworker.model.state import Ending, Grant, JobStatus, Renewal, Reset, Settle, Snapshot
 
@@ -95,6 +97,29 @@ def same_failure(found: StateValue | None, new_state: StateValue) -> bool:
         and (found.status, found.attempt, found.token, found.owner)
         == (new_state.status, new_state.attempt, new_state.token, new_state.owner)
     )
+
+
+def settle_ending(kind: Ending, new_state: StateValue, *, stopped: bool = False) -> AttemptEnd:
+    """How a settle writing ``new_state`` ends its attempt, for the history."""
+    if kind is Ending.COMPLETE:
+        return AttemptEnd.DONE
+    if kind is Ending.FAIL:
+        return AttemptEnd.GAVE_UP if new_state.status is JobStatus.GAVE_UP else AttemptEnd.FAILED
+    return AttemptEnd.STOPPED if stopped else AttemptEnd.RELEASED
+
+
+def decode_settle(keys: JobKeys, new_state: StateValue, reply: Any) -> Settle:
+    """Decode the SETTLE script's reply: -2 is a history that is not ours."""
+    if int(reply) == -2:
+        raise ForeignValueError(keys.history, "a value that is not an attempt record")
+    return settle_result(int(reply), new_state)
+
+
+def with_history(seen: Snapshot, raw_records: Any, raw_lock: Any) -> Snapshot:
+    """``seen`` with the job's history, read with it (the live lease's token tells a
+    running attempt from one whose lease ran out)."""
+    lock = None if raw_lock is None else decode_lock(raw_lock)
+    return replace(seen, history=read_history(raw_records, lock.token if lock else None))
 
 
 def settle_result(reply: int, new_state: StateValue) -> Settle:
@@ -194,7 +219,9 @@ def decode_reset(reply: Sequence[Any]) -> Reset:
 
 def foreign_on_wrongtype(keys: JobKeys, exc: redis.ResponseError) -> Exception:
     if "WRONGTYPE" in str(exc):
-        return ForeignValueError(f"{keys.lock} or {keys.state}", "a value of another type")
+        return ForeignValueError(
+            f"{keys.lock}, {keys.state} or {keys.history}", "a value of another type"
+        )
     return exc
 
 

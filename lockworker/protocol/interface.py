@@ -34,9 +34,15 @@ from typing import Any, Protocol
 import redis
 
 from lockworker.model.codec import Holder, LockValue
+from lockworker.model.history import ErrorText
 from lockworker.model.keys import JobKeys
 from lockworker.model.state import Ending, Grant, Renewal, Reset, Settle, Snapshot
-from lockworker.protocol.decode import foreign_on_wrongtype, server_ms, snapshot_from
+from lockworker.protocol.decode import (
+    foreign_on_wrongtype,
+    server_ms,
+    snapshot_from,
+    with_history,
+)
 
 
 class LockProtocol(Protocol):
@@ -54,14 +60,19 @@ class LockProtocol(Protocol):
 
     def fail(
         self, keys: JobKeys, held: LockValue, max_attempts: int, retention_ms: int,
-        *, delay_ms: int = 0, give_up: bool = False,
+        *, delay_ms: int = 0, give_up: bool = False, error: ErrorText | None = None,
     ) -> Settle: ...
 
-    def release(self, keys: JobKeys, held: LockValue, retention_ms: int) -> Settle: ...
+    def release(
+        self, keys: JobKeys, held: LockValue, retention_ms: int, *, stopped: bool = False
+    ) -> Settle: ...
 
-    def inspect(self, keys: JobKeys) -> Snapshot: ...
+    def inspect(self, keys: JobKeys, *, history: bool = False) -> Snapshot: ...
 
-    def reset(self, keys: JobKeys, retention_ms: int, *, force: bool = False) -> Reset: ...
+    def reset(
+        self, keys: JobKeys, retention_ms: int, *, force: bool = False,
+        expect: str | None = None,
+    ) -> Reset: ...
 
 
 class SettleSteps:
@@ -76,6 +87,7 @@ class SettleSteps:
     def _settle_step(
         self, keys: JobKeys, held: LockValue, kind: Ending, retention_ms: int,
         max_attempts: int = 0, *, delay_ms: int = 0, give_up: bool = False,
+        error: ErrorText | None = None, stopped: bool = False,
     ) -> Settle:
         raise NotImplementedError
 
@@ -84,41 +96,50 @@ class SettleSteps:
 
     def fail(
         self, keys: JobKeys, held: LockValue, max_attempts: int, retention_ms: int,
-        *, delay_ms: int = 0, give_up: bool = False,
+        *, delay_ms: int = 0, give_up: bool = False, error: ErrorText | None = None,
     ) -> Settle:
         """Fail the attempt; the job's next attempt is due ``delay_ms`` from now by the
-        server's clock (recorded in the same step), or GAVE_UP with ``give_up``."""
+        server's clock (recorded in the same step), or GAVE_UP with ``give_up``. The
+        attempt's history record keeps ``error``."""
         return self._settle_step(
             keys, held, Ending.FAIL, retention_ms, max_attempts, delay_ms=delay_ms,
-            give_up=give_up,
+            give_up=give_up, error=error,
         )
 
-    def release(self, keys: JobKeys, held: LockValue, retention_ms: int) -> Settle:
-        return self._settle_step(keys, held, Ending.RELEASE, retention_ms)
+    def release(
+        self, keys: JobKeys, held: LockValue, retention_ms: int, *, stopped: bool = False
+    ) -> Settle:
+        """Give the attempt back (refunded); its record says ``stopped`` if the worker
+        stops, else ``released``."""
+        return self._settle_step(keys, held, Ending.RELEASE, retention_ms, stopped=stopped)
 
-    def inspect(self, keys: JobKeys) -> Snapshot:
-        return inspect(self.client, keys)
+    def inspect(self, keys: JobKeys, *, history: bool = False) -> Snapshot:
+        return inspect(self.client, keys, history=history)
 
 
-def inspect(client: redis.Redis, keys: JobKeys) -> Snapshot:
+def inspect(client: redis.Redis, keys: JobKeys, *, history: bool = False) -> Snapshot:
     """Read a job's state, lease and lease time left (and the server's clock, for a
-    due time) in one atomic round trip."""
+    due time) in one atomic round trip; with ``history``, its attempts too."""
     node = node_of(client, keys)
     pipe = client.pipeline(transaction=True)
     pipe.get(keys.state)
     pipe.get(keys.lock)
     pipe.pttl(keys.lock)
+    if history:
+        pipe.lrange(keys.history, 0, -1)
     if node is None:
         pipe.time()
     try:
-        raw_state, raw_lock, pttl, *now = pipe.execute()
+        raw_state, raw_lock, pttl, *rest = pipe.execute()
     except redis.ResponseError as exc:
         raise foreign_on_wrongtype(keys, exc) from exc
+    records = rest.pop(0) if history else None
     if node is not None:  # a cluster's transaction takes no keyless command: ask the node
-        now = [client.execute_command("TIME", target_nodes=node)]  # type: ignore[no-untyped-call]
-    return snapshot_from(
-        keys, raw_state, raw_lock, int(pttl) if int(pttl) >= 0 else None, server_ms(now[0])
+        rest = [client.execute_command("TIME", target_nodes=node)]  # type: ignore[no-untyped-call]
+    seen = snapshot_from(
+        keys, raw_state, raw_lock, int(pttl) if int(pttl) >= 0 else None, server_ms(rest[0])
     )
+    return seen if records is None else with_history(seen, records, raw_lock)
 
 
 def node_of(client: Any, keys: JobKeys) -> Any:

@@ -18,11 +18,48 @@ the server's clock does not go back by more than ``retention``.
 from __future__ import annotations
 
 from lockworker.model.codec import LUA_PROLOGUE
+from lockworker.model.history import HISTORY_CAP
+
+# The attempt history (lockworker.model.history): KEYS[3] of every job step, a list of
+# records ``lw2|<attempt>|<token>|<run>|<started ms>|<ended ms>|<ending>|<JSON>``.
+# ``lw_last`` reads the last record before a step writes anything: LINDEX raises
+# WRONGTYPE for a key of another type (reported as ForeignValueError), and a value
+# that is not a record is returned so the step can report it foreign.
+HISTORY = f"""
+local function lw_record(v)
+  local a, t, r, s, e, k, tail = string.match(v,
+    '^lw2|([0-9]+)|([0-9]+)|([0-9a-f]*)|([0-9]+)|([0-9]*)|([a-z_]*)|({{.*)$')
+  if not (lw_num(a) and lw_num(t)) then return nil end
+  return {{attempt = a, token = t, run = r, started = s, ended = e, ending = k, tail = tail}}
+end
+local function lw_record_value(r)
+  return 'lw2|' .. r.attempt .. '|' .. r.token .. '|' .. r.run .. '|' .. r.started .. '|'
+    .. r.ended .. '|' .. r.ending .. '|' .. r.tail
+end
+local function lw_last(key)
+  local v = redis.call('LINDEX', key, -1)
+  if not v then return false, nil end
+  return lw_record(v), v
+end
+local function lw_ms(ms)
+  return string.format('%.0f', ms)
+end
+local function lw_keep(key, retention)
+  redis.call('LTRIM', key, -{HISTORY_CAP}, -1)
+  redis.call('PEXPIRE', key, retention)
+end
+local function lw_close_lost(key, rec, now)
+  if rec and rec.ending == '' then
+    rec.ended, rec.ending = now, 'lost'
+    redis.call('LSET', key, -1, lw_record_value(rec))
+  end
+end
+"""
 
 # ACQUIRE: take the next attempt of a pending job, or report why not.
-# KEYS[1] lock   KEYS[2] state
+# KEYS[1] lock   KEYS[2] state   KEYS[3] history
 # ARGV[1] owner  ARGV[2] lease ms  ARGV[3] max attempts  ARGV[4] retention ms
-# ARGV[5] wake channel  ARGV[6] run
+# ARGV[5] wake channel  ARGV[6] run  ARGV[7] the JSON that ends the grant's record
 # returns one of
 #   {'granted', attempt, token, reentered(0|1)}      the caller's run holds the lease now
 #   {'locked', attempt, token, holder, pttl ms, run} another run holds it
@@ -32,7 +69,9 @@ from lockworker.model.codec import LUA_PROLOGUE
 #   {'foreign', key, value}                          a key holds a value we did not write
 # Only the same run re-enters (a retry whose reply was lost): a restarted process with
 # the same owner label has a new run, and waits out its predecessor's lease.
-ACQUIRE = LUA_PROLOGUE + """
+# A grant appends its attempt's record; it, and an acquire that gives the job up, first
+# close the last record as lost if it is still open (its lease ran out).
+ACQUIRE = LUA_PROLOGUE + HISTORY + """
 local status, attempt, token, run, last, due = 'pending', '0', nil, '', '', nil
 local raw = redis.call('GET', KEYS[2])
 if raw then
@@ -51,9 +90,15 @@ if cur then
   end
   return {'locked', l.attempt, l.token, l.owner, redis.call('PTTL', KEYS[1]), l.run}
 end
+local rec, seen = lw_last(KEYS[3])
+if rec == nil then return {'foreign', KEYS[3], seen} end
 if token and not lw_gt(ARGV[3], attempt) then
   redis.call('SET', KEYS[2], lw_state_value('gave_up', attempt, token, due or run, last),
              'PX', ARGV[4])
+  if rec and rec.ending == '' then
+    lw_close_lost(KEYS[3], rec, lw_ms(lw_now_ms()))
+    lw_keep(KEYS[3], ARGV[4])
+  end
   redis.call('PUBLISH', ARGV[5], 'gave_up')
   return {'gave_up', attempt, token, last, run}
 end
@@ -66,11 +111,17 @@ if token then token = lw_incr(token) else token = lw_now_us() end
 redis.call('SET', KEYS[1], lw_lock_value(token, attempt, ARGV[6], ARGV[1]), 'PX', ARGV[2])
 redis.call('SET', KEYS[2], lw_state_value('pending', attempt, token, ARGV[6], ARGV[1]),
            'PX', ARGV[4])
+local now = lw_ms(lw_now_ms())
+lw_close_lost(KEYS[3], rec, now)
+redis.call('RPUSH', KEYS[3], lw_record_value({attempt = attempt, token = token, run = ARGV[6],
+  started = now, ended = '', ending = '', tail = ARGV[7]}))
+lw_keep(KEYS[3], ARGV[4])
 return {'granted', attempt, token, 0}
 """
 
-# RENEW: extend the lease, only for the holder of this exact attempt and run.
-# KEYS[1] lock   KEYS[2] state
+# RENEW: extend the lease, only for the holder of this exact attempt and run (and keep
+# the job's history as long as its state, if it is a list: never another's key).
+# KEYS[1] lock   KEYS[2] state   KEYS[3] history
 # ARGV[1] expected lock value   ARGV[2] lease ms   ARGV[3] retention ms
 # returns 1 renewed, 0 not the holder any more,
 #        -1 not the holder, and the job's state is gone: the server lost its data
@@ -78,6 +129,7 @@ RENEW = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   redis.call('PEXPIRE', KEYS[2], ARGV[3])
+  if redis.call('TYPE', KEYS[3])['ok'] == 'list' then redis.call('PEXPIRE', KEYS[3], ARGV[3]) end
   return 1
 end
 if redis.call('EXISTS', KEYS[2]) == 0 then return -1 end
@@ -102,38 +154,64 @@ end
 return 0
 """
 
-# SETTLE: end an attempt (complete, fail, give up or release) and wake the waiters.
-# KEYS[1] lock   KEYS[2] state
+# SETTLE: end an attempt (complete, fail, give up or release), close its record in the
+# history, and wake the waiters. Nothing is written unless the caller holds the lease:
+# a stale holder writes no record.
+# KEYS[1] lock   KEYS[2] state   KEYS[3] history
 # ARGV[1] expected lock value   ARGV[2] new state value   ARGV[3] retention ms
 # ARGV[4] wake channel          ARGV[5] wake message
 # ARGV[6] (a failure with a retry delay) ms until the next attempt is due: the state
 #         written then carries the due time, the server's clock plus this, in the
 #         run's place (lockworker.model.codec)
+# ARGV[7] how the attempt ended (its record's ending)
+# ARGV[8] the JSON that ends its record (owner, and a failure's text)
+# ARGV[9] (a release, or a failure due again at once) the namespace's handover channel,
+#         told the wake message too: backups holding deliveries back listen there
 # returns 1 applied now, 2 applied already (a retry whose first reply was lost),
 #         0 refused: the caller does not hold this attempt's lease,
-#        -1 refused, and the job's state is gone: the server lost its data
-SETTLE = LUA_PROLOGUE + """
+#        -1 refused, and the job's state is gone: the server lost its data,
+#        -2 refused: the history's last value is not a record (a foreign value)
+# The attempt's record is the last one (its grant appended it); if it is gone (the key
+# deleted), the settle appends one that starts when it ends.
+SETTLE = LUA_PROLOGUE + HISTORY + """
 if redis.call('GET', KEYS[1]) == ARGV[1] then
+  local rec, seen = lw_last(KEYS[3])
+  if rec == nil then return -2 end
   local value = ARGV[2]
+  local now = lw_now_ms()
   if ARGV[6] and ARGV[6] ~= '' then
     local st = lw_state(value)
-    local due = string.format('%.0f', lw_now_ms() + tonumber(ARGV[6]))
+    local due = string.format('%.0f', now + tonumber(ARGV[6]))
     value = lw_state_value(st.status, st.attempt, st.token, due, st.owner)
   end
   redis.call('DEL', KEYS[1])
   redis.call('SET', KEYS[2], value, 'PX', ARGV[3])
+  local held = lw_lock(ARGV[1])
+  local at = lw_ms(now)
+  local ended = {attempt = held.attempt, token = held.token, run = held.run, started = at,
+                 ended = at, ending = ARGV[7], tail = ARGV[8]}
+  if rec and rec.token == held.token and rec.ending == '' then
+    ended.started = rec.started
+    redis.call('LSET', KEYS[3], -1, lw_record_value(ended))
+  else
+    redis.call('RPUSH', KEYS[3], lw_record_value(ended))
+  end
+  lw_keep(KEYS[3], ARGV[3])
   redis.call('PUBLISH', ARGV[4], ARGV[5])
-  if ARGV[7] and ARGV[7] ~= '' then redis.call('PUBLISH', ARGV[7], ARGV[5]) end
+  if ARGV[9] and ARGV[9] ~= '' then redis.call('PUBLISH', ARGV[9], ARGV[5]) end
   return 1
 end
 """ + SETTLE_REFUSED
 
 
 # RESET: make a known job pending again with no attempts spent. The token counter is
-# kept, so fencing tokens never repeat.
-# KEYS[1] lock   KEYS[2] state
+# kept, so fencing tokens never repeat; so is the attempt history (kept as long as the
+# state again, if it is a list).
+# KEYS[1] lock   KEYS[2] state   KEYS[3] history
 # ARGV[1] force (0|1)   ARGV[2] retention ms   ARGV[3] wake channel
+# ARGV[4] (optional) the state the caller expects: pending, held, done or gave_up
 # returns {'reset', previous status}   the job is pending again
+#         {'changed', state}           not in the expected state (nothing written)
 #         {'held', holder}             a live lease holds it (and not forced)
 #         {'absent'}                   the server knows no such job; nothing written
 #         {'foreign', key, value}      a key holds a value we did not write (and not
@@ -152,10 +230,16 @@ if raw then
   st = lw_state(raw)
   if not st and not force then return {'foreign', KEYS[2], raw} end
 end
+if ARGV[4] and ARGV[4] ~= '' then
+  local now = (st and st.status) or (raw and 'foreign') or 'pending'
+  if cur and now == 'pending' then now = 'held' end
+  if now ~= ARGV[4] then return {'changed', now} end
+end
 if l and not force then return {'held', l.owner} end
 local token = (st and st.token) or (l and l.token) or lw_now_us()
 redis.call('DEL', KEYS[1])
 redis.call('SET', KEYS[2], lw_state_value('pending', '0', token, '', ''), 'PX', ARGV[2])
+if redis.call('TYPE', KEYS[3])['ok'] == 'list' then redis.call('PEXPIRE', KEYS[3], ARGV[2]) end
 redis.call('PUBLISH', ARGV[3], 'reset')
 return {'reset', (st and st.status) or 'pending'}
 """

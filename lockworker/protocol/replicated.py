@@ -28,7 +28,7 @@ from lockworker.errors import NotReplicated
 from lockworker.model.keys import JobKeys
 from lockworker.protocol.decode import foreign_on_wrongtype
 from lockworker.protocol.luacall import LuaScript
-from lockworker.protocol.script import ScriptProtocol
+from lockworker.protocol.script import ScriptProtocol, script_keys
 
 
 class ReplicatedScriptProtocol(ScriptProtocol):
@@ -63,7 +63,7 @@ class ReplicatedScriptProtocol(ScriptProtocol):
         # One connection for both: WAIT counts the writes of its own connection.
         pipe = self.client.pipeline(transaction=False)
         pipe.execute_command(  # type: ignore[no-untyped-call]
-            "EVALSHA", script.sha, 2, keys.lock, keys.state, *args
+            "EVALSHA", script.sha, 3, *script_keys(keys), *args
         )
         pipe.execute_command("WAIT", self.replicas, self.timeout_ms)  # type: ignore[no-untyped-call]
         reply, acked = pipe.execute()

@@ -18,6 +18,7 @@ from typing import Any, Generic, TypeVar
 import redis
 
 from lockworker.model.codec import Holder, LockValue
+from lockworker.model.history import AttemptEnd, ErrorText, record_tail
 from lockworker.model.keys import JobKeys, Space
 from lockworker.model.presence import handover_channel
 from lockworker.model.state import Ending, Grant, Renewal, Reset, Settle, Snapshot
@@ -26,13 +27,14 @@ from lockworker.protocol.decode import (
     applied_despite_error,
     decode_acquire,
     decode_reset,
+    decode_settle,
     failure_due_ms,
     foreign_on_wrongtype,
     hands_over,
     renewal,
     server_ms,
+    settle_ending,
     settle_plan,
-    settle_result,
     snapshot_from,
     wake_message,
 )
@@ -42,7 +44,7 @@ from lockworker.protocol.luacall import LuaScript
 R = TypeVar("R")
 
 _ACQUIRE = LuaScript(scripts.ACQUIRE)
-_RENEW = LuaScript(scripts.RENEW)
+_RENEW = RENEW_SCRIPT = LuaScript(scripts.RENEW)
 _SETTLE = LuaScript(scripts.SETTLE)
 _RESET = LuaScript(scripts.RESET)
 _INSPECT = LuaScript(scripts.INSPECT)
@@ -61,11 +63,22 @@ class Step(Generic[R]):
     refused, "ACL failure in script"): given the state key read after the error, the
     result if the step's writes were applied, else None (the error stands)."""
 
+    @property
+    def names(self) -> tuple[str, str, str]:
+        """The script's KEYS: the job's lock, state and history (one hash slot)."""
+        return script_keys(self.keys)
+
+
+def script_keys(keys: JobKeys) -> tuple[str, str, str]:
+    """The KEYS every job step's script takes: lock, state, history."""
+    return (keys.lock, keys.state, keys.history)
+
 
 def acquire_step(
     keys: JobKeys, who: Holder, lease_ms: int, max_attempts: int, retention_ms: int
 ) -> Step[Grant | Snapshot]:
-    args = (who.owner, lease_ms, max_attempts, retention_ms, keys.wake, who.run)
+    args = (who.owner, lease_ms, max_attempts, retention_ms, keys.wake, who.run,
+            record_tail(who.owner))
     return Step(_ACQUIRE, keys, args, partial(decode_acquire, keys))
 
 
@@ -79,20 +92,25 @@ def renew_step(keys: JobKeys, held: LockValue, lease_ms: int, retention_ms: int)
 
 def settle_step(
     keys: JobKeys, held: LockValue, kind: Ending, retention_ms: int, max_attempts: int = 0,
-    *, delay_ms: int = 0, give_up: bool = False,
+    *, delay_ms: int = 0, give_up: bool = False, error: ErrorText | None = None,
+    stopped: bool = False,
 ) -> Step[Settle]:
     """Complete, fail or release; a failure with ``delay_ms`` records the job's due
     time (the server's clock plus the delay) in the same step, and ``give_up`` ends
-    the job GAVE_UP whatever attempts are left."""
+    the job GAVE_UP whatever attempts are left. The attempt's history record is closed
+    in the same step, with the failure's ``error``, or as ``stopped`` for a release
+    because the worker stops (``stopped``)."""
     new_state, message = settle_plan(held, kind, max_attempts, give_up=give_up)
     due = failure_due_ms(new_state, delay_ms)
+    ending: AttemptEnd = settle_ending(kind, new_state, stopped=stopped)
     handover = handover_channel(keys.namespace) if (
         keys.space is Space.JOB and hands_over(kind, message, due)
     ) else ""
     args = (held.encode(), new_state.encode(), retention_ms, keys.wake,
-            wake_message(message, due), due or "", handover)
+            wake_message(message, due), due or "", ending.value,
+            record_tail(held.owner, error if kind is Ending.FAIL else None), handover)
     return Step(
-        _SETTLE, keys, args, lambda reply: settle_result(int(reply), new_state),
+        _SETTLE, keys, args, partial(decode_settle, keys, new_state),
         partial(applied_despite_error, new_state, delay_ms=due),
     )
 
@@ -111,8 +129,13 @@ def inspect_step(keys: JobKeys) -> Step[Snapshot]:
     return Step(_INSPECT, keys, (), partial(_snapshot, keys))
 
 
-def reset_step(keys: JobKeys, retention_ms: int, *, force: bool = False) -> Step[Reset]:
-    return Step(_RESET, keys, (1 if force else 0, retention_ms, keys.wake), decode_reset)
+def reset_step(
+    keys: JobKeys, retention_ms: int, *, force: bool = False, expect: str | None = None
+) -> Step[Reset]:
+    """Reset the job; with ``expect`` (pending, held, done, gave_up), only if it is in
+    that state (else ``Reset.CHANGED``, nothing written)."""
+    args = (1 if force else 0, retention_ms, keys.wake, expect or "")
+    return Step(_RESET, keys, args, decode_reset)
 
 
 Sender = Callable[[Step[Any]], Any]
@@ -138,7 +161,7 @@ class ScriptProtocol(SettleSteps):
 
     def _run(self, script: LuaScript, keys: JobKeys, args: Sequence[str | int]) -> Any:
         try:
-            return script(self.client, (keys.lock, keys.state), args)
+            return script(self.client, script_keys(keys), args)
         except redis.ResponseError as exc:
             raise foreign_on_wrongtype(keys, exc) from exc
 
@@ -178,13 +201,21 @@ class ScriptProtocol(SettleSteps):
     def _settle_step(
         self, keys: JobKeys, held: LockValue, kind: Ending, retention_ms: int,
         max_attempts: int = 0, *, delay_ms: int = 0, give_up: bool = False,
+        error: ErrorText | None = None, stopped: bool = False,
     ) -> Settle:
         return self._do(settle_step(
-            keys, held, kind, retention_ms, max_attempts, delay_ms=delay_ms, give_up=give_up
+            keys, held, kind, retention_ms, max_attempts, delay_ms=delay_ms, give_up=give_up,
+            error=error, stopped=stopped,
         ))
 
-    def reset(self, keys: JobKeys, retention_ms: int, *, force: bool = False) -> Reset:
-        return self._do(reset_step(keys, retention_ms, force=force))
+    def reset(
+        self, keys: JobKeys, retention_ms: int, *, force: bool = False,
+        expect: str | None = None,
+    ) -> Reset:
+        return self._do(reset_step(keys, retention_ms, force=force, expect=expect))
 
-    def inspect(self, keys: JobKeys) -> Snapshot:
+    def inspect(self, keys: JobKeys, *, history: bool = False) -> Snapshot:
+        """One script; with ``history``, the transaction that reads the attempts too."""
+        if history:
+            return super().inspect(keys, history=True)
         return self._do(inspect_step(keys))

@@ -20,6 +20,13 @@ from redis.exceptions import ClusterDownError, MovedError, RedisClusterException
 
 from lockworker.errors import Contended, ForeignValueError
 from lockworker.model.codec import Holder, LockValue, StateValue, decode_lock, decode_state
+from lockworker.model.history import (
+    HISTORY_CAP,
+    ErrorText,
+    RawRecord,
+    parse_record,
+    record_tail,
+)
 from lockworker.model.keys import JobKeys, Space
 from lockworker.model.presence import handover_channel
 from lockworker.model.state import Ending, Grant, JobStatus, Renewal, Reset, Settle, Snapshot
@@ -28,6 +35,7 @@ from lockworker.protocol.decode import (
     hands_over,
     same_failure,
     server_ms,
+    settle_ending,
     settle_plan,
     settle_result,
     snapshot_from,
@@ -72,7 +80,9 @@ class TxnProtocol(SettleSteps):
         for _ in range(MAX_TRIES):
             with self._server(keys).pipeline(transaction=True) as pipe:
                 try:
-                    pipe.watch(keys.lock, keys.state)  # type: ignore[no-untyped-call]
+                    pipe.watch(  # type: ignore[no-untyped-call]
+                        keys.lock, keys.state, keys.history
+                    )
                     return step(pipe)
                 except redis.WatchError:
                     continue
@@ -90,7 +100,8 @@ class TxnProtocol(SettleSteps):
                 except redis.ResponseError as exc:
                     if "WRONGTYPE" in str(exc):
                         raise ForeignValueError(
-                            f"{keys.lock} or {keys.state}", "a value of another type"
+                            f"{keys.lock}, {keys.state} or {keys.history}",
+                            "a value of another type",
                         ) from exc
                     raise
         raise Contended(
@@ -115,13 +126,19 @@ class TxnProtocol(SettleSteps):
             seen = snapshot_from(keys, raw_state, None, None, now_ms)
             if seen.resolved:
                 return seen
+            last = last_record(pipe, keys)
             if raw_state is not None and seen.attempt >= max_attempts:
                 gave_up = StateValue(
                     JobStatus.GAVE_UP, seen.attempt, seen.token, seen.run, seen.owner,
                     None if state is None else state.due_ms,
                 )
+                open_ = last is not None and last.ending is None
+                now = server_ms(pipe.time()) if open_ else 0
                 pipe.multi()
                 pipe.set(keys.state, gave_up.encode(), px=retention_ms)
+                if open_:
+                    close_lost(pipe, keys, last, now)
+                    keep(pipe, keys, retention_ms)
                 pipe.publish(keys.wake, "gave_up")
                 pipe.execute()
                 return Snapshot(
@@ -130,7 +147,11 @@ class TxnProtocol(SettleSteps):
             if seen.due_ms is not None:
                 return seen
             attempt = seen.attempt + 1
-            token = seen.token + 1 if raw_state is not None else server_now_us(pipe)
+            if raw_state is not None:
+                token, now = seen.token + 1, server_ms(pipe.time())
+            else:  # the server's clock, read once: the first token and the grant's time
+                token = server_now_us(pipe)
+                now = token // 1000
             pipe.multi()
             pipe.set(keys.lock, who.value(token, attempt).encode(), px=lease_ms)
             pipe.set(
@@ -138,6 +159,11 @@ class TxnProtocol(SettleSteps):
                 StateValue(JobStatus.PENDING, attempt, token, who.run, who.owner).encode(),
                 px=retention_ms,
             )
+            close_lost(pipe, keys, last, now)
+            pipe.rpush(keys.history, RawRecord(
+                attempt, token, who.run, now, None, None, record_tail(who.owner)
+            ).encode())
+            keep(pipe, keys, retention_ms)
             pipe.execute()
             return Grant(attempt, token)
 
@@ -151,9 +177,12 @@ class TxnProtocol(SettleSteps):
             raw_lock, raw_state = read_strings(pipe, keys, keys.lock, keys.state)
             if text_or_none(raw_lock) != held.encode():
                 return Renewal.NOT_HOLDER if raw_state is not None else Renewal.STATE_LOST
+            ours = text(pipe.type(keys.history)) == "list"
             pipe.multi()
             pipe.pexpire(keys.lock, lease_ms)
             pipe.pexpire(keys.state, retention_ms)
+            if ours:
+                pipe.pexpire(keys.history, retention_ms)
             pipe.execute()
             return Renewal.RENEWED
 
@@ -163,9 +192,12 @@ class TxnProtocol(SettleSteps):
     def _settle_step(
         self, keys: JobKeys, held: LockValue, kind: Ending, retention_ms: int,
         max_attempts: int = 0, *, delay_ms: int = 0, give_up: bool = False,
+        error: ErrorText | None = None, stopped: bool = False,
     ) -> Settle:
         new_state, message = settle_plan(held, kind, max_attempts, give_up=give_up)
         delay = failure_due_ms(new_state, delay_ms)
+        ending = settle_ending(kind, new_state, stopped=stopped).value
+        tail = record_tail(held.owner, error if kind is Ending.FAIL else None)
 
         def step(pipe: Pipeline) -> Settle:
             raw_lock, raw_state = read_strings(pipe, keys, keys.lock, keys.state)
@@ -176,12 +208,24 @@ class TxnProtocol(SettleSteps):
                     delay > 0 and same_failure(decode_state(raw_state), new_state)
                 )
                 return settle_result(2 if already else 0, new_state)
+            last = last_record(pipe, keys)
+            now = server_ms(pipe.time())
             written = new_state
             if delay:
-                written = replace(new_state, due_ms=server_ms(pipe.time()) + delay)
+                written = replace(new_state, due_ms=now + delay)
+            mine = last is not None and last.token == held.token and last.ending is None
+            record = RawRecord(
+                held.attempt, held.token, held.run, last.started_ms if mine and last else now,
+                now, ending, tail,
+            ).encode()
             pipe.multi()
             pipe.delete(keys.lock)
             pipe.set(keys.state, written.encode(), px=retention_ms)
+            if mine:
+                pipe.lset(keys.history, -1, record)
+            else:
+                pipe.rpush(keys.history, record)
+            keep(pipe, keys, retention_ms)
             pipe.publish(keys.wake, wake_message(message, delay))
             if keys.space is Space.JOB and hands_over(kind, message, delay):
                 pipe.publish(handover_channel(keys.namespace), wake_message(message, delay))
@@ -191,7 +235,10 @@ class TxnProtocol(SettleSteps):
         settled: Settle = self._watched(keys, step)
         return settled
 
-    def reset(self, keys: JobKeys, retention_ms: int, *, force: bool = False) -> Reset:
+    def reset(
+        self, keys: JobKeys, retention_ms: int, *, force: bool = False,
+        expect: str | None = None,
+    ) -> Reset:
         def step(pipe: Pipeline) -> Reset:
             raw_state, raw_lock = read_strings(pipe, keys, keys.state, keys.lock)
             if raw_state is None and raw_lock is None:
@@ -203,26 +250,62 @@ class TxnProtocol(SettleSteps):
                     raise ForeignValueError(keys.lock, text(raw_lock))
                 if raw_state is not None and state is None:
                     raise ForeignValueError(keys.state, text(raw_state))
-                if lock is not None:
-                    return Reset.HELD
+            if expect:
+                now = state.status.value if state else (
+                    "foreign" if raw_state is not None else "pending"
+                )
+                if raw_lock is not None and now == "pending":
+                    now = "held"
+                if now != expect:
+                    return Reset.CHANGED
+            if not force and lock is not None:
+                return Reset.HELD
             if state is not None:
                 token = state.token
             elif lock is not None:
                 token = lock.token
             else:
                 token = server_now_us(pipe)
+            ours = text(pipe.type(keys.history)) == "list"
             pipe.multi()
             pipe.delete(keys.lock)
             pipe.set(
                 keys.state, StateValue(JobStatus.PENDING, 0, token, "", "").encode(),
                 px=retention_ms,
             )
+            if ours:
+                pipe.pexpire(keys.history, retention_ms)
             pipe.publish(keys.wake, "reset")
             pipe.execute()
             return Reset.RESET
 
         done: Reset = self._watched(keys, step)
         return done
+
+
+def last_record(pipe: Pipeline, keys: JobKeys) -> RawRecord | None:
+    """The history's last record (None if it has none); a key of another type raises
+    WRONGTYPE (reported foreign by :meth:`TxnProtocol._watched`), a value that is not
+    a record ForeignValueError."""
+    raw = pipe.lindex(keys.history, -1)
+    if raw is None:
+        return None
+    found = parse_record(raw)
+    if found is None:
+        raise ForeignValueError(keys.history, text(raw))
+    return found
+
+
+def close_lost(pipe: Pipeline, keys: JobKeys, last: RawRecord | None, now: int) -> None:
+    """Queue the closing of ``last`` as lost, if it is still open (its lease ran out)."""
+    if last is not None and last.ending is None:
+        pipe.lset(keys.history, -1, replace(last, ended_ms=now, ending="lost").encode())
+
+
+def keep(pipe: Pipeline, keys: JobKeys, retention_ms: int) -> None:
+    """Queue the history's trim to its cap and its time to live (the state's)."""
+    pipe.ltrim(keys.history, -HISTORY_CAP, -1)
+    pipe.pexpire(keys.history, retention_ms)
 
 
 def server_now_us(pipe: Pipeline) -> int:

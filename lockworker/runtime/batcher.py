@@ -22,6 +22,7 @@ from __future__ import annotations
 import threading
 import weakref
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 import redis
@@ -97,9 +98,8 @@ class Batcher:
 
     def _alone(self, step: Step[Any]) -> Any:
         """One step, sent as a single command (no pipeline to build)."""
-        keys = step.keys
         try:
-            reply = step.script(self.client, (keys.lock, keys.state), step.args)
+            reply = step.script(self.client, step.names, step.args)
         except redis.ResponseError as exc:
             return batch.outcome(step, exc)
         return batch.outcome(step, reply)
@@ -137,3 +137,19 @@ def batcher_for(client: redis.Redis) -> Batcher:
             if found is None:
                 found = _BATCHERS[client] = Batcher(client)
     return found
+
+
+def renewals(worker: Any) -> Callable[[list[Step[Any]], float], list[Any]] | None:
+    """For a worker's heartbeat: send many renewal steps in one round trip, retried by
+    the worker's policy until the deadline; None unless its protocol batches (the
+    script protocol with a batcher: a WATCH/MULTI/EXEC or replicated step is its own)."""
+    protocol = worker.protocol
+    if getattr(protocol, "sender", None) is None:
+        return None
+
+    def send_many(steps: list[Step[Any]], deadline: float) -> list[Any]:
+        return list(worker._call(
+            lambda: batch.send(worker.client, steps), "renew leases", deadline
+        ))
+
+    return send_many

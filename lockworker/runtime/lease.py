@@ -68,6 +68,11 @@ class Lease:
     released: bool = False
     on_renewed: Callable[[Lease], None] | None = None
     on_lost: Callable[[Lease, str], None] | None = None
+    step: Any = None
+    """The protocol step that renews it, for a heartbeat that renews many leases in one
+    round trip (:class:`Heartbeat` with ``send_many``); None: ``renew`` alone."""
+    answer: Callable[[Any], bool] | None = None
+    """With ``step``: whether the step's result says the lease is still held."""
 
     @classmethod
     def granted(
@@ -90,6 +95,14 @@ class Lease:
         return not self.lost and now < self.valid_until
 
 
+SendMany = Callable[[list[Any], float], list[Any]]
+"""Sends many renewal steps in one round trip, retried until the deadline: per step,
+its result or the exception it stands for (:func:`lockworker.protocol.batch.send`)."""
+
+MAX_BATCH = 256
+"""Leases renewed in one round trip at most."""
+
+
 class Heartbeat:
     """A daemon thread renewing every held lease about every ``interval`` seconds.
 
@@ -104,9 +117,11 @@ class Heartbeat:
         interval: float,
         *,
         thread_factory: Callable[..., threading.Thread] = threading.Thread,
+        send_many: SendMany | None = None,
     ) -> None:
         self._clock = clock
         self._interval = interval
+        self._send_many = send_many
         self._thread_factory = thread_factory
         self._heap: list[tuple[float, int, Lease]] = []
         self._seq = itertools.count()
@@ -163,6 +178,28 @@ class Heartbeat:
                 return lease
             return None
 
+    def _due_with(self, first: Lease) -> list[Lease]:
+        """``first`` and, when leases can share a round trip, every other one whose
+        renewal comes due within half an interval: renewed a little early, they all go
+        in one batch instead of one round trip each."""
+        leases = [first]
+        if self._send_many is None or first.step is None:
+            return leases
+        horizon = self._clock.monotonic() + self._interval / 2
+        with self._mutex:
+            later: list[tuple[float, int, Lease]] = []
+            while self._heap and self._heap[0][0] <= horizon and len(leases) < MAX_BATCH:
+                entry = heapq.heappop(self._heap)
+                if entry[2].released:
+                    continue
+                if entry[2].step is None:
+                    later.append(entry)
+                else:
+                    leases.append(entry[2])
+            for entry in later:
+                heapq.heappush(self._heap, entry)
+        return leases
+
     def _sleep_for(self) -> float:
         with self._mutex:
             if not self._heap:
@@ -190,10 +227,15 @@ class Heartbeat:
             if lease is None:
                 self._clock.wait(self._stop, self._sleep_for())
                 continue
-            self.beat(lease)
-            if not lease.released and not lease.lost:
-                with self._mutex:
-                    heapq.heappush(self._heap, (lease.next_renewal, next(self._seq), lease))
+            leases = self._due_with(lease)
+            if len(leases) == 1:
+                self.beat(lease)
+            else:
+                self.beat_many(leases)
+            with self._mutex:
+                for each in leases:
+                    if not each.released and not each.lost:
+                        heapq.heappush(self._heap, (each.next_renewal, next(self._seq), each))
 
     def beat(self, lease: Lease) -> None:
         """Renew one lease now, or declare it lost (public for tests that step by hand)."""
@@ -212,6 +254,32 @@ class Heartbeat:
         finally:
             self._renewing = None
         renewal_answered(lease, sent_at, bool(held), self._interval)
+
+    def beat_many(self, leases: list[Lease]) -> None:
+        """Renew ``leases`` (each with a ``step``) in one round trip; each is renewed or
+        declared lost by its own answer, as :meth:`beat` does for one."""
+        assert self._send_many is not None
+        sent_at = self._clock.monotonic()
+        live = [lease for lease in leases if renewal_due(lease, sent_at)]
+        if not live:
+            return
+        self._renewing = sent_at
+        try:
+            answers = self._send_many(
+                [lease.step for lease in live], min(lease.valid_until for lease in live)
+            )
+        except Exception as exc:  # as in beat: the thread lives on for the others
+            for lease in live:
+                lose(lease, f"could not renew: {exc!r}")
+            return
+        finally:
+            self._renewing = None
+        for lease, answer in zip(live, answers, strict=True):
+            if isinstance(answer, BaseException):
+                lose(lease, f"could not renew: {answer!r}")
+            else:
+                assert lease.answer is not None
+                renewal_answered(lease, sent_at, lease.answer(answer), self._interval)
 
     def close(self, *, wait: bool = True) -> None:
         """Stop the thread; held leases are no longer renewed. ``wait``: until it ended

@@ -48,6 +48,7 @@ from hypothesis.stateful import (
 )
 
 from lockworker.model.codec import Holder, LockValue, decode_lock, decode_state
+from lockworker.model.history import HISTORY_CAP, AttemptEnd
 from lockworker.model.keys import JobKeys
 from lockworker.model.state import Grant, JobStatus, Renewal, Reset, Settle, Snapshot
 from lockworker.protocol import LockProtocol, ScriptProtocol
@@ -63,6 +64,8 @@ KINDS = ("complete", "fail", "fail later", "give up", "release")
 LATER_MS = 60_000
 """The retry delay of a "fail later": far enough that it never passes by itself in a run;
 the rule ``due_time_passes`` moves a due time into the past instead."""
+
+ENDINGS = {end.value for end in AttemptEnd}
 
 SETTINGS = settings(max_examples=60, stateful_step_count=30, deadline=None)
 
@@ -438,6 +441,22 @@ class ProtocolModel(RuleBasedStateMachine):
             m.holder = None
 
     # -- invariants ----------------------------------------------------------------
+
+    @invariant()
+    def history_has_one_record_per_grant(self) -> None:
+        """The last HISTORY_CAP grants, in order, each with one record; the live
+        holder's record open, every other one ended (a stale settle wrote nothing)."""
+        for job, m in self.jobs.items():
+            records = self.protocol.inspect(self.keys[job], history=True).history
+            granted = [(r.token, r.attempt, r.run, r.owner) for r in records]
+            issued = [(v.token, v.attempt, v.run, v.owner) for v in m.issued]
+            assert granted == issued[len(issued) - len(granted) :], (granted, issued)
+            assert len(granted) == min(len(issued), HISTORY_CAP), (granted, issued)
+            if m.holder is not None:
+                assert records[-1].token == m.holder.token, (records, m)
+                assert records[-1].ending is None, records
+                records = records[:-1]
+            assert all(r.ending in ENDINGS for r in records), records
 
     @invariant()
     def server_agrees_with_the_model(self) -> None:

@@ -183,3 +183,23 @@ def test_a_failure_written_by_the_previous_release_is_due_at_once_here(
     ) as worker:
         assert worker.process("old-failure") is Outcome.DONE
     assert worker.inspect("old-failure").attempt == 2
+
+
+def test_the_previous_release_serves_a_job_with_a_history_and_writes_none(
+    old_python: Path, redis_server: RedisServer, redis_client: redis.Redis, namespace: str,
+) -> None:
+    """0.2.0 never reads the history key: it takes and finishes a job that has one, and
+    the record this release left open (the attempt whose lease 0.2.0 saw run out, or
+    the one before its grant) reads as lost here, never as running."""
+    keys = JobKeys.of(namespace, "with-history")
+    protocol = ScriptProtocol(redis_client)
+    g = grant(protocol, keys, "new", lease_ms=50)
+    redis_client.pexpire(keys.lock, 1)
+    ran = old(old_python, redis_server, namespace, "process", "with-history")
+    assert (ran["outcome"], ran["ran"]) == ("done", [2])
+    seen = protocol.inspect(keys, history=True)
+    assert (seen.status, seen.attempt, seen.owner) == (JobStatus.DONE, 2, "old")
+    (record,) = seen.history
+    assert (record.attempt, record.token, record.owner, record.ending) == (
+        1, g.token, "new", "lost"
+    )

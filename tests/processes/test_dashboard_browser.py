@@ -30,12 +30,11 @@ from lockworker.daemons.sources import stream_keys
 from lockworker.model.state import Snapshot
 from lockworker.testing import RedisServer
 from lockworker.testing.server import free_port
+from tests.helpers import need_binary
 
 pytestmark = pytest.mark.processes
 pytest.importorskip("starlette", reason="the dashboard extra is not installed")
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-CHROMEDRIVER = shutil.which("chromedriver")
 FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync",
          "--window-size=1280,1000")
@@ -44,18 +43,17 @@ XSS_ID = '<script>window.__ran=1</script><img src=x onerror="window.__ran=2">'
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
-    if CHROMIUM is None or CHROMEDRIVER is None:
-        pytest.skip("needs Chromium and its driver (Debian: apt-get install chromium "
-                    "chromium-driver); .ci/run installs them")
+    chromium = need_binary("chromium", "chromium")
+    chromedriver = need_binary("chromedriver", "chromium-driver")
     webdriver = pytest.importorskip("selenium.webdriver", reason="selenium (the test extra)")
     from selenium.webdriver.chrome.service import Service
 
     options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
+    options.binary_location = chromium
     profile = tempfile.mkdtemp(prefix="lockworker-chromium-")
     for flag in (*FLAGS, f"--user-data-dir={profile}"):
         options.add_argument(flag)
-    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    driver = webdriver.Chrome(service=Service(chromedriver), options=options)
     try:
         yield driver
     finally:

@@ -168,6 +168,8 @@ def test_inspect_on_a_cluster_reads_the_due_time_of_a_failed_job_on_both_sides(
 
     seen = asyncio.run(scenario())
     assert all(s.attempt == 1 and 100_000 < (s.due_ms or 0) <= 120_000 for s in seen), seen
+    retried = [("failed", "lockworker.errors.Retry")]
+    assert all([(r.ending, r.error_type) for r in s.history] == retried for s in seen), seen
     sync_client = redis_cluster.client(socket_timeout=2.0)
     sync_worker = Worker(sync_client, namespace=namespace, on_acquired=fail,
                          handle_signals=False)

@@ -138,6 +138,12 @@ def test_inspect_and_reset_keep_tokens_growing(workers: Any, protocol: str) -> N
     assert worker.process("report") is Outcome.DONE
     assert runs.tokens["report"] == [done.token, runs.tokens["report"][1]]
     assert runs.tokens["report"][1] > done.token
+    # the attempt history is read in the job's slot, on both protocols, and kept by reset
+    assert [(r.ending, r.token) for r in done.history] == [("done", done.token)]
+    again = worker.inspect("report").history
+    assert [(r.ending, r.token) for r in again] == [
+        ("done", done.token), ("done", runs.tokens["report"][1])
+    ]
     with pytest.raises(JobNotFound):
         worker.reset("never-submitted")
 

@@ -1,0 +1,88 @@
+"""A backup's held-back deliveries under ``aio.Worker.serve``: the sync side's rules
+(:mod:`lockworker.daemons.defer`), with a task instead of a thread.
+
+The heap and every decision after a look are :class:`lockworker.daemons.defer.Held`'s;
+the batch of looks is :func:`lockworker.aio.batcher.send` (the sync side's batch,
+awaited). This module only schedules them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from lockworker.aio.batcher import send
+from lockworker.aio.wake import wait
+from lockworker.daemons.defer import IDLE_WAIT, LIMIT, Held, deferring
+from lockworker.daemons.sources import Delivery
+from lockworker.errors import LockworkerError
+from lockworker.model.presence import handover_channel
+from lockworker.model.state import Snapshot
+from lockworker.protocol.script import inspect_step
+
+AsyncDispatch = Callable[[Delivery, "Snapshot | None"], Awaitable[object]]
+
+
+class AsyncDeferrals:
+    """The held-back deliveries of one asyncio ``serve`` call of a backup, and their task."""
+
+    def __init__(self, worker: Any, dispatch: AsyncDispatch) -> None:
+        self.w = worker
+        self.dispatch = dispatch
+        self.held = Held(float(worker.backup_delay))
+        self._task: asyncio.Task[None] | None = None
+        self._room = asyncio.Event()
+        self._done = False
+
+    def deferring(self) -> bool:
+        return deferring(self.w)
+
+    def __len__(self) -> int:
+        return len(self.held)
+
+    async def add(self, delivery: Delivery) -> None:
+        """Hold ``delivery`` back for ``backup_delay`` (waits while :data:`LIMIT` are)."""
+        while len(self.held) >= LIMIT and not self.w.stopping and not self._done:
+            self._room.clear()
+            await wait(self._room, IDLE_WAIT)
+        self.held.push(self.w.clock.monotonic() + self.held.delay, delivery)
+        if self._task is None:
+            self._task = asyncio.ensure_future(self._run())
+
+    async def close(self) -> None:
+        """Stop the task; deliveries still held back are left unresolved."""
+        self._done = True
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    async def _run(self) -> None:
+        async with self.w._hub.listen(handover_channel(self.w.namespace)) as news:
+            while not self.w.stopping and not self._done:
+                everything = news.is_set() or not self.deferring()
+                news.clear()
+                due = self.held.take(self.w.clock.monotonic(), everything)
+                self._room.set()
+                if not due:
+                    await wait(news, self.held.wait_for(self.w.clock.monotonic()))
+                    continue
+                await self._look(due)
+
+    async def _look(self, due: list[Delivery]) -> None:
+        """One round trip for ``due`` (see :meth:`lockworker.daemons.defer.Deferrals._look`)."""
+        looked, bad = Held.keyed(self.w.namespace, due)
+        steps = [inspect_step(keys) for _, keys in looked]
+        try:
+            seen = await self.w._call(
+                lambda: send(self.w.client, steps), "look at held-back jobs"
+            ) if steps else []
+        except LockworkerError:
+            seen = [None] * len(steps)
+        handed = self.held.after_look(looked, seen, self.w.clock.monotonic(), self.deferring())
+        for delivery in bad:
+            await self.dispatch(delivery, None)
+        for delivery, snapshot in handed:
+            await self.dispatch(delivery, snapshot)

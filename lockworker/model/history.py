@@ -1,0 +1,204 @@
+"""A job's attempt history: one record per attempt, who ran it, when, how it ended, why.
+
+The records live in the job's history key (``lw:job:<namespace>:{<job id>}:history``,
+:class:`~lockworker.model.keys.JobKeys`), a list, oldest first, written by the same
+server steps that grant and settle the attempts (:mod:`lockworker.protocol.lua`), kept
+as long as the job's state (``retention``) and trimmed to the last :data:`HISTORY_CAP`.
+One record is::
+
+    lw2|<attempt>|<token>|<run>|<started ms>|<ended ms>|<ending>|<JSON object>
+
+``started``/``ended`` are the server's clock (``TIME``) in milliseconds; ``ended`` and
+``ending`` are empty while the attempt runs. The JSON object holds the free text: the
+holder's ``owner`` label and, for a failure, ``error_type``, ``error`` and
+``traceback`` (its last frames), each bounded here before it is sent (Python encodes
+it: the Lua steps only copy it). A grant appends its record; the settle of that
+attempt (done, failed, gave_up, released, stopped) rewrites it in place; an attempt
+whose lease ran out is closed as ``lost`` by the next grant, or by the acquire that
+gives the job up (its ``ended`` is then when it was found lost, not when its lease
+ended).
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import re
+import traceback
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+HISTORY_CAP = 20
+"""Records kept per job: the last this many attempts (a refunded attempt, released on a
+stop, counts as one too, so this is not ``max_attempts``)."""
+ERROR_CHARS = 500
+"""An error message is cut to this many characters (and says so)."""
+TYPE_CHARS = 200
+TRACEBACK_CHARS = 1500
+"""A traceback keeps its last frames that fit in this many characters."""
+
+
+class AttemptEnd(str, enum.Enum):
+    """How an attempt ended."""
+
+    DONE = "done"
+    """``on_acquired`` returned: the job is DONE."""
+    FAILED = "failed"
+    """It raised; the job is tried again (by its retry schedule)."""
+    GAVE_UP = "gave_up"
+    """It raised and that was the end: its last attempt, or ``GiveUp``."""
+    LOST = "lost"
+    """Its lease ran out (the holder died, stalled or lost Redis): found by the next
+    grant, or by the acquire that gave the job up."""
+    RELEASED = "released"
+    """Given back unused (refunded), other than by a stop."""
+    STOPPED = "stopped"
+    """Given back unused because its worker stopped (refunded)."""
+
+
+@dataclass(frozen=True)
+class ErrorText:
+    """A failure as the history keeps it: bounded, plain text."""
+
+    type: str
+    message: str
+    traceback: str | None = None
+
+
+@dataclass(frozen=True)
+class AttemptRecord:
+    """One attempt of a job (:attr:`lockworker.Snapshot.history`)."""
+
+    attempt: int
+    token: int
+    owner: str
+    run: str
+    started_ms: int
+    """When it was granted (server clock, ms)."""
+    ended_ms: int | None
+    """When it ended (server clock, ms); None while it runs, and for an attempt whose
+    lease ran out that nobody has found lost yet."""
+    ending: str | None
+    """One of :class:`AttemptEnd`'s values, or None while it runs."""
+    error_type: str | None
+    error: str | None
+    traceback: str | None = None
+    """The last frames of the failure's traceback that fit (bounded)."""
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "\u2026"
+
+
+def tail_lines(lines: Iterable[str], limit: int) -> str:
+    """The last of ``lines`` whose total length fits in ``limit`` characters (at least
+    the very last, cut to fit)."""
+    kept: list[str] = []
+    size = 0
+    for line in reversed(list(lines)):
+        if size + len(line) > limit:
+            break
+        kept.append(line)
+        size += len(line)
+    if not kept:
+        return _cut("".join(lines)[-limit:], limit)
+    return "".join(reversed(kept))
+
+
+def error_text(exc: BaseException) -> ErrorText:
+    """``exc`` as the history keeps it: its type (qualified unless a builtin), its
+    message cut to :data:`ERROR_CHARS`, and the last frames of its traceback that fit
+    in :data:`TRACEBACK_CHARS` (None if it has none)."""
+    kind = type(exc)
+    name = kind.__qualname__ if kind.__module__ == "builtins" else (
+        f"{kind.__module__}.{kind.__qualname__}"
+    )
+    trace = None
+    if exc.__traceback__ is not None:
+        trace = tail_lines(traceback.format_tb(exc.__traceback__), TRACEBACK_CHARS)
+    return ErrorText(_cut(name, TYPE_CHARS), _cut(str(exc), ERROR_CHARS), trace)
+
+
+def record_tail(owner: str, error: ErrorText | None = None) -> str:
+    """The JSON object that ends a record: the owner, and a failure's text."""
+    fields: dict[str, str] = {"owner": owner}
+    if error is not None:
+        fields["error_type"] = error.type
+        fields["error"] = error.message
+        if error.traceback:
+            fields["traceback"] = error.traceback
+    return json.dumps(fields, separators=(",", ":"), ensure_ascii=False)
+
+
+_RECORD = re.compile(
+    r"lw2\|(0|[1-9][0-9]*)\|(0|[1-9][0-9]*)\|([0-9a-f]*)\|([0-9]+)\|([0-9]*)\|([a-z_]*)\|(\{.*)",
+    re.DOTALL,
+)
+_ENDINGS = {end.value for end in AttemptEnd}
+
+
+@dataclass(frozen=True)
+class RawRecord:
+    """A record's fields as stored (the tail still JSON text)."""
+
+    attempt: int
+    token: int
+    run: str
+    started_ms: int
+    ended_ms: int | None
+    ending: str | None
+    tail: str
+
+    def encode(self) -> str:
+        """The record as the history key holds it (the Lua steps write the same)."""
+        ended = "" if self.ended_ms is None else str(self.ended_ms)
+        return (
+            f"lw2|{self.attempt}|{self.token}|{self.run}|{self.started_ms}|{ended}|"
+            f"{self.ending or ''}|{self.tail}"
+        )
+
+
+def parse_record(raw: str | bytes) -> RawRecord | None:
+    """The fields of a stored record, or None if it does not follow the grammar."""
+    value = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
+    m = _RECORD.fullmatch(value)
+    if m is None or (m[6] and m[6] not in _ENDINGS) or bool(m[5]) != bool(m[6]):
+        return None
+    return RawRecord(
+        int(m[1]), int(m[2]), m[3], int(m[4]), int(m[5]) if m[5] else None, m[6] or None, m[7]
+    )
+
+
+def decode_record(raw: str | bytes, live_token: int | None = None) -> AttemptRecord | None:
+    """A stored record as an :class:`AttemptRecord` (None if it is not one). A record
+    still open whose lease is not the live one (``live_token``, the lock's token, None
+    when no lease is live) reads as ``lost``, its end unknown."""
+    found = parse_record(raw)
+    if found is None:
+        return None
+    try:
+        tail: Any = json.loads(found.tail)
+    except ValueError:
+        return None
+    if not isinstance(tail, dict):
+        return None
+
+    def field(name: str) -> str | None:
+        value = tail.get(name)
+        return value if isinstance(value, str) else None
+
+    ending = found.ending
+    if ending is None and found.token != live_token:
+        ending = AttemptEnd.LOST.value
+    return AttemptRecord(
+        found.attempt, found.token, field("owner") or "", found.run, found.started_ms,
+        found.ended_ms, ending, field("error_type"), field("error"), field("traceback"),
+    )
+
+
+def read_history(raws: Iterable[Any], live_token: int | None) -> tuple[AttemptRecord, ...]:
+    """The records of a history key's values, oldest first (values that are not
+    records are left out)."""
+    records = (decode_record(raw, live_token) for raw in raws)
+    return tuple(r for r in records if r is not None)

@@ -1,0 +1,221 @@
+"""A backup's held-back deliveries (lockworker.daemons.defer) on a real server.
+
+While a primary serves, a backup under ``serve`` looks at its deliveries in batches,
+``backup_delay`` after they came: a job found held is held back again (until the next
+look or its lease's end), anything else goes to ``process`` with what was seen. A
+handover (a failure due again at once, a release) or the primary's departure hands
+everything over at once.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis
+
+import lockworker
+from lockworker.daemons import defer
+from lockworker.daemons.defer import Deferrals
+from lockworker.daemons.jobrun import JobRun
+from lockworker.daemons.sources import Delivery
+from lockworker.model.keys import JobKeys
+from lockworker.model.presence import handover_channel
+from lockworker.model.state import Grant, JobStatus, Outcome, Snapshot
+from lockworker.protocol import ScriptProtocol
+from lockworker.protocol import batch as protocol_batch
+from tests.helpers import held, wait_for, who
+
+LEASE_MS, MAX, RETENTION_MS = 30_000, 3, 60_000
+
+
+@pytest.fixture
+def pair(redis_client: redis.Redis, namespace: str) -> Iterator[tuple[Any, Any]]:
+    """A primary registered in the namespace and a backup that sees it serving."""
+    primary = lockworker.Worker(
+        redis_client, namespace=namespace, owner="primary", on_acquired=lambda job: None,
+        handle_signals=False,
+    )
+    backup = lockworker.Worker(
+        redis.Redis(connection_pool=redis_client.connection_pool), namespace=namespace,
+        owner="backup", role="backup", backup_delay=5.0, on_acquired=lambda job: None,
+        handle_signals=False,
+    )
+    primary._presence.start()
+    backup._presence.start()
+    wait_for(lambda: defer.deferring(backup), timeout=10)
+    yield primary, backup
+    for w in (backup, primary):
+        w.stop()
+        w.close()
+
+
+class Recorder:
+    """The dispatch of a Deferrals: when each delivery was handed over, and with what."""
+
+    def __init__(self) -> None:
+        self.handed: dict[str, tuple[float, Snapshot | None]] = {}
+
+    def __call__(self, delivery: Delivery, seen: Snapshot | None) -> bool:
+        self.handed[delivery.job_id] = (time.monotonic(), seen)
+        return True
+
+
+def hold(client: redis.Redis, namespace: str, job_id: str, lease_ms: int = LEASE_MS) -> Grant:
+    g = ScriptProtocol(client).acquire(
+        JobKeys.of(namespace, job_id), who("primary"), lease_ms, MAX, RETENTION_MS
+    )
+    assert isinstance(g, Grant)
+    return g
+
+
+def test_a_failure_due_at_once_hands_a_held_back_job_over_at_once(
+    redis_client: redis.Redis, namespace: str, pair: tuple[Any, Any]
+) -> None:
+    """backup_delay is 5 s: the job is handed over within a second of the failure, not
+    at the next look, with what a look saw just after it (free, one attempt spent)."""
+    _, backup = pair
+    g = hold(redis_client, namespace, "job")
+    recorder = Recorder()
+    deferrals = Deferrals(backup, recorder)
+    deferrals.add(Delivery("job", None))
+    try:
+        channel = handover_channel(namespace)
+        wait_for(lambda: backup._hub.hub().subscribed(channel), timeout=10)
+        failed_at = time.monotonic()
+        ScriptProtocol(redis_client).fail(
+            JobKeys.of(namespace, "job"), held(g, "primary"), MAX, RETENTION_MS
+        )
+        wait_for(lambda: "job" in recorder.handed, timeout=3)
+    finally:
+        deferrals.close()
+    at, seen = recorder.handed["job"]
+    assert at - failed_at < 1.0
+    assert seen is not None and seen.holder is None and seen.attempt == 1
+
+
+def test_a_held_job_stays_held_back_and_a_done_one_is_handed_over_with_its_snapshot(
+    redis_client: redis.Redis, namespace: str, pair: tuple[Any, Any]
+) -> None:
+    """Held: not handed over while its lease runs (a look every backup_delay). DONE:
+    handed over at the look after it, with the DONE snapshot (no look of its own)."""
+    _, backup = pair
+    backup.backup_delay = 0.2
+    hold(redis_client, namespace, "held")
+    g = hold(redis_client, namespace, "done")
+    ScriptProtocol(redis_client).complete(
+        JobKeys.of(namespace, "done"), held(g, "primary"), RETENTION_MS
+    )
+    recorder = Recorder()
+    deferrals = Deferrals(backup, recorder)
+    looks: list[int] = []
+    real_send = protocol_batch.send
+
+    def counted(client: redis.Redis, steps: Any) -> list[Any]:
+        looks.append(len(steps))
+        return real_send(client, steps)
+
+    try:
+        protocol_batch.send = counted  # type: ignore[assignment]
+        for job_id in ("held", "done"):
+            deferrals.add(Delivery(job_id, None))
+        wait_for(lambda: "done" in recorder.handed, timeout=5)
+        wait_for(lambda: len(looks) >= 4, timeout=5)  # the held one looked at again
+    finally:
+        protocol_batch.send = real_send  # type: ignore[assignment]
+        deferrals.close()
+    assert "held" not in recorder.handed
+    assert looks[0] == 2  # both in one round trip
+    seen = recorder.handed["done"][1]
+    assert seen is not None and seen.status is JobStatus.DONE
+
+
+def test_a_held_back_job_is_looked_at_again_at_its_leases_end(
+    redis_client: redis.Redis, namespace: str, pair: tuple[Any, Any]
+) -> None:
+    """A holder that died: its lease (0.6 s) ends long before backup_delay (5 s); the
+    job is handed over just after it, free."""
+    _, backup = pair
+    hold(redis_client, namespace, "job", lease_ms=600)
+    started = time.monotonic()
+    recorder = Recorder()
+    deferrals = Deferrals(backup, recorder)
+    backup.backup_delay = 5.0
+    deferrals.held.delay = 0.3  # the first look soon; the next one capped by the lease
+    deferrals.add(Delivery("job", None))
+    try:
+        wait_for(lambda: "job" in recorder.handed, timeout=4)
+    finally:
+        deferrals.close()
+    at, seen = recorder.handed["job"]
+    assert 0.55 < at - started < 2.0
+    assert seen is not None and seen.holder is None
+
+
+def test_the_primarys_departure_hands_everything_over_at_once(
+    redis_client: redis.Redis, namespace: str, pair: tuple[Any, Any]
+) -> None:
+    primary, backup = pair
+    for i in range(3):
+        hold(redis_client, namespace, f"j{i}")
+    recorder = Recorder()
+    deferrals = Deferrals(backup, recorder)
+    for i in range(3):
+        deferrals.add(Delivery(f"j{i}", None))
+    try:
+        left = time.monotonic()
+        primary.stop()  # leaves the namespace's presence, and says so
+        wait_for(lambda: len(recorder.handed) == 3, timeout=5)
+    finally:
+        deferrals.close()
+    assert max(at for at, _ in recorder.handed.values()) - left < 2.0
+
+
+def test_a_backup_behind_a_fast_primary_resolves_every_job_without_a_contest(
+    redis_client: redis.Redis, namespace: str, pair: tuple[Any, Any],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """End to end through serve: a primary and a backup serve the same 60 jobs; the
+    backup sees every one DONE elsewhere through its process() (an override sees each),
+    in a few batched looks, and never listens on a job's own channel."""
+    primary, backup = pair
+    backup.backup_delay = 0.3
+    jobs = [(f"job-{i}", None) for i in range(60)]
+    subscribed: list[str] = []
+    real_subscribe = JobRun.subscribe
+
+    def subscribe(run: JobRun) -> bool:
+        if run.w is backup:
+            subscribed.append(run.keys.job_id)
+        return real_subscribe(run)
+
+    monkeypatch.setattr(JobRun, "subscribe", subscribe)
+    seen_by_backup: list[tuple[str, Outcome]] = []
+    real_process = backup.process
+
+    def process(job_id: str, payload: Any = None) -> Outcome:
+        outcome = real_process(job_id, payload)
+        seen_by_backup.append((job_id, outcome))
+        return outcome
+
+    backup.process = process  # type: ignore[method-assign]
+    looks: list[int] = []
+    real_send = protocol_batch.send
+
+    def counted(client: redis.Redis, steps: Any) -> list[Any]:
+        if client is backup.client:
+            looks.append(len(steps))
+        return real_send(client, steps)
+
+    monkeypatch.setattr(protocol_batch, "send", counted)
+    primary.serve(jobs, concurrency=8)
+    serving = threading.Thread(target=backup.serve, args=(jobs,), kwargs={"concurrency": 8})
+    serving.start()
+    serving.join(30)
+    assert not serving.is_alive()
+    assert sorted(seen_by_backup) == sorted((j, Outcome.DONE_ELSEWHERE) for j, _ in jobs)
+    assert subscribed == []
+    assert sum(looks) == 60 and len(looks) <= 6

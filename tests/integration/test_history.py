@@ -1,0 +1,230 @@
+"""The attempt history, step by step, on both protocols (the ``protocol`` fixture runs
+each test on ScriptProtocol and TxnProtocol): one record per grant, closed by the
+settle that applies, as lost by the next grant, never written by a stale holder,
+bounded, kept for the state's retention, and never written into another's key."""
+
+from __future__ import annotations
+
+import pytest
+import redis
+from helpers import RETENTION, grant, held, wait_for, who
+
+from lockworker.errors import ForeignValueError
+from lockworker.model.history import (
+    ERROR_CHARS,
+    HISTORY_CAP,
+    AttemptRecord,
+    ErrorText,
+    error_text,
+)
+from lockworker.model.keys import JobKeys
+from lockworker.model.state import Grant, JobStatus, Reset, Settle, Snapshot
+from lockworker.protocol import LockProtocol, ScriptProtocol
+from lockworker.protocol.txn import TxnProtocol
+
+Shape = tuple[int, str, str | None, str | None, str | None]
+"""A record as the tests compare it: attempt, owner, ending, error type, error."""
+
+
+def history(protocol: LockProtocol, keys: JobKeys) -> tuple[AttemptRecord, ...]:
+    return protocol.inspect(keys, history=True).history
+
+
+def shape(records: tuple[AttemptRecord, ...]) -> list[Shape]:
+    return [(r.attempt, r.owner, r.ending, r.error_type, r.error) for r in records]
+
+
+def expire_lease(client: redis.Redis, keys: JobKeys) -> None:
+    """End the lease now, as if its holder had died (the server's expiry, not a DEL
+    from lockworker: PEXPIRE to 1 ms, then wait until it is gone)."""
+    client.pexpire(keys.lock, 1)
+    wait_for(lambda: client.exists(keys.lock) == 0)
+
+
+def boom() -> ErrorText:
+    try:
+        raise ValueError("invoice total is negative")
+    except ValueError as exc:
+        return error_text(exc)
+
+
+def test_each_attempt_leaves_one_record_that_says_how_it_ended(
+    protocol: LockProtocol, keys: JobKeys
+) -> None:
+    g1 = grant(protocol, keys, "a")
+    (running,) = history(protocol, keys)
+    assert (running.attempt, running.token, running.owner, running.run) == (
+        1, g1.token, "a", who("a").run
+    )
+    assert (running.ending, running.ended_ms) == (None, None)
+    assert protocol.fail(keys, held(g1, "a"), 3, RETENTION, error=boom()) is Settle.RELEASED
+    g2 = grant(protocol, keys, "b")
+    assert protocol.complete(keys, held(g2, "b"), RETENTION) is Settle.DONE
+    failed, done = history(protocol, keys)
+    assert shape((failed, done)) == [
+        (1, "a", "failed", "ValueError", "invoice total is negative"),
+        (2, "b", "done", None, None),
+    ]
+    assert failed.traceback is not None and "boom" in failed.traceback
+    assert done.token == g2.token and done.run == who("b").run
+    assert failed.started_ms <= failed.ended_ms <= done.started_ms <= done.ended_ms  # type: ignore[operator]
+
+
+def test_a_last_failure_is_gave_up_and_a_release_is_released_or_stopped(
+    protocol: LockProtocol, keys: JobKeys
+) -> None:
+    g = grant(protocol, keys, "a", max_attempts=2)
+    assert protocol.release(keys, held(g, "a"), RETENTION, stopped=True) is Settle.RELEASED
+    g = grant(protocol, keys, "a", max_attempts=2)
+    assert protocol.release(keys, held(g, "a"), RETENTION) is Settle.RELEASED
+    g = grant(protocol, keys, "a", max_attempts=2)
+    assert protocol.fail(keys, held(g, "a"), 2, RETENTION) is Settle.RELEASED
+    g = grant(protocol, keys, "a", max_attempts=2)
+    assert protocol.fail(keys, held(g, "a"), 2, RETENTION, error=boom()) is Settle.GAVE_UP
+    assert [(r.attempt, r.ending) for r in history(protocol, keys)] == [
+        (1, "stopped"), (1, "released"), (1, "failed"), (2, "gave_up")
+    ]
+
+
+def test_a_lease_that_ran_out_is_lost_and_its_stale_settle_writes_nothing(
+    protocol: LockProtocol, keys: JobKeys, redis_client: redis.Redis
+) -> None:
+    g1 = grant(protocol, keys, "a")
+    expire_lease(redis_client, keys)
+    (seen,) = history(protocol, keys)  # nobody found it lost yet: lost, end unknown
+    assert (seen.ending, seen.ended_ms) == ("lost", None)
+    g2 = grant(protocol, keys, "b")
+    # The stale holder's settles are refused, and write no record.
+    assert protocol.fail(keys, held(g1, "a"), 3, RETENTION, error=boom()) is Settle.NOT_HOLDER
+    assert protocol.complete(keys, held(g1, "a"), RETENTION) is Settle.NOT_HOLDER
+    assert protocol.release(keys, held(g1, "a"), RETENTION) is Settle.NOT_HOLDER
+    lost, running = history(protocol, keys)
+    assert shape((lost, running)) == [(1, "a", "lost", None, None), (2, "b", None, None, None)]
+    assert lost.ended_ms is not None and lost.started_ms <= lost.ended_ms <= running.started_ms
+    assert running.token == g2.token
+
+
+def test_the_acquire_that_gives_up_after_the_last_lease_ran_out_closes_it_lost(
+    protocol: LockProtocol, keys: JobKeys, redis_client: redis.Redis
+) -> None:
+    grant(protocol, keys, "a", max_attempts=1)
+    expire_lease(redis_client, keys)
+    seen = protocol.acquire(keys, who("b"), 5000, 1, RETENTION)
+    assert isinstance(seen, Snapshot) and seen.status is JobStatus.GAVE_UP
+    (lost,) = history(protocol, keys)
+    assert (lost.owner, lost.ending) == ("a", "lost") and lost.ended_ms is not None
+
+
+def test_a_retried_grant_or_settle_adds_no_record(protocol: LockProtocol, keys: JobKeys) -> None:
+    g = grant(protocol, keys, "a")
+    again = protocol.acquire(keys, who("a"), 5000, 3, RETENTION)
+    assert isinstance(again, Grant) and again.reentered
+    assert protocol.complete(keys, held(g, "a"), RETENTION) is Settle.DONE
+    assert protocol.complete(keys, held(g, "a"), RETENTION) is Settle.DONE  # lost reply
+    assert shape(history(protocol, keys)) == [(1, "a", "done", None, None)]
+
+
+def test_the_history_keeps_the_last_records_only(protocol: LockProtocol, keys: JobKeys) -> None:
+    tokens = []
+    for _ in range(HISTORY_CAP + 5):
+        g = grant(protocol, keys, "a")
+        tokens.append(g.token)
+        assert protocol.release(keys, held(g, "a"), RETENTION) is Settle.RELEASED
+    records = history(protocol, keys)
+    assert [r.token for r in records] == tokens[-HISTORY_CAP:]
+
+
+def test_the_history_is_kept_as_long_as_the_state_and_through_a_reset(
+    protocol: LockProtocol, keys: JobKeys, redis_client: redis.Redis
+) -> None:
+    g = grant(protocol, keys, "a", max_attempts=1)
+    assert protocol.fail(keys, held(g, "a"), 1, RETENTION, error=boom()) is Settle.GAVE_UP
+    assert RETENTION - 5000 < redis_client.pttl(keys.history) <= RETENTION
+    assert protocol.reset(keys, RETENTION, expect="done") is Reset.CHANGED
+    redis_client.pexpire(keys.history, 10_000)
+    assert protocol.reset(keys, RETENTION, expect="gave_up") is Reset.RESET
+    assert RETENTION - 5000 < redis_client.pttl(keys.history) <= RETENTION
+    g = grant(protocol, keys, "b")
+    assert protocol.complete(keys, held(g, "b"), RETENTION) is Settle.DONE
+    assert [(r.attempt, r.ending) for r in history(protocol, keys)] == [
+        (1, "gave_up"), (1, "done")
+    ]
+
+
+def test_reset_with_an_expected_state_refuses_a_held_job_as_a_single_reset_does(
+    protocol: LockProtocol, keys: JobKeys
+) -> None:
+    grant(protocol, keys, "a")
+    assert protocol.reset(keys, RETENTION, expect="gave_up") is Reset.CHANGED
+    assert protocol.reset(keys, RETENTION, expect="held") is Reset.HELD
+    assert protocol.reset(keys, RETENTION, expect="held", force=True) is Reset.RESET
+
+
+def test_an_error_is_kept_bounded(protocol: LockProtocol, keys: JobKeys) -> None:
+    g = grant(protocol, keys, "a", max_attempts=1)
+    huge = error_text(RuntimeError("x" * 10_000 + "|\n{}\u00e9"))
+    assert protocol.fail(keys, held(g, "a"), 1, RETENTION, error=huge) is Settle.GAVE_UP
+    (record,) = history(protocol, keys)
+    assert record.error_type == "RuntimeError"
+    assert record.error is not None and len(record.error) == ERROR_CHARS
+
+
+@pytest.mark.parametrize("kind", ["hash", "string"])
+def test_a_history_key_of_another_type_is_never_written(
+    protocol: LockProtocol, keys: JobKeys, redis_client: redis.Redis, kind: str
+) -> None:
+    if kind == "hash":
+        redis_client.hset(keys.history, "theirs", "1")
+    else:
+        redis_client.set(keys.history, "theirs")
+    with pytest.raises(ForeignValueError):
+        protocol.acquire(keys, who("a"), 5000, 3, RETENTION)
+    with pytest.raises(ForeignValueError):
+        protocol.inspect(keys, history=True)
+    assert redis_client.exists(keys.lock, keys.state) == 0
+    # A grant made before the key was replaced: its settle is refused as foreign too,
+    # and the lease stays (the holder's lease runs out; nothing of theirs is touched).
+    redis_client.delete(keys.history)
+    g = grant(protocol, keys, "a")
+    redis_client.set(keys.history, "theirs")
+    with pytest.raises(ForeignValueError):
+        protocol.complete(keys, held(g, "a"), RETENTION)
+    assert redis_client.get(keys.history) == "theirs"
+    assert redis_client.get(keys.lock) == held(g, "a").encode()
+
+
+def test_a_list_that_holds_no_records_is_not_ours(
+    protocol: LockProtocol, keys: JobKeys, redis_client: redis.Redis
+) -> None:
+    redis_client.rpush(keys.history, "somebody else's entry")
+    with pytest.raises(ForeignValueError):
+        protocol.acquire(keys, who("a"), 5000, 3, RETENTION)
+    assert redis_client.lrange(keys.history, 0, -1) == ["somebody else's entry"]
+
+
+def test_both_protocols_write_the_same_history(
+    redis_client: redis.Redis, namespace: str
+) -> None:
+    """The same steps on two jobs, one per protocol: the same records, field by field
+    (times aside), and each protocol reads the other's."""
+    results = []
+    for name, protocol in (
+        ("script", ScriptProtocol(redis_client)), ("txn", TxnProtocol(redis_client))
+    ):
+        keys = JobKeys.of(namespace, f"same-{name}")
+        g = grant(protocol, keys, "a", max_attempts=3)
+        protocol.fail(keys, held(g, "a"), 3, RETENTION, error=boom())
+        g = grant(protocol, keys, "b", max_attempts=3)
+        expire_lease(redis_client, keys)
+        g = grant(protocol, keys, "c", max_attempts=3)
+        protocol.release(keys, held(g, "c"), RETENTION, stopped=True)
+        g = grant(protocol, keys, "a", max_attempts=3)
+        protocol.complete(keys, held(g, "a"), RETENTION)
+        other = TxnProtocol(redis_client) if name == "script" else ScriptProtocol(redis_client)
+        assert history(other, keys) == history(protocol, keys)
+        results.append([
+            (r.attempt, r.owner, r.run, r.ending, r.error_type, r.error, r.ended_ms is None)
+            for r in history(protocol, keys)
+        ])
+    assert results[0] == results[1]
+    assert [r[3] for r in results[0]] == ["failed", "lost", "stopped", "done"]
