@@ -128,6 +128,9 @@ class Seen:
 async def serve(worker: AsyncServable, source: object, *, concurrency: int = 4) -> None:
     """Process every job of ``source`` with ``worker``; see the module docstring."""
     concurrency = count(concurrency, "concurrency")
+    attach = getattr(source, "attach", None)
+    if attach is not None:  # a stream's group takes the worker's lease and role
+        attach(worker)
     worker._started()
     # A collection in memory is read on the loop; anything else that is not async (a
     # generator, a stream) may block, and is read in a worker thread.

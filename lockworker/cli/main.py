@@ -191,6 +191,8 @@ def _add_run(sub: argparse._SubParsersAction[Parser], common: Parser) -> None:
         help="with --durability replicated: replicas that must acknowledge",
     )
     run.add_argument("--stream", help="Worker only: the stream to serve (default: namespace)")
+    run.add_argument("--group", metavar="NAME", help="Worker only: share the stream with "
+                     "consumer group NAME, each entry to one member (default: all read all)")
     run.add_argument(
         "--grace", type=non_negative_float, default=10.0, metavar="SECONDS",
         help="after the first SIGTERM/SIGINT, time to finish or hand over the work in "

@@ -56,18 +56,19 @@ def main(args: argparse.Namespace) -> int:
     try:
         require_safe(client, args)
         daemon = build(cls, client, args)
-        with session(daemon, args, url, metrics) as started:
-            try:
+        try:
+            # The stream (and group) checked before the daemon starts: one line, exit 2.
+            source = None if isinstance(daemon, Leader) else stream_source(
+                client, args, daemon.owner
+            )
+            with session(daemon, args, url, metrics) as started:
                 started()
-                if isinstance(daemon, Leader):
+                if source is None:
                     daemon.run()
                 else:
-                    daemon.serve(
-                        stream_source(client, args, daemon.owner),
-                        concurrency=args.concurrency or 4,
-                    )
-            finally:
-                daemon.close()
+                    daemon.serve(source, concurrency=args.concurrency or 4)
+        finally:
+            daemon.close()
     finally:
         client.close()
     return EXIT_OK

@@ -53,6 +53,7 @@ from lockworker.cli.run_common import (
 )
 from lockworker.cli.target import describe_kind, is_leader
 from lockworker.clock import SystemClock
+from lockworker.daemons.sources import StreamSource
 from lockworker.errors import InvalidConfig
 from lockworker.model.state import ProtocolKind
 from lockworker.runtime import events, servercheck
@@ -109,6 +110,7 @@ async def _run(
         sync_client = await asyncio.to_thread(connect, url, socket_timeout=timeout)
         await asyncio.to_thread(require_safe, sync_client, args)
         daemon = build(cls, client, args)
+        source = None if is_leader(cls) else stream_source(sync_client, args, daemon.owner)
         log = events.logger(events.CLI, None, owner=daemon.owner)
         with session(daemon, args, url, metrics) as started:
             stop_watch = await asyncio.to_thread(
@@ -116,7 +118,7 @@ async def _run(
             )
             try:
                 started()
-                await _serve(daemon, cls, args, sync_client)
+                await _serve(daemon, args, source)
             finally:
                 stop_watch()
     finally:
@@ -125,13 +127,11 @@ async def _run(
         await client.aclose()
 
 
-async def _serve(daemon: Any, cls: Any, args: argparse.Namespace, client: redis.Redis) -> None:
-    if is_leader(cls):
+async def _serve(daemon: Any, args: argparse.Namespace, source: StreamSource | None) -> None:
+    if source is None:
         await daemon.run()  # closes the leader itself
         return
     try:
-        await daemon.serve(
-            stream_source(client, args, daemon.owner), concurrency=args.concurrency or 4,
-        )
+        await daemon.serve(source, concurrency=args.concurrency or 4)
     finally:
         await daemon.close()

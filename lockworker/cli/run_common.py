@@ -42,7 +42,7 @@ GRACE_EXPIRED = "run.grace_expired"
 INTERRUPTED = "run.interrupted"
 NO_OWNER = "run.no_owner"
 
-WORKER_ONLY = ("max_attempts", "concurrency", "stream", "retry_delay", "give_up_on")
+WORKER_ONLY = ("max_attempts", "concurrency", "stream", "group", "retry_delay", "give_up_on")
 
 
 def socket_timeout(lock_timeout: float) -> float:
@@ -82,10 +82,12 @@ def build(cls: Any, client: Any, args: argparse.Namespace) -> Any:
 
 def stream_source(client: redis.Redis, args: argparse.Namespace, owner: str) -> StreamSource:
     """The worker's stream (``--stream``, else the namespace), read under its owner on a
-    sync client (the asyncio Worker reads it in a worker thread); a stream name it
-    refuses is one line, exit 2."""
+    sync client (the asyncio Worker reads it in a worker thread), in consumer group
+    ``--group`` if given; a stream or group name it refuses is one line, exit 2."""
     try:
-        return StreamSource(client, args.stream or args.namespace, owner=owner)
+        return StreamSource(
+            client, args.stream or args.namespace, owner=owner, group=args.group
+        )
     except InvalidConfig as exc:
         raise CliError(str(exc)) from exc
 

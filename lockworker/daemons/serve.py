@@ -97,7 +97,11 @@ RESOLVED = frozenset({Outcome.DONE, Outcome.DONE_ELSEWHERE, Outcome.GAVE_UP})
 def serve(worker: Servable, source: object, *, concurrency: int = 4) -> None:
     """Process every job of ``source`` with ``worker``; see the module docstring."""
     concurrency = count(concurrency, "concurrency")
-    deliveries = as_source(source).deliveries(worker._stop)
+    chosen = as_source(source)
+    attach = getattr(chosen, "attach", None)
+    if attach is not None:  # a stream's group takes the worker's lease and role
+        attach(worker)
+    deliveries = chosen.deliveries(worker._stop)
     worker._install_signal_handlers()
     _Server(worker, concurrency).run(deliveries)
 

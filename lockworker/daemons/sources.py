@@ -7,8 +7,10 @@ for a job left pending by a stop. A plain iterable ignores that call; a
 resolved, so a crash can repeat a job's look-up but never skip a job.
 
 Redis Streams fan-out (:class:`StreamSource`, :func:`submit`): producers XADD entries
-``job_id``/``payload`` (JSON) to the stream; every reader sees every entry (plain XREAD,
-no consumer groups), and the lock protocol makes exactly one process do each job.
+``job_id``/``payload`` (JSON) to the stream; every reader sees every entry (plain XREAD),
+and the lock protocol makes exactly one process do each job. With ``group=``, the
+readers share the entries through a consumer group instead, each entry to one member
+(:mod:`lockworker.daemons.groupsource`).
 
 Keys of stream ``jobs`` (one hash tag, so one Cluster slot)::
 
@@ -18,7 +20,8 @@ Keys of stream ``jobs`` (one hash tag, so one Cluster slot)::
 
 Trimming policy: each reader, when it saves its position (and at least every third of
 ``reader_ttl`` while idle), forgets readers whose registration ran out, then trims the
-entries below the lowest position of the live readers. An entry is therefore removed
+entries below the lowest position of the live readers and below what any consumer
+group of the stream still has pending or undelivered. An entry is therefore removed
 only once every live reader has resolved it; a reader gone for longer than its
 ``reader_ttl`` stops holding trimming back and loses its saved position. Trimmed entries
 are all resolved jobs (someone resolved them), so a reader that returns late misses
@@ -28,22 +31,28 @@ nothing that still needs doing.
 from __future__ import annotations
 
 import collections
-import json
 import re
 import threading
-from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from collections.abc import Iterable, Iterator
+from typing import Any
 
 import redis
 
 from lockworker.clock import Clock, SystemClock
 from lockworker.config import count, seconds
+from lockworker.daemons.delivery import Delivery, Source, job_of
+from lockworker.daemons.groupsource import BAD_ENTRY, GroupReader, Member
 from lockworker.errors import InvalidConfig, LockworkerError
 from lockworker.model.codec import check_payload
 from lockworker.model.keys import JobKeys, Space, check_name
 from lockworker.protocol import text
+from lockworker.protocol.streams import TOUCH
 from lockworker.runtime import events, retry
+
+__all__ = [
+    "BAD_ENTRY", "READER_TTL", "SAVE_FAILED", "STREAMS_NAMESPACE", "Delivery", "IterableSource",
+    "Source", "StreamSource", "as_source", "stream_keys", "submit",
+]
 
 STREAMS_NAMESPACE = "streams"
 READER_TTL = 6 * 3600.0
@@ -54,28 +63,10 @@ SAVE_EVERY = 0.05
 saves once per this many jobs resolved, not once per job (a crash repeats at most
 this long's look-ups, each of which finds its job DONE); an idle one saves at once."""
 SAVE_FAILED = "stream.save_failed"
-BAD_ENTRY = "stream.bad_entry"
+GROUP_BATCH = 16
+"""Default ``batch`` of a group member: entries it takes ahead of its slots (which no
+other member serves meanwhile), so kept small."""
 _ENTRY_ID = re.compile(r"^\d+-\d+$")
-
-
-def _noop() -> None:
-    """The ``resolved`` callback of sources that keep no position."""
-
-
-@dataclass(frozen=True)
-class Delivery:
-    """One job handed out by a source."""
-
-    job_id: str
-    payload: Any
-    resolved: Callable[[], None] = field(default=_noop, repr=False, compare=False)
-    """Called by ``serve`` once the job is resolved for this process (not when stopped)."""
-
-
-class Source(Protocol):
-    """What ``serve`` needs of a source: deliveries until exhausted or ``stop`` is set."""
-
-    def deliveries(self, stop: threading.Event) -> Iterator[Delivery]: ...
 
 
 class IterableSource:
@@ -123,50 +114,6 @@ def submit(client: redis.Redis, stream: str, job_id: str, payload: Any = None) -
     return text(client.xadd(keys.extra("entries"), {"job_id": job_id, "payload": data}))
 
 
-# TOUCH: register (or refresh) a reader, save its position, forget readers gone too
-# long, and trim the entries every live reader has resolved.
-# KEYS[1] entries   KEYS[2] positions   KEYS[3] readers
-# ARGV[1] owner   ARGV[2] position to save ('' for none)   ARGV[3] reader ttl ms
-# ARGV[4] start for a new reader ('0-0', '$' or an entry id)
-# returns the owner's saved position (positions only move forward)
-TOUCH = """
-local function split(id) return string.match(id, '^(%d+)-(%d+)$') end
-local function less(a, b)
-  local am, as = split(a)
-  local bm, bs = split(b)
-  am, as, bm, bs = tonumber(am), tonumber(as), tonumber(bm), tonumber(bs)
-  return am < bm or (am == bm and as < bs)
-end
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local pos = redis.call('HGET', KEYS[2], ARGV[1])
-if not pos then
-  pos = ARGV[4]
-  if pos == '$' then
-    local last = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)
-    if #last > 0 then pos = last[1][1] else pos = '0-0' end
-  end
-end
-if ARGV[2] ~= '' and less(pos, ARGV[2]) then pos = ARGV[2] end
-redis.call('HSET', KEYS[2], ARGV[1], pos)
-redis.call('ZADD', KEYS[3], now + tonumber(ARGV[3]), ARGV[1])
-for _, o in ipairs(redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', '(' .. now)) do
-  redis.call('ZREM', KEYS[3], o)
-  redis.call('HDEL', KEYS[2], o)
-end
-local low = nil
-for _, o in ipairs(redis.call('ZRANGE', KEYS[3], 0, -1)) do
-  local p = redis.call('HGET', KEYS[2], o) or '0-0'
-  if low == nil or less(p, low) then low = p end
-end
-if low then
-  local ms, seq = split(low)
-  redis.call('XTRIM', KEYS[1], 'MINID', ms .. '-' .. (tonumber(seq) + 1))
-end
-return pos
-"""
-
-
 def _entries(reply: Any) -> list[tuple[str, dict[str, str]]]:
     """The (id, fields) pairs of an XREAD reply of one stream (RESP2 or RESP3 form)."""
     if isinstance(reply, dict):  # RESP3: {stream: [[entries]]}
@@ -188,7 +135,9 @@ class StreamSource:
         up on what was submitted meanwhile. Two live processes must not share an owner.
     :param block: seconds one XREAD blocks; bounds how long a stop takes to notice
         (keep the client's ``socket_timeout`` above it).
-    :param batch: entries read per XREAD.
+    :param batch: entries read per XREAD (default 100); in a group, entries a member
+        reads ahead of its free slots (default 16; no other member serves them
+        meanwhile).
     :param start: where a new owner (no saved position) starts: ``"0"`` everything
         still in the stream, ``"$"`` only jobs submitted from now on, or an entry id.
     :param reader_ttl: seconds a reader stays registered without touching the stream
@@ -196,6 +145,11 @@ class StreamSource:
         its position. Keep it below the workers' ``retention``.
     :param redis_retry: retry policy for connection errors while reading or saving;
         when it runs out, :class:`~lockworker.RedisUnavailable` ends ``serve``.
+    :param group: a consumer group's name: share the stream's entries with the other
+        members of the group, each entry to one of them, instead of reading every entry
+        (:mod:`lockworker.daemons.groupsource`; ``owner`` is the member's consumer name,
+        ``start`` where a new group starts). Served by ``Worker.serve`` only, which
+        gives it the worker's lease and role.
     """
 
     def __init__(
@@ -205,17 +159,21 @@ class StreamSource:
         *,
         owner: str,
         block: float = 0.25,
-        batch: int = 100,
+        batch: int | None = None,
         start: str = "0",
         reader_ttl: float = READER_TTL,
         clock: Clock | None = None,
         logger: Any = None,
         redis_retry: retry.RetryPolicy | None = None,
+        group: str | None = None,
     ) -> None:
         self.keys = stream_keys(stream)
         self.stream = stream
         self.owner = check_name(owner, "owner")
         block, reader_ttl = seconds(block, "block"), seconds(reader_ttl, "reader_ttl")
+        self.group = None if group is None else check_name(group, "group")
+        if batch is None:
+            batch = 100 if group is None else GROUP_BATCH
         batch = count(batch, "batch")
         if start == "0":
             start = "0-0"
@@ -230,13 +188,23 @@ class StreamSource:
         self.redis_retry = redis_retry or retry.DEFAULT
         self._log = events.logger(events.SOURCES, logger, stream=stream, owner=self.owner)
         self._call = retry.Caller(self.clock, self.redis_retry, self._log, f" {stream!r}")
-        self._touch = client.register_script(TOUCH)
         self._lock = threading.Lock()
         self._read: collections.deque[str] = collections.deque()
         self._done: set[str] = set()
         self._last_touch = float("-inf")
         self._unsaved: str | None = None
         self._closed = True
+        self._group = None if self.group is None else GroupReader(
+            client, self.keys, owner=self.owner, group=self.group, block=self.block,
+            batch=batch, start=start, reader_ttl=self.reader_ttl, clock=self.clock,
+            log=self._log, call=self._call,
+        )
+
+    def attach(self, worker: Member) -> None:
+        """``serve`` tells a group source the worker it serves for (its lease, role and
+        presence); a fan-out source needs nothing of it."""
+        if self._group is not None:
+            self._group.attach(worker)
 
     @property
     def entries_key(self) -> str:
@@ -256,13 +224,17 @@ class StreamSource:
         args: list[str | int] = [self.owner, position, ttl_ms, self.start]
         return text(
             self._call(
-                lambda: self._touch(keys=keys, args=args, client=self.client),
+                lambda: TOUCH(self.client, keys, args),
                 "save the position of stream",
             )
         )
 
     def deliveries(self, stop: threading.Event) -> Iterator[Delivery]:
-        """Jobs after this owner's saved position, until ``stop`` is set."""
+        """Jobs after this owner's saved position, until ``stop`` is set (in a group:
+        the entries this member is given)."""
+        if self._group is not None:
+            yield from self._group.deliveries(stop)
+            return
         with self._lock:  # a new pass starts from the saved position: forget the last one
             self._read.clear()
             self._done.clear()
@@ -300,15 +272,11 @@ class StreamSource:
                 yield delivery
 
     def _decode(self, entry_id: str, fields: dict[str, str]) -> Delivery | None:
-        job_id = fields.get("job_id")
-        try:
-            payload = json.loads(fields.get("payload", "null"))
-        except ValueError:
-            job_id = None
-        if not job_id:
+        job = job_of(fields)
+        if job is None:
             self._log.error(BAD_ENTRY, entry_id=entry_id, fields=fields)
             return None
-        return Delivery(job_id, payload, lambda: self._resolved(entry_id))
+        return Delivery(job[0], job[1], lambda: self._resolved(entry_id))
 
     def _resolved(self, entry_id: str) -> None:
         """Mark ``entry_id`` resolved; the position moves past every resolved entry,

@@ -1,0 +1,114 @@
+"""An asyncio Worker as a member of a consumer group (``StreamSource(group=...)``),
+beside a sync member: the jobs are shared, each done once, and a job that fails in
+the asyncio member is handed to the sync one at once."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import redis
+import redis.asyncio
+from helpers import in_thread, until
+
+import lockworker
+from lockworker import Job, JobStatus, StreamSource, aio
+from lockworker.daemons.sources import stream_keys
+from lockworker.testing import RedisServer
+
+
+def test_an_asyncio_member_shares_the_group_and_hands_over_its_failures(
+    redis_server: RedisServer, namespace: str
+) -> None:
+    stream = f"{namespace}-jobs"
+    entries = stream_keys(stream).extra("entries")
+    sync_client = redis_server.client(decode_responses=True)
+    did: list[tuple[str, str, int]] = []
+    lock = threading.Lock()
+
+    def sync_hook(job: Job) -> None:
+        with lock:
+            did.append((job.id, "sync", job.attempt))
+
+    sync_worker = lockworker.Worker(
+        sync_client, namespace=namespace, owner="sync", lock_timeout=5.0,
+        on_acquired=sync_hook, handle_signals=False,
+    )
+    sync_source = StreamSource(sync_client, stream, owner="sync", group="g", block=0.05)
+    thread, box = in_thread(lambda: sync_worker.serve(sync_source, concurrency=4))
+
+    go = threading.Event()
+
+    async def scenario() -> None:
+        client = redis.asyncio.Redis.from_url(redis_server.url, decode_responses=True)
+
+        async def async_hook(job: Job) -> None:
+            with lock:
+                did.append((job.id, "async", job.attempt))
+            if job.id == "fails":
+                await until(go.is_set)
+                raise RuntimeError("fails in the asyncio member")
+            await asyncio.sleep(0.005)
+
+        worker = aio.Worker(
+            client, namespace=namespace, owner="async", lock_timeout=5.0,
+            on_acquired=async_hook,
+        )
+        source = StreamSource(sync_client, stream, owner="async", group="g", block=0.05)
+        serving = asyncio.ensure_future(worker.serve(source, concurrency=4))
+        await until(lambda: "async" in consumers(sync_client, entries))
+        for i in range(40):
+            lockworker.submit(sync_client, stream, f"j{i}")
+        await until(lambda: len({j for j, _, _ in did if j != "fails"}) == 40, timeout=20)
+        # A job only the asyncio member fails: it sends it to the sync member at once.
+        sync_worker.stop()  # so that the asyncio member reads the next entry...
+        thread.join(10)
+        await until(lambda: "sync" not in consumers(sync_client, entries))
+        lockworker.submit(sync_client, stream, "fails")
+        await until(lambda: any(j == "fails" for j, _, _ in did))
+        # ...and a new sync member joins before the asyncio member's attempt fails.
+        again = lockworker.Worker(
+            sync_client, namespace=namespace, owner="sync2", lock_timeout=5.0,
+            on_acquired=sync_hook, handle_signals=False,
+        )
+        again_source = StreamSource(sync_client, stream, owner="sync2", group="g", block=0.05)
+        t2, box2 = in_thread(lambda: again.serve(again_source, concurrency=2))
+        await until(lambda: "sync2" in consumers(sync_client, entries))
+        failed_at = asyncio.get_running_loop().time()
+        go.set()
+        await until(lambda: len([j for j, _, _ in did if j == "fails"]) == 2, timeout=10)
+        # Handed over at once: well before the asyncio member's own step back (1.25 s).
+        assert asyncio.get_running_loop().time() - failed_at < 1.0
+        await until(lambda: sync_client.xpending(entries, "g")["pending"] == 0, timeout=10)
+        assert [(side, a) for j, side, a in did if j == "fails"] == [("async", 1), ("sync", 2)]
+        assert (await worker.inspect("fails")).status is JobStatus.DONE
+        worker.stop()
+        await asyncio.wait_for(serving, 10)
+        await worker.close()
+        await client.aclose()
+        again.stop()
+        t2.join(10)
+        again.close()
+        assert "error" not in box2
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        sync_worker.stop()
+        thread.join(10)
+        sync_worker.close()
+        sync_client.close()
+    assert "error" not in box, box
+    counts: dict[str, int] = {}
+    for job, _, _ in did:
+        counts[job] = counts.get(job, 0) + 1
+    assert all(n == 1 for job, n in counts.items() if job != "fails")
+    assert {side for job, side, _ in did if job.startswith("j")} == {"sync", "async"}
+
+
+def consumers(client: redis.Redis, entries: str) -> set[str]:
+    try:
+        return {c["name"] for c in client.xinfo_consumers(entries, "g")}
+    except redis.ResponseError:
+        return set()
+
