@@ -14,10 +14,13 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from lockworker.aio.batcher import send
+from lockworker.aio.jobrun import AsyncJobRun
 from lockworker.aio.wake import wait
 from lockworker.daemons.defer import IDLE_WAIT, LIMIT, Held, deferring
 from lockworker.daemons.sources import Delivery
 from lockworker.errors import LockworkerError
+from lockworker.model.codec import payload_view
+from lockworker.model.keys import JobKeys
 from lockworker.model.presence import handover_channel
 from lockworker.model.state import Snapshot
 from lockworker.protocol.script import inspect_step
@@ -35,12 +38,15 @@ class AsyncDeferrals:
         self._task: asyncio.Task[None] | None = None
         self._room = asyncio.Event()
         self._done = False
+        self._looking = 0
+        """Deliveries taken from the heap and not yet handed over or held back again."""
 
     def deferring(self) -> bool:
         return deferring(self.w)
 
     def __len__(self) -> int:
-        return len(self.held)
+        """Deliveries held back, those being looked at included."""
+        return len(self.held) + self._looking
 
     async def add(self, delivery: Delivery) -> None:
         """Hold ``delivery`` back for ``backup_delay`` (waits while :data:`LIMIT` are)."""
@@ -65,11 +71,15 @@ class AsyncDeferrals:
                 everything = news.is_set() or not self.deferring()
                 news.clear()
                 due = self.held.take(self.w.clock.monotonic(), everything)
+                self._looking = len(due)
                 self._room.set()
                 if not due:
                     await wait(news, self.held.wait_for(self.w.clock.monotonic()))
                     continue
-                await self._look(due)
+                try:
+                    await self._look(due)
+                finally:
+                    self._looking = 0
 
     async def _look(self, due: list[Delivery]) -> None:
         """One round trip for ``due`` (see :meth:`lockworker.daemons.defer.Deferrals._look`)."""
@@ -81,8 +91,24 @@ class AsyncDeferrals:
             ) if steps else []
         except LockworkerError:
             seen = [None] * len(steps)
-        handed = self.held.after_look(looked, seen, self.w.clock.monotonic(), self.deferring())
+        handed, news = self.held.after_look(
+            looked, seen, self.w.clock.monotonic(), self.deferring()
+        )
+        for delivery, snapshot in news:
+            await self._locked(delivery, snapshot)
         for delivery in bad:
             await self.dispatch(delivery, None)
         for delivery, snapshot in handed:
             await self.dispatch(delivery, snapshot)
+
+    async def _locked(self, delivery: Delivery, seen: Snapshot | None) -> None:
+        """Report a job held by another as its contest would (``job.locked``, then
+        ``on_locked``): a backup keeps watch on it, in batches."""
+        assert seen is not None
+        try:
+            keys = JobKeys.of(self.w.namespace, delivery.job_id)
+            payload = payload_view(delivery.payload)
+        except LockworkerError:
+            return  # process() refuses it when it comes due, and serve says why
+        run = AsyncJobRun(self.w, keys, payload, self.w._log.bind(job_id=delivery.job_id))
+        await run.observe(seen)

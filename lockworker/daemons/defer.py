@@ -37,9 +37,11 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from lockworker.daemons.jobrun import JobRun
 from lockworker.daemons.sources import Delivery
 from lockworker.errors import LockworkerError
 from lockworker.model import policy
+from lockworker.model.codec import payload_view
 from lockworker.model.keys import JobKeys
 from lockworker.model.presence import handover_channel
 from lockworker.model.state import Role, Snapshot
@@ -51,6 +53,9 @@ LIMIT = 4 * batch.MAX_BATCH
 
 IDLE_WAIT = 0.05
 """Seconds the thread waits at most between two checks of the held-back deliveries."""
+
+Seen = tuple[Delivery, "Snapshot | None"]
+"""A delivery and what a look saw of its job (None: the look met an error)."""
 
 Looked = tuple[Delivery, JobKeys]
 """A held-back delivery and the keys of its job, about to be looked at."""
@@ -68,6 +73,8 @@ class Held:
         self.delay = delay
         self._heap: list[tuple[float, int, Delivery]] = []
         self._seq = itertools.count()
+        self._told: dict[str, Snapshot] = {}
+        """The holder each held-back job was last reported held by (``on_locked``)."""
 
     def __len__(self) -> int:
         return len(self._heap)
@@ -109,21 +116,28 @@ class Held:
     def after_look(
         self, looked: list[Looked], seen: list[Any], now: float,
         deferring: bool,
-    ) -> list[tuple[Delivery, Snapshot | None]]:
+    ) -> tuple[list[Seen], list[Seen]]:
         """Hold back again what is still held by another (while a primary serves); the
-        rest, with what was seen of it, goes to ``process``. ``seen``: per job, its
-        snapshot or the error its look met (``process`` meets it again and says so)."""
-        handed: list[tuple[Delivery, Snapshot | None]] = []
+        rest, with what was seen of it, goes to ``process`` (the first list). ``seen``:
+        per job, its snapshot or the error its look met (``process`` meets it again and
+        says so). The second list: jobs held back again whose holder was not reported
+        yet, for ``on_locked`` (a backup keeps watch, and says so once per holder)."""
+        handed: list[Seen] = []
+        news: list[Seen] = []
         for (delivery, _), snapshot in zip(looked, seen, strict=True):
             if isinstance(snapshot, Snapshot):
                 again = policy.look_again_at(snapshot, now, self.delay)
                 if again is not None and deferring:
                     self.push(again, delivery)
+                    if policy.is_news(self._told.get(delivery.job_id), snapshot):
+                        self._told[delivery.job_id] = snapshot
+                        news.append((delivery, snapshot))
                     continue
                 handed.append((delivery, snapshot))
             else:
                 handed.append((delivery, None))
-        return handed
+            self._told.pop(delivery.job_id, None)
+        return handed, news
 
 
 def wanted(worker: Any) -> bool:
@@ -155,13 +169,16 @@ class Deferrals:
         self._cond = threading.Condition(threading.RLock())
         self._thread: threading.Thread | None = None
         self._done = False
+        self._looking = 0
+        """Deliveries taken from the heap and not yet handed over or held back again."""
 
     def deferring(self) -> bool:
         return deferring(self.w)
 
     def __len__(self) -> int:
+        """Deliveries held back, those being looked at included."""
         with self._cond:
-            return len(self.held)
+            return len(self.held) + self._looking
 
     def add(self, delivery: Delivery) -> None:
         """Hold ``delivery`` back for ``backup_delay`` (waits while :data:`LIMIT` are)."""
@@ -196,12 +213,17 @@ class Deferrals:
                 news.clear()
                 with self._cond:
                     due = self.held.take(self.w.clock.monotonic(), everything)
+                    self._looking = len(due)
                     self._cond.notify_all()  # room for the source
                     wait = self.held.wait_for(self.w.clock.monotonic())
                 if not due:
                     self.w.clock.wait(news, wait)
                     continue
-                self._look(due)
+                try:
+                    self._look(due)
+                finally:
+                    with self._cond:
+                        self._looking = 0
 
     def _look(self, due: list[Delivery]) -> None:
         """One round trip for ``due``: hand each over, or hold it back again. Every job
@@ -215,10 +237,23 @@ class Deferrals:
         except LockworkerError:
             seen = [None] * len(steps)
         with self._cond:
-            handed = self.held.after_look(
+            handed, news = self.held.after_look(
                 looked, seen, self.w.clock.monotonic(), self.deferring()
             )
+        for delivery, snapshot in news:
+            self._locked(delivery, snapshot)
         for delivery in bad:
             self.dispatch(delivery, None)
         for delivery, snapshot in handed:
             self.dispatch(delivery, snapshot)
+
+    def _locked(self, delivery: Delivery, seen: Snapshot | None) -> None:
+        """Report a job held by another as its contest would (``job.locked``, then
+        ``on_locked``): a backup keeps watch on it, in batches."""
+        assert seen is not None
+        try:
+            keys = JobKeys.of(self.w.namespace, delivery.job_id)
+            payload = payload_view(delivery.payload)
+        except LockworkerError:
+            return  # process() refuses it when it comes due, and serve says why
+        JobRun(self.w, keys, payload, self.w._log.bind(job_id=delivery.job_id)).observe(seen)
