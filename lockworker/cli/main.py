@@ -243,7 +243,7 @@ def _add_jobs(sub: argparse._SubParsersAction[Parser], common: Parser) -> None:
     history.add_status_options(status)
 
     reset = sub.add_parser(
-        "reset", parents=[common], help="make a job pending again",
+        "reset", parents=[common], help="make jobs pending again (one, or all in a state)",
         description="Make a done or gave_up job pending again with no attempt spent "
         "(asks first; a job held by a live process only with --force), or every job of "
         "a namespace in one state (--state gave_up). Workers serving a stream do not "

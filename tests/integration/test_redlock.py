@@ -217,8 +217,10 @@ def test_never_two_holders_while_masters_die_and_return(
             errors.append(exc)
 
     def chaos() -> None:
-        end = time.monotonic() + duration
-        while time.monotonic() < end:
+        # At least ``duration`` of faults, and on until 21 sections were recorded (a
+        # loaded machine runs fewer per second), up to a cap that only a hang reaches.
+        end, cap = time.monotonic() + duration, time.monotonic() + 30 * duration
+        while time.monotonic() < end or (len(sections) <= 20 and time.monotonic() < cap):
             down = [s for s in healed.servers if not s.running]
             if len(down) >= 2 or (down and rng.random() < 0.5):
                 server = rng.choice(down)
