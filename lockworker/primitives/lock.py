@@ -332,10 +332,10 @@ class Lock(LockCore[redis.Redis]):
     def _await_grant(
         self, who: Holder, pause: float, deadline: float | None
     ) -> tuple[int, int] | None:
-        key = self._steps.grant_key(who)
+        key, client = self._steps.grant_key(who), self.client
         timeout, nudge_at = nudge.pop(pause, self.clock.monotonic(), deadline, lockqueue.MIN_WAIT)
         nudging = (contextlib.nullcontext() if nudge_at is None
-                   else nudge.Nudger(self.clock, lambda: self.client.exists(key), nudge_at))
+                   else nudge.Nudger(self.clock, lambda: client.exists(key), nudge_at))
         with nudging:
             reply = self._call(
                 lambda: self.client.blpop([key], timeout=timeout), "wait for the lock",
