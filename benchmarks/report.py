@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from benchmarks import report_aio, report_failover, report_load, report_stream
+from benchmarks import outsider, report_aio, report_failover, report_load, report_stream
 from benchmarks.common import Machine, median, spread
 from benchmarks.contended import Contended
 from benchmarks.cycle import BASELINE, CycleResult
@@ -76,6 +76,8 @@ class Run:
     masters: MastersRun | None = None
     leaders: list[LeaderHandover] = field(default_factory=list)
     failover: report_failover.FailoverSection | None = None
+    outsiders: list[outsider.OutsiderResult] = field(default_factory=list)
+    """The contended section measured by fresh processes (benchmarks/outsider.py)."""
     charts: dict[str, str] = field(default_factory=dict)
     """Chart kind ("handovers", "takeover", "stream") -> file name beside the page."""
 
@@ -119,7 +121,13 @@ def _ratio_target(run: Run, name: str, target: float, what: str) -> str:
 
 
 def _handover_targets(run: Run) -> list[str]:
-    by_name = {r.kind.name: r for r in run.contended}
+    return [*handover_targets(run.contended),
+            *outsider.summary(run.outsiders, HANDOVERS_TARGET)]
+
+
+def handover_targets(contended: list[Contended]) -> list[str]:
+    """The contended Lock rows against python-redis-lock, one line each."""
+    by_name = {r.kind.name: r for r in contended}
     peer = by_name.get("python-redis-lock")
     lines = []
     for name in ("lockworker Lock (reused)", "lockworker Lock (new object per use)"):
@@ -345,6 +353,8 @@ def render(run: Run) -> str:
     out.extend(
         report_load.contended(run.contended, s.contended_seconds, run.charts.get("handovers"))
     )
+    if run.outsiders:
+        out.extend(outsider.render(run.outsiders, s.contended_seconds, 2))
     add("## 3. Handover after a failed attempt")
     add("")
     add(

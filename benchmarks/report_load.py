@@ -69,7 +69,8 @@ def contended(results: list[Contended], seconds: float, chart: str | None) -> li
         "themselves, and 4 processes and the server share 2 cores, so sections/s follow "
         "the work per section: lockworker's `Lock` hands over on every release and wakes "
         "only the next holder, which needs no request of its own to take the lock, but a "
-        "process coming back still pays a round trip to queue and one to block."
+        "process coming back queues and blocks in one round trip (its look and its pop "
+        "pipelined, once its last acquisition found the lock held)."
     )
     add("")
     add(

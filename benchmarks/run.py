@@ -33,6 +33,7 @@ from benchmarks import (
     leaders,
     market,
     masters,
+    outsider,
     peers,
     report,
     report_failover,
@@ -98,7 +99,9 @@ QUICK = report.Settings(
     peer_hold=2.0,
     peer_side_by_side=True,
 )
-SECTIONS = ("failover", "stream")
+SECTIONS = ("failover", "stream", "locks")
+OUTSIDER_ROUNDS = 2
+"""Rounds of the contended section's fresh-process harness (benchmarks/outsider.py)."""
 
 
 def measure(
@@ -137,6 +140,9 @@ def measure(
     say(f"2/9 contended: {len(kinds)} contenders x {settings.contended_seconds:g} s")
     contention = contended.run(
         [s.port for s in servers], client, settings.contended_seconds
+    )
+    outsiders = outsider.run(
+        server.port, client, seconds=settings.contended_seconds, rounds=OUTSIDER_ROUNDS
     )
     pair = failover.Pair(server.port, namespace)
     try:
@@ -184,6 +190,7 @@ def measure(
         machine(server), settings, cycles, overhead, handovers, takeovers, missing,
         contended=contention, streams=streams, scale=scaled, market=markets,
         masters=by_masters, leaders=by_leaders, failover=failover_section,
+        outsiders=outsiders,
     )
 
 
@@ -243,8 +250,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--only", choices=SECTIONS, default=None,
         help="measure one section (stream: section 5, a stream served beside consumer "
-        "groups; failover: section 9, a stream's failover beside RQ and Celery) and put "
-        "it into the page at the output path, the rest kept",
+        "groups; failover: section 9, a stream's failover beside RQ and Celery; both put "
+        "into the page at the output path, the rest kept; locks: the contended locks, "
+        "both harnesses, printed only)",
     )
     args = parser.parse_args(argv)
     settings = QUICK if args.quick else FULL
@@ -252,6 +260,8 @@ def main(argv: list[str] | None = None) -> int:
     quiet_logging()
     if args.only == "stream":
         return only_stream(settings, output)
+    if args.only == "locks":
+        return only_locks(settings)
     if args.only is not None:
         return only_failover(settings, args.only, output)
     with RedisServer() as server, RedisServer() as second, RedisServer() as third:
@@ -330,4 +340,29 @@ def only_stream(settings: report.Settings, output: Path | None) -> int:
             encoding="utf-8",
         )
         print(f"wrote {output}")
+    return 0
+
+
+def only_locks(settings: report.Settings) -> int:
+    """``--only locks``: the contended section, the long-lived processes' harness and
+    the fresh processes' one (:mod:`benchmarks.outsider`), printed, no page written."""
+    rounds = 1 if settings.rounds == 1 else OUTSIDER_ROUNDS
+    with RedisServer() as server, RedisServer() as second, RedisServer() as third:
+        client = server.client()
+        try:
+            ports = [s.port for s in (server, second, third)]
+            found = contended.run(ports, client, settings.contended_seconds)
+            fresh = outsider.run(
+                server.port, client, seconds=settings.contended_seconds, rounds=rounds
+            )
+        finally:
+            client.close()
+    print()
+    for line in report.handover_targets(found):
+        print(line)
+    for line in outsider.summary(fresh, report.HANDOVERS_TARGET):
+        print(line)
+    print()
+    for line in outsider.render(fresh, settings.contended_seconds, rounds):
+        print(line)
     return 0

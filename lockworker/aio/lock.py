@@ -1,6 +1,6 @@
 """``Lock`` on a ``redis.asyncio`` client: :class:`lockworker.primitives.lock.Lock`, awaited.
 
-Everything but the I/O is the sync lock's (:class:`~lockworker.primitives.lock.LockCore`):
+Everything but the I/O is the sync lock's (:class:`~lockworker.primitives.lockcore.LockCore`):
 the arguments and their checks, the keys and values, the steps and their scripts, the
 acquire loop, the fencing tokens, the local judgement of a hold, the events and the
 errors. A sync ``Lock`` and this one on the same name therefore exclude each other and
@@ -30,7 +30,8 @@ from lockworker.aio.protocol import AsyncScriptProtocol
 from lockworker.errors import LockworkerError
 from lockworker.model.codec import Holder, LockValue
 from lockworker.model.state import Grant, Snapshot
-from lockworker.primitives.lock import LockCore
+from lockworker.primitives import lockwait
+from lockworker.primitives.lockcore import LockCore
 from lockworker.primitives.lockqueue import MIN_WAIT, pushed_grant
 from lockworker.runtime import nudge
 
@@ -96,12 +97,26 @@ class Lock(AsyncPrimitive, LockCore[AsyncClient]):
             lambda: self._steps.arun(step), "acquire the lock", deadline=deadline
         )
 
+    async def _look_wait(
+        self, who: Holder, pause: float, deadline: float | None
+    ) -> lockwait.Looked:
+        step = self._look_step(who, queue=True, pause=pause)
+        key = self._steps.grant_key(who)
+        timeout, nudging = self._nudging(key, pause, deadline)
+        try:
+            return await self._acall(
+                lambda: lockwait.alook_and_pop(self._steps, step, key, timeout),
+                "acquire the lock", deadline=deadline,
+            )
+        finally:
+            if nudging is not None:
+                nudging.cancel()
+
     async def _await_grant(
         self, who: Holder, pause: float, deadline: float | None
     ) -> tuple[int, int] | None:
         key = self._steps.grant_key(who)
-        timeout, nudge_at = nudge.pop(pause, self.clock.monotonic(), deadline, MIN_WAIT)
-        nudging = None if nudge_at is None else asyncio.ensure_future(self._nudge(key, nudge_at))
+        timeout, nudging = self._nudging(key, pause, deadline)
         try:
             reply = await self._acall(
                 lambda: self.client.blpop([key], timeout=timeout), "wait for the lock",
@@ -111,6 +126,14 @@ class Lock(AsyncPrimitive, LockCore[AsyncClient]):
             if nudging is not None:
                 nudging.cancel()
         return pushed_grant(key, reply)
+
+    def _nudging(
+        self, key: str, pause: float, deadline: float | None
+    ) -> tuple[float, asyncio.Future[None] | None]:
+        """A pop of ``pause`` as its server timeout, and the task nudging it at
+        ``deadline`` (None if it ends before)."""
+        timeout, at = nudge.pop(pause, self.clock.monotonic(), deadline, MIN_WAIT)
+        return timeout, None if at is None else asyncio.ensure_future(self._nudge(key, at))
 
     async def _nudge(self, key: str, at: float) -> None:
         """The sync side's :class:`~lockworker.runtime.nudge.Nudger`, as a task."""

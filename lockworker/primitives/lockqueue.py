@@ -63,6 +63,10 @@ server's tick ending a pop late, a short pause."""
 MIN_SLICE = 0.001
 MIN_WAIT = 0.001
 
+MARKER = "look"
+"""What a look pushes onto its caller's grant list so that the pop sent behind it
+answers at once (a grant is ``token|attempt``: never this)."""
+
 KEEP_MS = 60_000
 """The queue's keys expire this long after the last waiter looked (abandoned queues)."""
 
@@ -155,6 +159,10 @@ end
 # ARGV[6] '1' queue if not granted, '0' one try that never queues
 # ARGV[7] ms the queue's keys outlive the caller's look  ARGV[8] grant prefix
 # ARGV[9] wake channel ('' for none)
+# ARGV[10] ms of the pop sent right behind this look ('0': none, :mod:`.lockwait`);
+#          unless the caller is to wait at least that long for a push (another run
+#          holds it for longer, or the head's place ends later), a marker (MARKER)
+#          is pushed onto the caller's grant list, so the pop answers at once
 # A grant that its waiter did not take before its place expired is taken back first.
 # returns {'granted', attempt, token, reentered(0|1)}    the caller's run holds it
 #         {'locked', attempt, token, owner, pttl ms, run}  another run holds it (pttl:
@@ -162,6 +170,7 @@ end
 #         {'queued', ms}            free, but others are ahead; the head's place ends in ms
 #         {'foreign', key, value}   a key holds a value we did not write
 ACQUIRE = LuaScript(_QUEUE + """
+local function lw_look()
 local cur = redis.call('GET', KEYS[1])
 local r, now, reentered = nil, nil, 1
 local l = cur and lw_lock(cur)
@@ -207,6 +216,22 @@ if ARGV[6] == '1' then
   redis.call('HSET', KEYS[4], ARGV[4], place)
   redis.call('PEXPIRE', KEYS[3], ARGV[7])
   redis.call('PEXPIRE', KEYS[4], ARGV[7])
+end
+return r
+end
+local r = lw_look()
+local pop = tonumber(ARGV[10])
+if pop > 0 and not ((r[1] == 'locked' and tonumber(r[5]) + 1 >= pop)
+                    or (r[1] == 'queued' and tonumber(r[2]) + 1 >= pop)) then
+  local g = ARGV[8] .. ARGV[4]
+  if r[1] == 'granted' then  -- taken: no grant of this run is left to take back
+    local last = redis.call('GET', KEYS[5])
+    if last and string.sub(last, 1, #ARGV[4] + 1) == ARGV[4] .. '|' then
+      redis.call('DEL', KEYS[5])
+    end
+  end
+  redis.call('RPUSH', g, '""" + MARKER + """')
+  redis.call('PEXPIRE', g, ARGV[2])
 end
 return r
 """)
@@ -264,11 +289,13 @@ class LockSteps:
         return self.grant_prefix + who.run
 
     def acquire_step(
-        self, who: Holder, ttl_ms: int, retention_ms: int, place_ms: int, *, queue: bool
+        self, who: Holder, ttl_ms: int, retention_ms: int, place_ms: int, *, queue: bool,
+        pop_ms: int = 0,
     ) -> ScriptStep[Grant | Snapshot | float]:
-        """One look: a :class:`Grant`, the holder, or seconds until the head's place ends."""
+        """One look: a :class:`Grant`, the holder, or seconds until the head's place ends.
+        ``pop_ms``: the length of the pop sent right behind it (:mod:`.lockwait`)."""
         args = (who.owner, ttl_ms, retention_ms, who.run, place_ms, "1" if queue else "0",
-                KEEP_MS, self.grant_prefix, self._channel)
+                KEEP_MS, self.grant_prefix, self._channel, pop_ms)
         return ScriptStep(ACQUIRE, self._keys, args, partial(_look, self.keys))
 
     def release_step(self, held: LockValue, retention_ms: int) -> ScriptStep[Settle]:

@@ -87,3 +87,30 @@ def test_acquire_with_a_timeout_returns_within_a_few_ms_of_it(
         overshoots.append(time.monotonic() - started - timeout)
     holder.release()
     assert_on_time(overshoots)
+
+
+def test_waits_with_a_deadline_share_one_nudging_thread(
+    redis_client: redis.Redis, namespace: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A wait that ends at its deadline is nudged on time, by the process's one nudging
+    thread: a thread per wait cost every short ``acquire(timeout=...)`` a thread start,
+    granted or not."""
+    started: list[str] = []
+    start = threading.Thread.start
+
+    def counting(thread: threading.Thread) -> None:
+        started.append(thread.name)
+        start(thread)
+
+    monkeypatch.setattr(threading.Thread, "start", counting)
+    holder = Lock(redis_client, "res", namespace=namespace, ttl=30.0)
+    assert holder.acquire()
+    overshoots = []
+    for _ in range(6):
+        waiter = Lock(redis_client, "res", namespace=namespace, ttl=30.0)
+        begun = time.monotonic()
+        assert not waiter.acquire(timeout=0.1)
+        overshoots.append(time.monotonic() - begun - 0.1)
+    holder.release()
+    assert started.count("lockworker-nudge") <= 1, started
+    assert_on_time(overshoots)
