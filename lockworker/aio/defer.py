@@ -16,11 +16,9 @@ from typing import Any
 from lockworker.aio.batcher import send
 from lockworker.aio.jobrun import AsyncJobRun
 from lockworker.aio.wake import wait
-from lockworker.daemons.defer import IDLE_WAIT, LIMIT, Held, deferring
+from lockworker.daemons.defer import IDLE_WAIT, LIMIT, Held, deferring, watched
 from lockworker.daemons.sources import Delivery
 from lockworker.errors import LockworkerError
-from lockworker.model.codec import payload_view
-from lockworker.model.keys import JobKeys
 from lockworker.model.presence import handover_channel
 from lockworker.model.state import Snapshot
 from lockworker.protocol.script import inspect_step
@@ -105,10 +103,6 @@ class AsyncDeferrals:
         """Report a job held by another as its contest would (``job.locked``, then
         ``on_locked``): a backup keeps watch on it, in batches."""
         assert seen is not None
-        try:
-            keys = JobKeys.of(self.w.namespace, delivery.job_id)
-            payload = payload_view(delivery.payload)
-        except LockworkerError:
-            return  # process() refuses it when it comes due, and serve says why
-        run = AsyncJobRun(self.w, keys, payload, self.w._log.bind(job_id=delivery.job_id))
-        await run.observe(seen)
+        found = watched(self.w, delivery)
+        if found is not None:
+            await AsyncJobRun(self.w, *found).observe(seen)

@@ -33,7 +33,7 @@ from lockworker.aio.wake import wait
 from lockworker.config import count
 from lockworker.daemons import defer
 from lockworker.daemons.defer import IDLE_WAIT
-from lockworker.daemons.serve import JOB_ERROR, RESOLVED, STARTED, STOPPED
+from lockworker.daemons.serve import JOB_ERROR, RESOLVED, STARTED, STOPPED, FirstLook
 from lockworker.daemons.sources import Delivery, as_source
 from lockworker.errors import ForeignValueError, InvalidConfig
 from lockworker.model.state import Outcome, Snapshot
@@ -104,25 +104,19 @@ class Slots:
         return None
 
 
-class Seen:
+class Seen(FirstLook):
     """The slots lent to one delivery's run, with what a look just saw of its job (a
     backup's held-back delivery, :mod:`lockworker.aio.defer`): its first look is free."""
 
-    __slots__ = ("seen", "slots")
-
     def __init__(self, slots: Slots, seen: Snapshot) -> None:
+        super().__init__(seen)
         self.slots = slots
-        self.seen: Snapshot | None = seen
 
     def park(self) -> bool:
         return self.slots.park()
 
     async def unpark(self) -> None:
         await self.slots.unpark()
-
-    def first_look(self) -> Snapshot | None:
-        seen, self.seen = self.seen, None
-        return seen
 
 
 async def serve(worker: AsyncServable, source: object, *, concurrency: int = 4) -> None:

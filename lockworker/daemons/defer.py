@@ -140,6 +140,18 @@ class Held:
         return handed, news
 
 
+def watched(worker: Any, delivery: Delivery) -> tuple[JobKeys, Any, Any] | None:
+    """The keys, payload and log of a held-back job a backup reports held (``job.locked``,
+    ``on_locked``), as its contest would; None for an id or payload ``process`` refuses
+    (when the delivery comes due, serve says why)."""
+    try:
+        keys = JobKeys.of(worker.namespace, delivery.job_id)
+        payload = payload_view(delivery.payload)
+    except LockworkerError:
+        return None
+    return keys, payload, worker._log.bind(job_id=delivery.job_id)
+
+
 def wanted(worker: Any) -> bool:
     """Whether ``worker``'s serving holds deliveries back: a backup with a delay, on the
     script protocol (a batch is a pipeline of scripts)."""
@@ -251,9 +263,6 @@ class Deferrals:
         """Report a job held by another as its contest would (``job.locked``, then
         ``on_locked``): a backup keeps watch on it, in batches."""
         assert seen is not None
-        try:
-            keys = JobKeys.of(self.w.namespace, delivery.job_id)
-            payload = payload_view(delivery.payload)
-        except LockworkerError:
-            return  # process() refuses it when it comes due, and serve says why
-        JobRun(self.w, keys, payload, self.w._log.bind(job_id=delivery.job_id)).observe(seen)
+        found = watched(self.w, delivery)
+        if found is not None:
+            JobRun(self.w, *found).observe(seen)

@@ -66,25 +66,31 @@ class Servable(Protocol):
 
     def process(self, job_id: str, payload: Any = None) -> Outcome: ...
 
-class Seen:
-    """The slots lent to one delivery's run, with what a look just saw of its job: the
-    run's first look (a backup's, :mod:`lockworker.daemons.defer`) costs nothing."""
+class FirstLook:
+    """What a look just saw of a delivery's job, given to its run's first look once (a
+    backup's held-back delivery, :mod:`lockworker.daemons.defer`): that look is free.
+    The gate lent to the run, sync (:class:`Seen`) and asyncio alike."""
 
-    __slots__ = ("seen", "slots")
+    def __init__(self, seen: Snapshot) -> None:
+        self.seen: Snapshot | None = seen
+
+    def first_look(self) -> Snapshot | None:
+        seen, self.seen = self.seen, None
+        return seen
+
+
+class Seen(FirstLook):
+    """The slots lent to one delivery's run, with what a look just saw of its job."""
 
     def __init__(self, slots: Slots, seen: Snapshot) -> None:
+        super().__init__(seen)
         self.slots = slots
-        self.seen: Snapshot | None = seen
 
     def park(self) -> bool:
         return self.slots.park()
 
     def unpark(self) -> None:
         self.slots.unpark()
-
-    def first_look(self) -> Snapshot | None:
-        seen, self.seen = self.seen, None
-        return seen
 
 
 JOB_ERROR = "serve.job_error"
