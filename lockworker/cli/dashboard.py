@@ -1,4 +1,4 @@
-"""``lockworker dashboard``: the web page of :mod:`lockworker.dashboard`, served by
+"""``lockworker dashboard``: the web page of :mod:`lockworker.cli.web`, served by
 uvicorn until Ctrl-C or SIGTERM (the ``dashboard`` extra).
 
 It listens on 127.0.0.1 unless told otherwise, and refuses any other address without a
@@ -75,7 +75,7 @@ def main(args: argparse.Namespace) -> int:
     try:
         import uvicorn  # noqa: PLC0415
 
-        from lockworker.dashboard import app, guard, view  # noqa: PLC0415
+        from lockworker.cli.web import app, guard, view  # noqa: PLC0415
     except ImportError as exc:
         raise CliError(
             f"the dashboard needs its extra: pip install 'lockworker[dashboard]' ({exc})"

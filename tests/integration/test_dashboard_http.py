@@ -18,8 +18,8 @@ import redis
 from dashboard_server import ask, serving
 
 import lockworker
-from lockworker.dashboard.app import PAGE, create_app
-from lockworker.dashboard.view import Collector
+from lockworker.cli.web.app import PAGE, create_app
+from lockworker.cli.web.view import Collector
 from lockworker.model.codec import StateValue
 from lockworker.model.keys import JobKeys
 from lockworker.model.state import JobStatus, Snapshot

@@ -9,7 +9,7 @@ pytest.importorskip("starlette", reason="the dashboard extra is not installed")
 
 import lockworker
 from lockworker.cli.common import connect
-from lockworker.dashboard.view import Collector
+from lockworker.cli.web.view import Collector
 from lockworker.testing import Cluster, SentinelGroup
 
 pytestmark = pytest.mark.processes

@@ -14,9 +14,9 @@ from starlette.datastructures import QueryParams
 from lockworker.cli.common import safe_url
 from lockworker.cli.dashboard import password_of
 from lockworker.cli.status import Row
-from lockworker.dashboard.app import PAGE, paged
-from lockworker.dashboard.guard import is_loopback, needs_token
-from lockworker.dashboard.view import count, handovers, last_error
+from lockworker.cli.web.app import PAGE, paged
+from lockworker.cli.web.guard import is_loopback, needs_token
+from lockworker.cli.web.view import count, handovers, last_error
 
 
 def job(job_id: str, state: str, holder: str | None, token: int, attempt: int = 1) -> Row:

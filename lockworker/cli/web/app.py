@@ -36,8 +36,8 @@ from starlette.templating import Jinja2Templates
 
 from lockworker import __version__
 from lockworker.cli.status import duration
-from lockworker.dashboard import guard
-from lockworker.dashboard.view import STATES, Collector
+from lockworker.cli.web import guard
+from lockworker.cli.web.view import STATES, Collector
 from lockworker.errors import InvalidConfig
 from lockworker.model.state import Reset
 
@@ -101,7 +101,7 @@ def timestamp(ms: int | None) -> str:
 
 def templates() -> Jinja2Templates:
     env = jinja2.Environment(
-        loader=jinja2.PackageLoader("lockworker.dashboard", "templates"),
+        loader=jinja2.PackageLoader("lockworker.cli.web", "templates"),
         autoescape=True,  # every template, whatever its name: ids and errors are user data
         undefined=jinja2.StrictUndefined,
     )
@@ -256,7 +256,7 @@ def create_app(
         Route("/jobs", board.jobs),
         Route("/job", board.job),
         Route("/login", board.login, methods=["GET", "POST"]),
-        Mount("/static", StaticFiles(packages=[("lockworker.dashboard", "static")]),
+        Mount("/static", StaticFiles(packages=[("lockworker.cli.web", "static")]),
               name="static"),
     ]
     if allow_reset:

@@ -41,7 +41,7 @@ KEPT = 100
 BUSY = 3.0
 """A read is followed by at least BUSY times its own duration of rest."""
 
-log = structlog.get_logger("lockworker.dashboard")
+log = structlog.get_logger("lockworker.cli.web")
 
 
 @dataclass(frozen=True)
