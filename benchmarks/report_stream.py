@@ -351,6 +351,15 @@ def section(s: StreamSection | None, chart: str | None = None) -> list[str]:
     )
     add("")
     add(
+        "lockworker runs its default `protocol=\"script\"`, whose steps batch: the "
+        "grants, completions and renewals of a process's jobs share round trips (group "
+        "commit of the per-job scripts), and a backup behind a live primary looks at its "
+        "held-back deliveries in one round trip per batch (docs/protocol.md, \"Batches\"). "
+        "`protocol=\"txn\"` (WATCH/MULTI/EXEC) sends each step alone and is not measured "
+        "here."
+    )
+    add("")
+    add(
         "**round trips / job**: requests the serving processes waited on (their socket "
         "writes, counted in each process: a pipeline or transaction counts once), the "
         "handler's one included. **server commands / job**: the `INFO commandstats` delta "
