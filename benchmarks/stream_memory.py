@@ -48,7 +48,8 @@ class MemoryRun:
     after: int = 0
     samples: list[Sample] = field(default_factory=list)
     done_record: float = float("nan")
-    """Mean ``MEMORY USAGE`` bytes of a DONE job's keys (state, and lease if any)."""
+    """Mean ``MEMORY USAGE`` bytes of a DONE job's keys (state, its attempt history, and
+    lease if any): what a finished job costs for its retention."""
     done_keys: str = ""
     seconds: float = float("nan")
     error: str = ""
@@ -95,7 +96,7 @@ def _done_record(client: redis.Redis, namespace: str, jobs: int, result: MemoryR
     for n in range(0, jobs, max(1, jobs // SAMPLED)):
         keys = JobKeys.of(namespace, f"job-{n}")
         total = 0
-        for kind, key in (("state", keys.state), ("lease", keys.lock)):
+        for kind, key in (("state", keys.state), ("history", keys.history), ("lease", keys.lock)):
             size = client.memory_usage(key, samples=0)
             if size is not None:
                 total += int(size)
