@@ -64,6 +64,10 @@ def count_from(low: int) -> Callable[[object], bool]:
     return rule
 
 
+def or_none(rule: Callable[[object], bool]) -> Callable[[object], bool]:
+    return lambda v: v is None or rule(v)
+
+
 def fraction(v: object) -> bool:
     return is_real(v) and 0 <= v < 1  # type: ignore[operator]
 
@@ -171,7 +175,8 @@ SETTINGS: list[tuple[str, str, Callable[[Any], None], Callable[[object], bool]]]
     ("StreamSource", "block",
      lambda v: StreamSource(fakeredis.FakeRedis(), "s", owner="o", block=v), seconds_above_zero),
     ("StreamSource", "batch",
-     lambda v: StreamSource(fakeredis.FakeRedis(), "s", owner="o", batch=v), count_from(1)),
+     lambda v: StreamSource(fakeredis.FakeRedis(), "s", owner="o", batch=v),
+     or_none(count_from(1))),  # None: the mode's default (100 fan-out, 16 in a group)
     ("StreamSource", "reader_ttl",
      lambda v: StreamSource(fakeredis.FakeRedis(), "s", owner="o", reader_ttl=v),
      seconds_above_zero),
