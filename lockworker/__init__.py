@@ -46,7 +46,7 @@ from lockworker.model.state import (
 from lockworker.primitives import JSONCodec, Lock, Redlock, Semaphore, compute_once
 from lockworker.runtime.retry import RetryPolicy
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"
 
 __all__ = [
     "AcquireTimeout",
