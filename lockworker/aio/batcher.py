@@ -46,8 +46,16 @@ class AsyncBatcher:
         if self._busy:
             future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
             self._queue.append((step, future))
-            if await future is not _LEAD:
-                return future.result()
+            try:
+                led = await future
+            except asyncio.CancelledError:
+                # Cancelled as the lead was handed to it: hand it on, or every later
+                # step would wait for a batch nobody sends.
+                if future.done() and not future.cancelled() and future.result() is _LEAD:
+                    self._pass_lead()
+                raise
+            if led is not _LEAD:
+                return led
         self._busy = True
         return await self._lead(step)
 

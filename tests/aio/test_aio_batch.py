@@ -67,3 +67,46 @@ def test_steps_awaited_while_a_batch_is_in_flight_share_the_next_round_trip(
 def test_one_batcher_per_asyncio_client(redis_server: RedisServer) -> None:
     client = aredis.Redis.from_url(redis_server.url)
     assert aio_batcher.batcher_for(client) is aio_batcher.batcher_for(client)
+
+
+def test_a_task_cancelled_as_it_was_handed_the_lead_hands_it_on(
+    redis_server: RedisServer, namespace: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The lead of the next batch went to a queued step whose task was cancelled before
+    it ran: the lead must pass on (or to nobody, the batcher idle), never be lost with
+    it, or every later step would wait for a batch nobody sends."""
+    gate = asyncio.Event()
+    real_alone = aio_batcher._alone
+
+    async def held_alone(client: Any, step: Any) -> Any:
+        await gate.wait()
+        return await real_alone(client, step)
+
+    monkeypatch.setattr(aio_batcher, "_alone", held_alone)
+    doomed: list[asyncio.Task[Any]] = []
+
+    class Cancelling(AsyncBatcher):
+        def _pass_lead(self) -> None:
+            super()._pass_lead()
+            while doomed:  # the task just handed the lead is cancelled before it runs
+                doomed.pop().cancel()
+
+    async def scenario() -> Any:
+        client = aredis.Redis.from_url(redis_server.url)
+        batcher = Cancelling(client)
+        keys = [JobKeys.of(namespace, f"j{i}") for i in range(3)]
+        steps = [acquire_step(k, who("me"), LEASE_MS, MAX, RETENTION_MS) for k in keys]
+        first = asyncio.create_task(batcher(steps[0]))
+        await asyncio.sleep(0)
+        second = asyncio.create_task(batcher(steps[1]))
+        await until(lambda: len(batcher._queue) == 1)
+        doomed.append(second)
+        gate.set()
+        await first
+        with pytest.raises(asyncio.CancelledError):
+            await second
+        third = await asyncio.wait_for(batcher(steps[2]), 5)
+        await client.aclose()
+        return third
+
+    assert isinstance(asyncio.run(scenario()), Grant)
