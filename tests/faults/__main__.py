@@ -44,6 +44,10 @@ SOAK: dict[str, dict[str, Any]] = {
     "redlock3_durable": {"rounds": 40, "contenders": 4},
     "redlock5_durable": {"rounds": 40, "contenders": 4},
     "redlock3_volatile": {"rounds": 20, "contenders": 4},
+    "batch_sigkill": {"rounds": 30},
+    "batch_sigstop": {"rounds": 12},
+    "batch_proxy": {"rounds": 30},
+    "batch_server_restart": {"rounds": 20},
 }
 """Soak sizes per scenario (the battery's sizes are the scenarios' defaults)."""
 
