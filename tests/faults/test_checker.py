@@ -335,3 +335,11 @@ def test_threads_tasks_and_callbacks_that_died_are_read_from_stderr() -> None:
     assert found[0][1].endswith("KeyError: 'in a thread'"), found
     assert found[1][1].endswith("ValueError: in a task"), found
     assert found[2][1].endswith("ZeroDivisionError: division by zero"), found
+
+
+def test_every_scenario_has_a_soak_size() -> None:
+    """The soak runs every scenario at its soak size: a scenario without one stopped it."""
+    from .__main__ import SOAK
+    from .scenarios import SCENARIOS
+
+    assert set(SOAK) == set(SCENARIOS)
