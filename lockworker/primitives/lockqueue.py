@@ -382,8 +382,14 @@ def pause_for(seen: Snapshot | float, now: float, deadline: float | None, slice_
 
 
 def pushed_grant(key: str, reply: Any) -> tuple[int, int] | None:
-    """What a BLPOP on the grant list ``key`` answered: (token, attempt), or None."""
+    """What a BLPOP on the grant list ``key`` answered: (token, attempt), or None (it
+    timed out, or popped a look's marker that a pipelined pop did not take: a grant
+    pushed just before that pop was taken instead, or the pop was refused with its
+    look after a server restart; the caller looks again, as after a timeout)."""
     if reply is None:
+        return None
+    raw = reply[1]
+    if (raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)) == MARKER:
         return None
     grant = decode_grant(reply[1])
     if grant is None:

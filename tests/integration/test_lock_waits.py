@@ -135,3 +135,19 @@ def test_contended_handovers_with_pipelined_waits_stay_exclusive_and_clean(
     probe = Lock(redis_client, "res", namespace=namespace, ttl=TTL)
     assert grant_lists(redis_client, probe) == []
     assert redis_client.zcard(probe.keys.extra("queue")) == 0
+
+
+def test_a_stale_look_marker_popped_by_a_plain_wait_is_no_grant_and_no_foreign_value() -> None:
+    """A look's marker left on a grant list (its pipelined pop took a grant pushed just
+    before, or was refused with its look after a server restart) is popped later by a
+    plain wait: that is no grant (the waiter looks again), not a foreign value; a value
+    lockworker never writes still is one."""
+    import pytest
+
+    from lockworker.errors import ForeignValueError
+    from lockworker.primitives.lockqueue import MARKER, pushed_grant
+
+    assert pushed_grant("k", (b"k", MARKER.encode())) is None
+    assert pushed_grant("k", ("k", MARKER)) is None
+    with pytest.raises(ForeignValueError):
+        pushed_grant("k", (b"k", b"not ours"))
