@@ -21,13 +21,14 @@ from lockworker.model.keys import JobKeys
 from lockworker.model.state import Ending, Grant, Settle, Snapshot
 from lockworker.protocol import ScriptProtocol
 from lockworker.protocol import batch as protocol_batch
-from lockworker.protocol.script import acquire_step, settle_step
+from lockworker.protocol.script import acquire_step, inspect_step, settle_step
 from lockworker.runtime.batcher import Batcher, batcher_for
 from tests.helpers import held, wait_for, who
 
 LEASE_MS, MAX, RETENTION_MS = 10_000, 3, 60_000
 
 SETUPS = ("new", "done", "held", "foreign", "spent", "wrongtype")
+ENDINGS = (Ending.COMPLETE, Ending.FAIL, Ending.RELEASE)
 
 
 def prepare(client: redis.Redis, keys: JobKeys, setup: str) -> None:
@@ -64,27 +65,48 @@ def shape(result: Any) -> tuple[Any, ...]:
 @settings(
     max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
-@given(setups=st.lists(st.sampled_from(SETUPS), min_size=1, max_size=12))
+@given(
+    setups=st.lists(st.sampled_from(SETUPS), min_size=1, max_size=12),
+    endings=st.lists(st.sampled_from(ENDINGS), min_size=12, max_size=12),
+)
 def test_every_step_of_a_batch_gives_what_it_gives_alone(
-    redis_client: redis.Redis, namespace: str, setups: list[str]
+    redis_client: redis.Redis, namespace: str, setups: list[str], endings: list[Ending]
 ) -> None:
     """The same jobs, prepared alike in two namespaces: one acquire per job sent in one
-    batch, and the same acquires sent one by one, give the same results."""
+    batch, and the same acquires sent one by one, give the same results; so do the
+    settles (complete, fail or release) of what was granted, and a look at every job
+    after them, one batch against one step at a time."""
     run = uuid.uuid4().hex[:8]
-    batched, alone = [], []
-    for i, setup in enumerate(setups):
-        a = JobKeys.of(f"{namespace}-{run}-a", f"j{i}")
-        b = JobKeys.of(f"{namespace}-{run}-b", f"j{i}")
+    a_keys = [JobKeys.of(f"{namespace}-{run}-a", f"j{i}") for i in range(len(setups))]
+    b_keys = [JobKeys.of(f"{namespace}-{run}-b", f"j{i}") for i in range(len(setups))]
+    for setup, a, b in zip(setups, a_keys, b_keys, strict=True):
         prepare(redis_client, a, setup)
         prepare(redis_client, b, setup)
-        batched.append(acquire_step(a, who("me"), LEASE_MS, MAX, RETENTION_MS))
-        alone.append(acquire_step(b, who("me"), LEASE_MS, MAX, RETENTION_MS))
-    together = protocol_batch.send(redis_client, batched)
-    one_by_one = [Batcher(redis_client)(step) for step in alone]
-    assert [shape(r) for r in together] == [shape(r) for r in one_by_one]
-    for setup, result in zip(setups, together, strict=True):
+
+    def both(steps_of: Any) -> tuple[list[Any], list[Any]]:
+        together = protocol_batch.send(redis_client, [steps_of(k, i) for i, k in enumerate(a_keys)])
+        one_by_one = [Batcher(redis_client)(steps_of(k, i)) for i, k in enumerate(b_keys)]
+        assert [shape(r) for r in together] == [shape(r) for r in one_by_one]
+        return together, one_by_one
+
+    grants, grants_b = both(lambda k, i: acquire_step(k, who("me"), LEASE_MS, MAX, RETENTION_MS))
+    for setup, result in zip(setups, grants, strict=True):
         if setup in ("foreign", "wrongtype"):
             assert isinstance(result, ForeignValueError)
+    granted = [i for i, g in enumerate(grants) if isinstance(g, Grant)]
+    settled = protocol_batch.send(redis_client, [
+        settle_step(a_keys[i], held(grants[i], "me"), endings[i], RETENTION_MS, MAX)
+        for i in granted
+    ])
+    settled_b = [
+        Batcher(redis_client)(
+            settle_step(b_keys[i], held(grants_b[i], "me"), endings[i], RETENTION_MS, MAX)
+        )
+        for i in granted
+    ]
+    assert settled == settled_b
+    looks = [shape(r) for r in protocol_batch.send(redis_client, [inspect_step(k) for k in a_keys])]
+    assert looks == [shape(Batcher(redis_client)(inspect_step(k))) for k in b_keys]
 
 
 def test_a_batch_after_the_script_cache_was_flushed_runs_every_step_once(
