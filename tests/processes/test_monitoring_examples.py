@@ -12,6 +12,7 @@ import re
 import subprocess
 import sys
 import textwrap
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -109,6 +110,15 @@ def scrape(port: int) -> str:
         return str(reply.read().decode())
 
 
+def scrape_when_up(port: int) -> str:
+    """:func:`scrape`, or nothing while the daemon's port is not listening yet (a wait's
+    condition: the daemon starts in its own time)."""
+    try:
+        return scrape(port)
+    except urllib.error.URLError:
+        return ""
+
+
 def sample(text: str, metric: str, /, **labels: str) -> float | None:
     for family in text_string_to_metric_families(text):
         for s in family.samples:
@@ -151,15 +161,15 @@ def test_every_metric_the_rules_and_the_dashboard_name_is_exported(
     lockworker.submit(client, stream, "broken", {"fail": True})
 
     def worked() -> bool:
-        text = scrape(ports["worker"])
+        text = scrape_when_up(ports["worker"])
         return all(
             sample(text, "lockworker_job_outcomes_total", namespace=namespace, outcome=o) == 1
             for o in ("done", "failed", "gave_up")
         )
 
     wait_for(worked, timeout=30)
-    wait_for(lambda: sample(scrape(ports["leader"]), "lockworker_leader", name=namespace) == 1,
-             timeout=30)
+    wait_for(lambda: sample(scrape_when_up(ports["leader"]), "lockworker_leader",
+                            name=namespace) == 1, timeout=30)
     names = exposed(scrape(ports["worker"])) | exposed(scrape(ports["leader"]))
     wanted = referenced()
     assert all(wanted.values()), wanted  # each file names metrics
