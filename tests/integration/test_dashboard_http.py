@@ -11,9 +11,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-
-pytest.importorskip("starlette", reason="the dashboard extra is not installed")
-
 import redis
 from dashboard_server import ask, serving
 

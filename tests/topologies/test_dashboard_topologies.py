@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import pytest
 
-pytest.importorskip("starlette", reason="the dashboard extra is not installed")
-
 import lockworker
 from lockworker.cli.common import connect
 from lockworker.cli.web.view import Collector

@@ -6,9 +6,6 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import pytest
-
-pytest.importorskip("starlette", reason="the dashboard extra is not installed")
-
 from starlette.datastructures import QueryParams
 
 from lockworker.cli.common import safe_url
