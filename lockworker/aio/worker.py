@@ -264,7 +264,7 @@ class Worker(WorkerSettings):
                 ),
                 f"reset job {keys.job_id!r}",
             )
-            if result is not Reset.CHANGED and result is not Reset.ABSENT:
+            if deadletter.reported(result):
                 results[keys.job_id] = result
         return results
 

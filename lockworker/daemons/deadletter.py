@@ -67,6 +67,12 @@ def reset_all(worker: Resetter, state: str, *, force: bool = False) -> dict[str,
             ),
             f"reset job {keys.job_id!r}",
         )
-        if result is not Reset.CHANGED and result is not Reset.ABSENT:
+        if reported(result):
             results[keys.job_id] = result
     return results
+
+
+def reported(result: Reset) -> bool:
+    """Whether a reset of ``reset_all`` (either side's) is reported: not a job that left
+    the state since the scan found it (CHANGED), nor one gone meanwhile (ABSENT)."""
+    return result is not Reset.CHANGED and result is not Reset.ABSENT

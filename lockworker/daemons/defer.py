@@ -153,17 +153,13 @@ def watched(worker: Any, delivery: Delivery) -> tuple[JobKeys, Any, Any] | None:
 
 
 def wanted(worker: Any) -> bool:
-    """Whether ``worker``'s serving holds deliveries back: a backup with a delay, on the
-    script protocol (a batch is a pipeline of scripts)."""
+    """Whether ``worker``'s serving holds deliveries back: a backup with a delay, whose
+    protocol batches its steps (the script protocol with a sender; a WATCH/MULTI/EXEC
+    or replicated step is sent alone), as its heartbeat's renewals do."""
     return (
         worker.role is Role.BACKUP and worker.backup_delay > 0
-        and worker.protocol.__class__.__name__ in SCRIPT_PROTOCOLS
+        and getattr(worker.protocol, "sender", None) is not None
     )
-
-
-SCRIPT_PROTOCOLS = frozenset({"ScriptProtocol", "AsyncScriptProtocol"})
-"""The protocols whose looks a batch can carry (not WATCH/MULTI/EXEC's, nor the
-replicated one's, which waits for replicas after each step)."""
 
 
 def deferring(worker: Any) -> bool:
