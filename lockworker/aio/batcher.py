@@ -3,8 +3,8 @@
 The asyncio twin of :mod:`lockworker.runtime.batcher`, by the same rule: a step that
 finds no batch in flight is sent at once, alone; steps that arrive while one is in
 flight go out together when it is back, sent by the first of them. The batch is the
-sync side's (:mod:`lockworker.protocol.batch`): a pipeline of the very per-job steps,
-decoded by the same functions.
+sync side's (:mod:`lockworker.protocol.batch`): the very per-job steps, in the same
+commands, decoded by the same functions.
 
 A task cancelled while its step waits in the queue takes its step out of the batch
 (the step was never sent, so nothing happened on the server). A leader cancelled while
@@ -103,20 +103,32 @@ async def _alone(client: Any, step: Step[Any]) -> Any:
 
 
 async def send(client: Any, steps: list[Step[Any]]) -> list[Any]:
-    """The sync side's :func:`lockworker.protocol.batch.send`, awaited. A step the
-    server's empty script cache refused (NOSCRIPT: not run) is sent again alone, which
-    loads its script as :meth:`~lockworker.protocol.luacall.LuaScript.acall` does."""
+    """The sync side's :func:`lockworker.protocol.batch.send`, awaited: the same
+    commands (:func:`lockworker.protocol.batch.plan`). A command the server's empty
+    script cache refused (NOSCRIPT: not run) is sent again with EVAL, which loads its
+    script as :meth:`~lockworker.protocol.luacall.LuaScript.acall` does."""
     await ready(client)
-    pipe = client.pipeline(transaction=False)
-    for step in steps:
-        pipe.execute_command(*batch.command(step))
-    replies = list(await pipe.execute(raise_on_error=False))
-    for i, reply in enumerate(replies):
-        if isinstance(reply, NoScriptError):
-            replies[i] = await _alone(client, steps[i])
-        else:
-            replies[i] = batch.outcome(steps[i], reply)
-    return replies
+    calls = batch.plan(client, steps)
+    if len(calls) == 1:
+        replies = [await _one(client, calls[0])]
+    else:
+        pipe = client.pipeline(transaction=False)
+        for call in calls:
+            pipe.execute_command(*call.command())
+        replies = list(await pipe.execute(raise_on_error=False))
+        for i, reply in enumerate(replies):
+            if isinstance(reply, NoScriptError):
+                replies[i] = await _one(client, calls[i])
+    each = batch.spread(calls, replies, len(steps))
+    return [batch.outcome(step, reply) for step, reply in zip(steps, each, strict=True)]
+
+
+async def _one(client: Any, call: batch.Call) -> Any:
+    """One command's reply (an error reply returned, not raised)."""
+    try:
+        return await call.script.acall(client, call.keys, call.args)
+    except redis.ResponseError as exc:
+        return exc
 
 
 _BATCHERS: weakref.WeakKeyDictionary[Any, AsyncBatcher] = weakref.WeakKeyDictionary()

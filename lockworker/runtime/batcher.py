@@ -4,7 +4,8 @@ Under ``Worker.serve`` many job threads of a process send protocol steps at once
 grants of new jobs, the DONE of finished ones, renewals, backups' looks. Sent one by
 one, each step pays a round trip, and the process pays a send and a receive system
 call, a reply parse and a thread switch per step. A :class:`Batcher` sends them
-together (:mod:`lockworker.protocol.batch`: one pipeline of the very per-job steps).
+together (:mod:`lockworker.protocol.batch`: the very per-job steps, those of one script
+looped in one command).
 
 The rule is group commit, as a database commits its log: a step that finds no batch
 in flight is sent at once, alone, by the calling thread (a lone job pays nothing
