@@ -84,7 +84,10 @@ def stream_rates(section: Any, folder: Path) -> str | None:
             bars.append((f"3 streams, shared groups, {t.name}", t.outcome.rate, "cluster"))
     if not bars:
         return None
-    colours = {"serve": "#2b6cb0", "aio": "#4c9f70", "cg": "#c05621", "cluster": "#805ad5"}
+    colours = {
+        "serve": "#2b6cb0", "aio": "#4c9f70", "pool": "#718096", "cg": "#c05621",
+        "cluster": "#805ad5",
+    }
     fig, ax = plt.subplots(figsize=(9, 0.4 * len(bars) + 1.2))
     ax.barh(range(len(bars)), [b[1] for b in bars], color=[colours[b[2]] for b in bars])
     ax.set_yticks(range(len(bars)), [b[0] for b in bars], fontsize=8)

@@ -14,6 +14,7 @@ from benchmarks.stream import (
     FANOUT_16,
     GROUP_3,
     PRIMARY_ONLY,
+    THREADS_ONLY,
     Row,
     StreamSection,
     where,
@@ -77,6 +78,19 @@ def bound(row: Row, cores: int) -> str:
     )
 
 
+def ceiling(section: StreamSection, primary_rate: float) -> str:
+    """What the threads-only row says of the target: ``serve()`` runs each handler in a
+    pool thread, and the pool alone, with no protocol, costs this much."""
+    threads = section.row(THREADS_ONLY)
+    if threads is None or not threads.outcomes:
+        return ""
+    return (
+        f". A pool of {threads.contender.concurrency} threads running only the handler, "
+        f"no protocol at all, reaches {_n(threads.rate)} jobs/s = "
+        f"{_ratio(threads.rate, primary_rate):.2f}x: the ceiling of serving in threads here"
+    )
+
+
 def targets(section: StreamSection) -> list[tuple[str, str, bool | None]]:
     """``(target, measured, met)``; ``met`` None when it could not be measured."""
     out: list[tuple[str, str, bool | None]] = []
@@ -87,7 +101,8 @@ def targets(section: StreamSection) -> list[tuple[str, str, bool | None]]:
         out.append((
             f"`serve()` primary + 2 backups >= {SERVE_TARGET:g}x the primary-only consumer group",
             f"{_n(best.rate)} jobs/s (concurrency {best.contender.concurrency}) / "
-            f"{_n(primary.rate)} = {ratio:.2f}x; bound by {bound(best, section.cores)}",
+            f"{_n(primary.rate)} = {ratio:.2f}x; bound by {bound(best, section.cores)}"
+            f"{ceiling(section, primary.rate)}",
             ratio >= SERVE_TARGET,
         ))
     group = section.row(GROUP_3)

@@ -9,6 +9,8 @@ ran it (:mod:`benchmarks.stream_kit`). The contenders, on the same server and ba
   concurrency 1, 4, 16 and 64, and the asyncio twin (``lockworker.aio``) at 16;
 - ``serve()`` through a shared group (``StreamSource(..., group=...)``): 1, 2 and 3
   processes, each entry delivered to one of them;
+- threads only: one process reads a consumer group as below and runs each handler in
+  a pool of 16 threads, with no protocol at all: the ceiling of serving in threads;
 - plain redis-py on a consumer group: only the primary reads (XREADGROUP COUNT 100,
   XACK per batch) while two backups XAUTOCLAIM entries idle longer than the lease; and
   all three processes read.
@@ -39,7 +41,9 @@ GROUP = "bench"
 CONCURRENCY = (1, 4, 16, 64)
 FANOUT = ("primary", "backup", "backup")
 SHARED = 16
-"""The concurrency of the asyncio and shared-group rows."""
+"""The concurrency of the asyncio, shared-group and threads-only rows."""
+GROUP_KINDS = frozenset({"cg", "pool"})
+"""Kinds that read through a plain consumer group the run makes."""
 
 
 @dataclass(frozen=True)
@@ -68,6 +72,8 @@ CONTENDERS = (
     Contender(f"aio serve(), primary + 2 backups, concurrency {SHARED}", "aio", FANOUT),
     *(Contender(f"serve(group=), {_processes(n)}, concurrency {SHARED}", "serve",
                 ("member",) * n, group=True) for n in (1, 2, 3)),
+    Contender(f"threads only: the group's reads, the handler in {SHARED} threads, no lock",
+              "pool", ("primary",)),
     Contender("consumer group, primary reads, 2 backups XAUTOCLAIM", "cg", FANOUT, 1),
     Contender("consumer group, all 3 read", "cg", ("member",) * 3, 1),
 )
@@ -75,6 +81,7 @@ PRIMARY_ONLY = CONTENDERS[-2].name
 ALL_READ = CONTENDERS[-1].name
 FANOUT_16 = CONTENDERS[2].name
 GROUP_3 = CONTENDERS[7].name
+THREADS_ONLY = CONTENDERS[8].name
 KILLED = (PRIMARY_ONLY, ALL_READ, FANOUT_16, GROUP_3)
 
 
@@ -151,7 +158,7 @@ class StreamSection:
 
 
 def setups(contender: Contender, port: int, namespace: str, lease: float) -> list[Setup]:
-    group = GROUP if contender.group or contender.kind == "cg" else None
+    group = GROUP if contender.group or contender.kind in GROUP_KINDS else None
     return [
         Setup(contender.kind, port, namespace, namespace, role, contender.concurrency,
               lease, group)
@@ -165,7 +172,7 @@ def run_once(port: int, contender: Contender, jobs: int, *, lease: float = LEASE
     harness = harness_client(port)
     try:
         backlog(harness, namespace, jobs)
-        if contender.kind == "cg":
+        if contender.kind in GROUP_KINDS:
             harness.xgroup_create(entries_key(namespace), GROUP, id="0")
         measured = run_fleet(
             setups(contender, port, namespace, lease), [namespace], jobs, harness, [harness],

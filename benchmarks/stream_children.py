@@ -9,6 +9,8 @@ time). Kinds:
   ``group`` the source is the shared consumer group's (``group=``), without it every
   process reads every entry (fan-out);
 - ``aio``: the same with ``lockworker.aio.Worker``;
+- ``pool``: the consumer group's reads, each handler in a pool of ``concurrency``
+  threads and nothing else: what serving in threads costs before any protocol;
 - ``cg``: plain redis-py on a Redis Streams consumer group. ``primary``: XREADGROUP
   COUNT 100, the handler for each entry in turn, one XACK per batch. ``backup``: every
   :data:`POLL` s one request of XAUTOCLAIM (entries idle longer than the lease) and
@@ -23,6 +25,7 @@ import asyncio
 import os
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
@@ -52,7 +55,7 @@ REPLY_TIMEOUT = 60.0
 @dataclass(frozen=True)
 class Setup:
     kind: str
-    """``serve``, ``aio`` or ``cg``."""
+    """``serve``, ``aio``, ``pool`` or ``cg``."""
     port: int
     namespace: str
     stream: str
@@ -228,6 +231,41 @@ def _consumer_group(setup: Setup, pipe: Connection) -> None:
     client.close()
 
 
+def _pool(setup: Setup, pipe: Connection) -> None:
+    """The ceiling of serving handlers in threads: the consumer group's reads (XREADGROUP
+    COUNT 100), each entry's handler in a pool of ``concurrency`` threads, one XACK per
+    batch once its handlers ran; no lease, no attempt, nothing else."""
+    child = Child(setup, pipe)
+    client = _client(setup)
+    key, group = entries_key(setup.stream), setup.group or ""
+    pool = ThreadPoolExecutor(setup.concurrency)
+    free = threading.Semaphore(setup.concurrency)
+
+    def one(job: str) -> None:
+        try:
+            started = time.monotonic()
+            client.rpush(child.log, f"{job} {started:.6f} {child.owner}")
+            child.handled_one(started)
+        finally:
+            free.release()
+
+    client.xgroup_createconsumer(key, group, child.owner)
+    child.go(lambda: None)
+    while not child.stopped.is_set():
+        got = client.xreadgroup(group, child.owner, {key: ">"}, count=BATCH, block=100)
+        entries = list(got[0][1]) if got else []
+        running = []
+        for _id, fields in entries:
+            free.acquire()
+            running.append(pool.submit(one, fields[b"job_id"].decode()))
+        for future in running:
+            future.result()
+        if entries:
+            client.xack(key, group, *[entry_id for entry_id, _ in entries])
+    pool.shutdown()
+    client.close()
+
+
 def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
@@ -238,5 +276,7 @@ def child_main(setup: Setup, pipe: Connection) -> None:
         asyncio.run(_aio_serve(setup, pipe))
     elif setup.kind == "cg":
         _consumer_group(setup, pipe)
+    elif setup.kind == "pool":
+        _pool(setup, pipe)
     else:
         _serve(setup, pipe)
