@@ -200,7 +200,8 @@ class _Server:
                     current = waiting.popleft()
                     continue
                 del self.running[current.job_id]
-                self.idle.notify_all()
+                if not self.running:  # what ``run`` waits for at its end
+                    self.idle.notify_all()
                 current = None
         self.slots.give()
 

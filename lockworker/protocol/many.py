@@ -30,7 +30,6 @@ step's keys in order, :data:`KEYS_PER_STEP` each.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -70,18 +69,15 @@ return lw_out
 """
 
 _MADE: dict[str, LuaScript] = {}
-_LOCK = threading.Lock()
 
 
 def many(script: LuaScript) -> LuaScript:
-    """The script that runs ``script`` once per step, in one command (made once)."""
+    """The script that runs ``script`` once per step, in one command (made once; two
+    threads making it at once make the same source, and ``setdefault`` keeps one)."""
     found = _MADE.get(script.sha)
     if found is None:
-        with _LOCK:
-            found = _MADE.get(script.sha)
-            if found is None:
-                body = _WRAP % (script.source, KEYS_PER_STEP, KEYS_PER_STEP)
-                found = _MADE[script.sha] = LuaScript(body)
+        body = _WRAP % (script.source, KEYS_PER_STEP, KEYS_PER_STEP)
+        found = _MADE.setdefault(script.sha, LuaScript(body))
     return found
 
 

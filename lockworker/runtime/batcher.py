@@ -33,15 +33,27 @@ from lockworker.protocol.script import Step
 
 
 class _Entry:
-    """One step waiting for its batch: its result, or the signal to lead the next."""
+    """One step waiting for its batch: its result, or the signal to lead the next.
+
+    ``done`` is a plain lock made held: the waiting thread blocks acquiring it, and
+    whoever has the result releases it, once. A bare lock, not an ``Event``: an
+    ``Event`` builds a ``Condition`` and a waiters' list per step, which a busy stream
+    pays on every grant and completion."""
 
     __slots__ = ("done", "lead", "result", "step")
 
     def __init__(self, step: Step[Any]) -> None:
         self.step = step
-        self.done = threading.Event()
+        self.done = threading.Lock()
+        self.done.acquire()
         self.lead = False
         self.result: Any = None
+
+    def wait(self) -> None:
+        self.done.acquire()
+
+    def set(self) -> None:
+        self.done.release()
 
 
 class Batcher:
@@ -67,7 +79,7 @@ class Batcher:
                 self._queue.append(entry)
         if entry is None:
             return self._lead(step)
-        entry.done.wait()
+        entry.wait()
         if entry.lead:
             return self._lead(step)
         if isinstance(entry.result, _Failed):
@@ -88,12 +100,12 @@ class Batcher:
         except BaseException as exc:
             for e in taken:
                 e.result = _Failed(exc)
-                e.done.set()
+                e.set()
             self._pass_lead()
             raise
         for e, result in zip(taken, results[1:], strict=True):
             e.result = result
-            e.done.set()
+            e.set()
         self._pass_lead()
         return results[0]
 
@@ -113,7 +125,7 @@ class Batcher:
                 return
             nxt = self._queue.popleft()
         nxt.lead = True
-        nxt.done.set()
+        nxt.set()
 
 
 class _Failed:
