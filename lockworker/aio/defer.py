@@ -16,14 +16,13 @@ from typing import Any
 from lockworker.aio.batcher import send
 from lockworker.aio.jobrun import AsyncJobRun
 from lockworker.aio.wake import wait
-from lockworker.daemons.defer import IDLE_WAIT, LIMIT, Held, deferring, watched
+from lockworker.daemons.defer import IDLE_WAIT, LIMIT, Held, Sighting, deferring, watched
 from lockworker.daemons.sources import Delivery
 from lockworker.errors import LockworkerError
 from lockworker.model.presence import handover_channel
-from lockworker.model.state import Snapshot
 from lockworker.protocol.script import inspect_step
 
-AsyncDispatch = Callable[[Delivery, "Snapshot | None"], Awaitable[object]]
+AsyncDispatch = Callable[[Delivery, "Sighting | None"], Awaitable[object]]
 
 
 class AsyncDeferrals:
@@ -38,6 +37,9 @@ class AsyncDeferrals:
         self._done = False
         self._looking = 0
         """Deliveries taken from the heap and not yet handed over or held back again."""
+        self._everything = False
+        """The deliveries being looked at were all handed over at once (see the sync
+        side's)."""
 
     def deferring(self) -> bool:
         return deferring(self.w)
@@ -69,6 +71,7 @@ class AsyncDeferrals:
                 everything = news.is_set() or not self.deferring()
                 news.clear()
                 due = self.held.take(self.w.clock.monotonic(), everything)
+                self._everything = everything
                 self._looking = len(due)
                 self._room.set()
                 if not due:
@@ -90,7 +93,8 @@ class AsyncDeferrals:
         except LockworkerError:
             seen = [None] * len(steps)
         handed, news = self.held.after_look(
-            looked, seen, self.w.clock.monotonic(), self.deferring()
+            looked, seen, self.w.clock.monotonic(), self.deferring(),
+            hold_free=not self._everything,
         )
         for delivery, snapshot in news:
             await self._locked(delivery, snapshot)
@@ -99,10 +103,10 @@ class AsyncDeferrals:
         for delivery, snapshot in handed:
             await self.dispatch(delivery, snapshot)
 
-    async def _locked(self, delivery: Delivery, seen: Snapshot | None) -> None:
+    async def _locked(self, delivery: Delivery, seen: Sighting | None) -> None:
         """Report a job held by another as its contest would (``job.locked``, then
         ``on_locked``): a backup keeps watch on it, in batches."""
         assert seen is not None
         found = watched(self.w, delivery)
         if found is not None:
-            await AsyncJobRun(self.w, *found).observe(seen)
+            await AsyncJobRun(self.w, *found).observe(seen.snapshot)

@@ -30,6 +30,7 @@ from lockworker.daemons.runbase import Failure, RunBase, RunnerBase
 from lockworker.errors import LockworkerError, StopRequested
 from lockworker.model.codec import LockValue
 from lockworker.model.keys import JobKeys
+from lockworker.model.policy import FreeClock
 from lockworker.model.state import Grant, Outcome, Settle, Snapshot
 from lockworker.runtime import events
 from lockworker.runtime.lease import Lease, ended, revoke
@@ -69,6 +70,11 @@ class AsyncGate(Protocol):
         """What a look of the job just saw, once (then None): the run's first look."""
         ...
 
+    def lain_free(self) -> FreeClock | None:
+        """Since when the job has been seen lying free, if a look before the run saw
+        it so (:class:`lockworker.daemons.defer.Sighting`)."""
+        ...
+
 
 SERVING: Lending[AsyncGate] = Lending("lockworker.aio.serve.gate")
 """How serving lends its slots to the ``aio.Worker.process`` call of each delivery."""
@@ -92,6 +98,9 @@ class AsyncJobRun(RunBase):
             return await contend.run(self)  # type: ignore[no-any-return]
 
     # -- the contest's I/O (the loop is lockworker.daemons.contend's) ----------------
+
+    def lain_free(self) -> FreeClock | None:
+        return None if self.gate is None else self.gate.lain_free()
 
     async def look(self) -> Snapshot:
         seen = None if self.gate is None else self.gate.first_look()

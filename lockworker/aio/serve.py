@@ -32,11 +32,11 @@ from lockworker.aio.jobrun import SERVING
 from lockworker.aio.wake import wait
 from lockworker.config import count
 from lockworker.daemons import defer
-from lockworker.daemons.defer import IDLE_WAIT
+from lockworker.daemons.defer import IDLE_WAIT, Sighting
 from lockworker.daemons.serve import JOB_ERROR, RESOLVED, STARTED, STOPPED, FirstLook
 from lockworker.daemons.sources import Delivery, as_source
 from lockworker.errors import ForeignValueError, InvalidConfig
-from lockworker.model.state import Outcome, Snapshot
+from lockworker.model.state import Outcome
 from lockworker.runtime import events
 
 
@@ -103,12 +103,16 @@ class Slots:
         """Nothing seen beforehand (see :class:`Seen`)."""
         return None
 
+    def lain_free(self) -> None:
+        """No free clock beforehand (see :class:`Seen`)."""
+        return None
+
 
 class Seen(FirstLook):
     """The slots lent to one delivery's run, with what a look just saw of its job (a
     backup's held-back delivery, :mod:`lockworker.aio.defer`): its first look is free."""
 
-    def __init__(self, slots: Slots, seen: Snapshot) -> None:
+    def __init__(self, slots: Slots, seen: Sighting) -> None:
         super().__init__(seen)
         self.slots = slots
 
@@ -253,7 +257,7 @@ class _Server:
         if self.error is not None:
             raise self.error
 
-    async def dispatch(self, delivery: Delivery, seen: Snapshot | None) -> bool:
+    async def dispatch(self, delivery: Delivery, seen: Sighting | None) -> bool:
         """Run ``delivery`` in a free slot (waits for one), with what a look of the job
         just saw, if any; False if the serving ends instead."""
         w = self.worker
@@ -272,7 +276,7 @@ class _Server:
         task.add_done_callback(self.tasks.discard)
         return True
 
-    async def work(self, delivery: Delivery, seen: Snapshot | None = None) -> None:
+    async def work(self, delivery: Delivery, seen: Sighting | None = None) -> None:
         current: Delivery | None = delivery
         try:
             while current is not None:
@@ -287,7 +291,7 @@ class _Server:
         finally:
             self.slots.give()
 
-    async def run_one(self, delivery: Delivery, seen: Snapshot | None = None) -> None:
+    async def run_one(self, delivery: Delivery, seen: Sighting | None = None) -> None:
         gate = self.slots if seen is None else Seen(self.slots, seen)
         try:
             with SERVING.lend(self.worker, gate):

@@ -59,6 +59,11 @@ class Contestant(Protocol):
         """Until when a primary is known to serve (a backup defers to it until then)."""
         ...
 
+    def lain_free(self) -> policy.FreeClock | None:
+        """Since when the job has been seen lying free before the contest, if it was
+        (a backup's held-back delivery): its ``backup_delay`` is not paid twice."""
+        ...
+
 
 class Contender(Protocol):
     """What a contest reads of the worker or leader it runs for."""
@@ -100,6 +105,9 @@ class ContestantBase:
         is taken over once per failover, so its delay is paid once, not per job)."""
         return math.inf
 
+    def lain_free(self) -> policy.FreeClock | None:
+        return None
+
 
 class Contest(Contestant, Protocol[R_co]):
     """One contest for one lease in a thread; the loop calls these, in this order (the
@@ -140,8 +148,7 @@ def contest_steps(c: Contestant) -> Generator[Call, Any, Any]:
     (``look``, ``acquire``, ``hold``, ``seen``, ``wait``, ``stopped``) and is sent its
     result. :func:`run` drives it with plain calls, :func:`lockworker.aio.contend.run`
     awaits them, so a thread's contest and a task's contest are one loop."""
-    free_since: float | None = None
-    free_token: int | None = None
+    free_since, free_token = c.lain_free() or (None, None)
     while not c.stopping:
         now = c.now()
         if now < c.not_before:

@@ -9,12 +9,16 @@ anyway), then looks at every delivery that came due in one round trip
 (:mod:`lockworker.protocol.batch`, one read-only script per job), and:
 
 - hands to ``process`` (with what it saw, so the contest's first look costs nothing)
-  every job that is resolved (DONE, GAVE_UP), free, or waiting for its retry schedule:
-  the contest then decides as it always does (a free job is taken once it has lain
-  free for ``backup_delay``);
+  every job that is resolved (DONE, GAVE_UP) or waiting for its retry schedule: the
+  contest then decides as it always does;
 - holds back again a job whose lease is held, until ``backup_delay`` later or the
   lease's end, whichever comes first (a crashed holder's lease ends; a live one's
-  DONE is seen at the next look).
+  DONE is seen at the next look);
+- holds back again a free job until it has lain free for ``backup_delay`` (a new
+  token meanwhile starts that clock again), then hands it over with its free clock, so
+  its contest competes at once. A primary behind on its stream leaves many jobs free
+  for a while; each would otherwise cost a contest of its own (a look, a channel, a
+  wait, a look again) only to find it DONE, and now costs a share of a batched look.
 
 It hands everything over at once, looked at in one batch, when a holder hands a job
 over (the settle of a failure due again at once, or a release on stop, publishes on
@@ -35,6 +39,7 @@ import heapq
 import itertools
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from lockworker.daemons.jobrun import JobRun
@@ -43,6 +48,7 @@ from lockworker.errors import LockworkerError
 from lockworker.model import policy
 from lockworker.model.codec import payload_view
 from lockworker.model.keys import JobKeys
+from lockworker.model.policy import FreeClock
 from lockworker.model.presence import handover_channel
 from lockworker.model.state import Role, Snapshot
 from lockworker.protocol import batch
@@ -54,13 +60,23 @@ LIMIT = 4 * batch.MAX_BATCH
 IDLE_WAIT = 0.05
 """Seconds the thread waits at most between two checks of the held-back deliveries."""
 
-Seen = tuple[Delivery, "Snapshot | None"]
+@dataclass(frozen=True)
+class Sighting:
+    """What a backup's look at a held-back job saw, for the contest ``process`` runs:
+    the snapshot (its first look, free) and, for a job that has lain free for
+    ``backup_delay`` already, its free clock (the contest then competes at once)."""
+
+    snapshot: Snapshot
+    free: FreeClock | None = None
+
+
+Seen = tuple[Delivery, "Sighting | None"]
 """A delivery and what a look saw of its job (None: the look met an error)."""
 
 Looked = tuple[Delivery, JobKeys]
 """A held-back delivery and the keys of its job, about to be looked at."""
 
-Dispatch = Callable[[Delivery, "Snapshot | None"], object]
+Dispatch = Callable[[Delivery, "Sighting | None"], object]
 
 
 class Held:
@@ -75,6 +91,8 @@ class Held:
         self._seq = itertools.count()
         self._told: dict[str, Snapshot] = {}
         """The holder each held-back job was last reported held by (``on_locked``)."""
+        self._free: dict[str, FreeClock] = {}
+        """Since when each held-back job seen free has lain free (its free clock)."""
 
     def __len__(self) -> int:
         return len(self._heap)
@@ -115,9 +133,10 @@ class Held:
 
     def after_look(
         self, looked: list[Looked], seen: list[Any], now: float,
-        deferring: bool,
+        deferring: bool, hold_free: bool = True,
     ) -> tuple[list[Seen], list[Seen]]:
-        """Hold back again what is still held by another (while a primary serves); the
+        """Hold back again what is still held by another (while a primary serves), and,
+        with ``hold_free``, a free job until it has lain free for ``backup_delay``; the
         rest, with what was seen of it, goes to ``process`` (the first list). ``seen``:
         per job, its snapshot or the error its look met (``process`` meets it again and
         says so). The second list: jobs held back again whose holder was not reported
@@ -125,19 +144,37 @@ class Held:
         handed: list[Seen] = []
         news: list[Seen] = []
         for (delivery, _), snapshot in zip(looked, seen, strict=True):
-            if isinstance(snapshot, Snapshot):
-                again = policy.look_again_at(snapshot, now, self.delay)
-                if again is not None and deferring:
-                    self.push(again, delivery)
-                    if policy.is_news(self._told.get(delivery.job_id), snapshot):
-                        self._told[delivery.job_id] = snapshot
-                        news.append((delivery, snapshot))
-                    continue
-                handed.append((delivery, snapshot))
-            else:
+            job_id = delivery.job_id
+            if not isinstance(snapshot, Snapshot):
                 handed.append((delivery, None))
-            self._told.pop(delivery.job_id, None)
+                self._forget(job_id)
+                continue
+            again = policy.look_again_at(snapshot, now, self.delay)
+            if again is not None and deferring:
+                self.push(again, delivery)
+                self._free.pop(job_id, None)
+                if policy.is_news(self._told.get(job_id), snapshot):
+                    self._told[job_id] = snapshot
+                    news.append((delivery, Sighting(snapshot)))
+                continue
+            free: FreeClock | None = None
+            if deferring and policy.lies_free(snapshot):
+                free = policy.free_clock(snapshot, self._free.get(job_id), now)
+                if hold_free and now < free[0] + self.delay:
+                    # The primary normally takes it meanwhile: its DONE is seen at the
+                    # next look, in a batch, instead of by a contest of its own. That
+                    # look comes once the delay has run out, not a moment early as
+                    # :meth:`take` allows (early, it would only hold the job again).
+                    self._free[job_id] = free
+                    self.push(free[0] + self.delay + IDLE_WAIT, delivery)
+                    continue
+            handed.append((delivery, Sighting(snapshot, free)))
+            self._forget(job_id)
         return handed, news
+
+    def _forget(self, job_id: str) -> None:
+        self._told.pop(job_id, None)
+        self._free.pop(job_id, None)
 
 
 def watched(worker: Any, delivery: Delivery) -> tuple[JobKeys, Any, Any] | None:
@@ -179,6 +216,9 @@ class Deferrals:
         self._done = False
         self._looking = 0
         """Deliveries taken from the heap and not yet handed over or held back again."""
+        self._everything = False
+        """The deliveries being looked at were all handed over at once (a handover, or
+        no primary serving): a free one then goes to its contest now."""
 
     def deferring(self) -> bool:
         return deferring(self.w)
@@ -221,6 +261,7 @@ class Deferrals:
                 news.clear()
                 with self._cond:
                     due = self.held.take(self.w.clock.monotonic(), everything)
+                    self._everything = everything
                     self._looking = len(due)
                     self._cond.notify_all()  # room for the source
                     wait = self.held.wait_for(self.w.clock.monotonic())
@@ -246,7 +287,8 @@ class Deferrals:
             seen = [None] * len(steps)
         with self._cond:
             handed, news = self.held.after_look(
-                looked, seen, self.w.clock.monotonic(), self.deferring()
+                looked, seen, self.w.clock.monotonic(), self.deferring(),
+                hold_free=not self._everything,
             )
         for delivery, snapshot in news:
             self._locked(delivery, snapshot)
@@ -255,10 +297,10 @@ class Deferrals:
         for delivery, snapshot in handed:
             self.dispatch(delivery, snapshot)
 
-    def _locked(self, delivery: Delivery, seen: Snapshot | None) -> None:
+    def _locked(self, delivery: Delivery, seen: Sighting | None) -> None:
         """Report a job held by another as its contest would (``job.locked``, then
         ``on_locked``): a backup keeps watch on it, in batches."""
         assert seen is not None
         found = watched(self.w, delivery)
         if found is not None:
-            JobRun(self.w, *found).observe(seen)
+            JobRun(self.w, *found).observe(seen.snapshot)

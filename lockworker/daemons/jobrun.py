@@ -25,6 +25,7 @@ from lockworker.daemons.runbase import RunBase, RunnerBase
 from lockworker.errors import LockworkerError, StopRequested
 from lockworker.model.codec import LockValue
 from lockworker.model.keys import JobKeys
+from lockworker.model.policy import FreeClock
 from lockworker.model.state import Grant, Outcome, Settle, Snapshot
 from lockworker.protocol.interface import LockProtocol
 from lockworker.protocol.script import renew_step
@@ -67,6 +68,11 @@ class Gate(Protocol):
         """What a look of the job just saw, once (then None): the run's first look."""
         ...
 
+    def lain_free(self) -> FreeClock | None:
+        """Since when the job has been seen lying free, if a look before the run saw
+        it so (:class:`lockworker.daemons.defer.Sighting`)."""
+        ...
+
 
 SERVING: Lending[Gate] = Lending("lockworker.serve.gate")
 """How ``serve`` lends its slots to the ``Worker.process`` call of each delivery."""
@@ -90,6 +96,9 @@ class JobRun(RunBase):
     def run(self) -> Outcome:
         with self.stack:
             return contend.run(self)
+
+    def lain_free(self) -> FreeClock | None:
+        return None if self.gate is None else self.gate.lain_free()
 
     def look(self) -> Snapshot:
         seen = None if self.gate is None else self.gate.first_look()

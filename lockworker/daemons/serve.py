@@ -39,10 +39,11 @@ from typing import Any, Protocol
 
 from lockworker.config import count
 from lockworker.daemons import defer
-from lockworker.daemons.defer import Deferrals
+from lockworker.daemons.defer import Deferrals, Sighting
 from lockworker.daemons.jobrun import SERVING
 from lockworker.daemons.sources import Delivery, as_source
 from lockworker.errors import ForeignValueError, InvalidConfig
+from lockworker.model.policy import FreeClock
 from lockworker.model.state import Outcome, Snapshot
 from lockworker.runtime import events
 from lockworker.runtime.park import Slots
@@ -68,21 +69,27 @@ class Servable(Protocol):
 
 class FirstLook:
     """What a look just saw of a delivery's job, given to its run's first look once (a
-    backup's held-back delivery, :mod:`lockworker.daemons.defer`): that look is free.
-    The gate lent to the run, sync (:class:`Seen`) and asyncio alike."""
+    backup's held-back delivery, :mod:`lockworker.daemons.defer`): that look is free;
+    and, for a job seen lying free already, its free clock, so the contest does not
+    let it lie for ``backup_delay`` a second time. The gate lent to the run, sync
+    (:class:`Seen`) and asyncio alike."""
 
-    def __init__(self, seen: Snapshot) -> None:
-        self.seen: Snapshot | None = seen
+    def __init__(self, seen: Sighting) -> None:
+        self.seen: Snapshot | None = seen.snapshot
+        self.free = seen.free
 
     def first_look(self) -> Snapshot | None:
         seen, self.seen = self.seen, None
         return seen
 
+    def lain_free(self) -> FreeClock | None:
+        return self.free
+
 
 class Seen(FirstLook):
     """The slots lent to one delivery's run, with what a look just saw of its job."""
 
-    def __init__(self, slots: Slots, seen: Snapshot) -> None:
+    def __init__(self, slots: Slots, seen: Sighting) -> None:
         super().__init__(seen)
         self.slots = slots
 
@@ -163,7 +170,7 @@ class _Server:
         if self.error is not None:
             raise self.error
 
-    def dispatch(self, delivery: Delivery, seen: Snapshot | None) -> bool:
+    def dispatch(self, delivery: Delivery, seen: Sighting | None) -> bool:
         """Run ``delivery`` in a free slot (waits for one), with what a look of the
         job just saw, if any; False if the serving ends instead."""
         w = self.worker
@@ -188,7 +195,7 @@ class _Server:
             self.running[delivery.job_id] = collections.deque()
             return True
 
-    def work(self, delivery: Delivery, seen: Snapshot | None = None) -> None:
+    def work(self, delivery: Delivery, seen: Sighting | None = None) -> None:
         """Run ``delivery``, then any delivery of the same id queued behind it."""
         current: Delivery | None = delivery
         while current is not None:
@@ -205,7 +212,7 @@ class _Server:
                 current = None
         self.slots.give()
 
-    def run_one(self, delivery: Delivery, seen: Snapshot | None = None) -> None:
+    def run_one(self, delivery: Delivery, seen: Sighting | None = None) -> None:
         gate = self.slots if seen is None else Seen(self.slots, seen)
         try:
             with SERVING.lend(self.worker, gate):

@@ -112,8 +112,8 @@ def backup_step(
     """
     if seen.holder is not None or seen.due_ms is not None:
         return BackupView(False, recheck_at(seen, now, timing), None, None)
-    if free_since is None or free_token != seen.token:
-        free_since, free_token = now, seen.token
+    known = None if free_since is None or free_token is None else (free_since, free_token)
+    free_since, free_token = free_clock(seen, known, now)
     ready_at = free_since + timing.backup_delay
     if now >= ready_at or not primary_serving(primary_until, now):
         return BackupView(True, now, free_since, free_token)
@@ -154,6 +154,26 @@ class Sightings:
             fields["past_lease_ms"] = round((sent_at - self.lease_end) * 1000.0, 3)
         self.first_held = self.lease_end = None
         return fields
+
+
+FreeClock = tuple[float, int]
+"""Since when a job has been seen lying free (by this process's clock), and its token
+then."""
+
+
+def lies_free(seen: Snapshot) -> bool:
+    """A pending job nobody holds whose next attempt is due now: what a backup lets lie
+    for ``backup_delay`` while a primary serves."""
+    return seen.status is JobStatus.PENDING and seen.holder is None and seen.due_ms is None
+
+
+def free_clock(seen: Snapshot, clock: FreeClock | None, now: float) -> FreeClock:
+    """The free clock of ``seen``, a free job, after ``clock`` (None: not seen free
+    before): a new token since means somebody held the job in between, so the clock
+    starts again, now."""
+    if clock is None or clock[1] != seen.token:
+        return (now, seen.token)
+    return clock
 
 
 def look_again_at(seen: Snapshot, now: float, delay: float) -> float | None:

@@ -55,6 +55,10 @@ class Slots:
         """Nothing seen beforehand (see :class:`lockworker.daemons.serve.Seen`)."""
         return None
 
+    def lain_free(self) -> None:
+        """No free clock beforehand (see :class:`lockworker.daemons.serve.Seen`)."""
+        return None
+
     @property
     def parked(self) -> int:
         with self._cond:

@@ -2,9 +2,10 @@
 
 While a primary serves, a backup under ``serve`` looks at its deliveries in batches,
 ``backup_delay`` after they came: a job found held is held back again (until the next
-look or its lease's end), anything else goes to ``process`` with what was seen. A
-handover (a failure due again at once, a release) or the primary's departure hands
-everything over at once.
+look or its lease's end), and so is a free job until it has lain free for
+``backup_delay``; anything else goes to ``process`` with what was seen. A handover (a
+failure due again at once, a release) or the primary's departure hands everything over
+at once.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import redis
 
 import lockworker
 from lockworker.daemons import defer
-from lockworker.daemons.defer import Deferrals
+from lockworker.daemons.defer import Deferrals, Held, Sighting
 from lockworker.daemons.jobrun import JobRun
 from lockworker.daemons.sources import Delivery
 from lockworker.model.keys import JobKeys
@@ -58,9 +59,11 @@ class Recorder:
 
     def __init__(self) -> None:
         self.handed: dict[str, tuple[float, Snapshot | None]] = {}
+        self.free: dict[str, tuple[float, int] | None] = {}
 
-    def __call__(self, delivery: Delivery, seen: Snapshot | None) -> bool:
-        self.handed[delivery.job_id] = (time.monotonic(), seen)
+    def __call__(self, delivery: Delivery, seen: Sighting | None) -> bool:
+        self.free[delivery.job_id] = None if seen is None else seen.free
+        self.handed[delivery.job_id] = (time.monotonic(), None if seen is None else seen.snapshot)
         return True
 
 
@@ -221,3 +224,97 @@ def test_a_backup_behind_a_fast_primary_resolves_every_job_without_a_contest(
     assert sorted(seen_by_backup) == sorted((j, Outcome.DONE_ELSEWHERE) for j, _ in jobs)
     assert subscribed == []
     assert sum(looks) == 60 and len(looks) <= 6
+
+
+def test_a_free_job_is_held_back_until_it_lay_free_for_backup_delay(
+    redis_client: redis.Redis, namespace: str, pair: tuple[Any, Any]
+) -> None:
+    """Nobody takes the job: the first look (after 0.3 s) sees it free and holds it back
+    again; the second, 0.3 s later, hands it over with its free clock (since the first
+    look), so its contest competes at once instead of letting it lie again."""
+    _, backup = pair
+    recorder = Recorder()
+    deferrals = Deferrals(backup, recorder)
+    deferrals.held.delay = 0.3
+    looks: list[float] = []
+    real_send = protocol_batch.send
+
+    def counted(client: redis.Redis, steps: Any) -> list[Any]:
+        if any(step.keys.job_id == "job" for step in steps):
+            looks.append(time.monotonic())
+        return real_send(client, steps)
+
+    started = time.monotonic()
+    try:
+        protocol_batch.send = counted  # type: ignore[assignment]
+        deferrals.add(Delivery("job", None))
+        wait_for(lambda: "job" in recorder.handed, timeout=5)
+    finally:
+        protocol_batch.send = real_send  # type: ignore[assignment]
+        deferrals.close()
+    at, seen = recorder.handed["job"]
+    free = recorder.free["job"]
+    assert len(looks) == 2
+    assert seen is not None and seen.status is JobStatus.PENDING and seen.holder is None
+    assert free is not None and looks[0] <= free[0] <= looks[0] + 0.1  # its look's end
+    assert at - free[0] >= 0.3 - 0.06  # a look may come a moment early (IDLE_WAIT)
+    assert at - started < 2.0
+
+
+def test_a_free_job_taken_and_given_back_meanwhile_starts_its_free_clock_again() -> None:
+    held_back = Held(1.0)
+    delivery = Delivery("job", None)
+    keys = JobKeys.of("ns", "job")
+    free = Snapshot(JobStatus.PENDING, 0, 0, "")
+    again = Snapshot(JobStatus.PENDING, 1, 7, "other")  # held and released in between
+    handed, _ = held_back.after_look([(delivery, keys)], [free], 10.0, True)
+    assert handed == [] and len(held_back) == 1
+    handed, _ = held_back.after_look([(delivery, keys)], [again], 11.0, True)
+    assert handed == []  # a new token: it has lain free only since 11.0
+    handed, _ = held_back.after_look([(delivery, keys)], [again], 12.0, True)
+    assert handed == [(delivery, Sighting(again, (11.0, 7)))]
+    # Not deferring (no primary), or everything handed over at once: no holding back.
+    for deferring, hold_free in ((False, True), (True, False)):
+        handed, _ = Held(1.0).after_look(
+            [(delivery, keys)], [free], 10.0, deferring, hold_free=hold_free
+        )
+        assert [d for d, _ in handed] == [delivery]
+
+
+def test_a_backup_takes_a_job_the_live_primary_leaves_free_without_waiting_in_a_contest(
+    redis_client: redis.Redis, namespace: str, pair: tuple[Any, Any],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The primary serves, but never sees these jobs: the backup takes each about two
+    backup_delays after it came (one to look, one to let it lie free), and its
+    contest competes at once: no listening on the job's channel, no waiting."""
+    del pair  # a primary serves the namespace (and never sees these jobs)
+    ran: dict[str, float] = {}
+    backup = lockworker.Worker(
+        redis.Redis(connection_pool=redis_client.connection_pool), namespace=namespace,
+        owner="backup-2", role="backup", backup_delay=0.3, handle_signals=False,
+        on_acquired=lambda job: ran.setdefault(job.id, time.monotonic()),
+    )
+    backup._presence.start()
+    wait_for(lambda: defer.deferring(backup), timeout=10)
+    subscribed: list[str] = []
+    real_subscribe = JobRun.subscribe
+
+    def subscribe(run: JobRun) -> bool:
+        if run.w is backup:
+            subscribed.append(run.keys.job_id)
+        return real_subscribe(run)
+
+    monkeypatch.setattr(JobRun, "subscribe", subscribe)
+    jobs = [(f"job-{i}", None) for i in range(5)]
+    started = time.monotonic()
+    serving = threading.Thread(target=backup.serve, args=(jobs,), kwargs={"concurrency": 4})
+    serving.start()
+    serving.join(30)
+    backup.close()
+    assert not serving.is_alive()
+    assert sorted(ran) == sorted(j for j, _ in jobs)
+    assert all(0.5 <= at - started < 2.5 for at in ran.values()), {
+        j: at - started for j, at in ran.items()
+    }
+    assert subscribed == []
