@@ -24,7 +24,7 @@ import asyncio
 import collections
 import contextlib
 import threading
-from collections.abc import AsyncGenerator, Awaitable, Collection
+from collections.abc import AsyncGenerator, Awaitable, Collection, Iterator
 from typing import Any, Protocol
 
 from lockworker.aio.defer import AsyncDeferrals
@@ -155,17 +155,20 @@ async def _deliveries(
     if worker.stopping:
         stop.set()
     sync = as_source(source).deliveries(stop)
-    reading: asyncio.Future[Delivery | None] | None = None
+    hint = source if hasattr(source, "buffered") else None
+    reading: asyncio.Future[tuple[list[Delivery], bool]] | None = None
     try:
         while True:
             if blocking:
-                reading = asyncio.ensure_future(asyncio.to_thread(next, sync, None))
-                delivery = await asyncio.shield(reading)
+                reading = asyncio.ensure_future(asyncio.to_thread(_take, sync, hint))
+                chunk, ended = await asyncio.shield(reading)
             else:
                 delivery = next(sync, None)
-            if delivery is None:
+                chunk, ended = ([], True) if delivery is None else ([delivery], False)
+            for delivery in chunk:
+                yield delivery
+            if ended:
                 return
-            yield delivery
     finally:
         stop.set()
         worker._source_stops.discard(stop)
@@ -176,6 +179,24 @@ async def _deliveries(
         close = getattr(sync, "close", None)
         if close is not None:
             await asyncio.to_thread(close)
+
+
+CHUNK = 64
+"""Deliveries a blocking source hands over in one hop to the loop's thread, at most."""
+
+
+def _take(sync: Iterator[Delivery], hint: Any) -> tuple[list[Delivery], bool]:
+    """In a worker thread: the next delivery (waiting for it if need be), and those the
+    source already holds (``hint.buffered``: entries read, not yet delivered), up to
+    :data:`CHUNK`; and whether the source ended. One thread hop per chunk, not per
+    delivery."""
+    taken: list[Delivery] = []
+    while len(taken) < CHUNK and (not taken or (hint is not None and hint.buffered > 0)):
+        delivery = next(sync, None)
+        if delivery is None:
+            return taken, True
+        taken.append(delivery)
+    return taken, False
 
 
 async def _until_stopped(source: Any, worker: AsyncServable) -> AsyncGenerator[Any, None]:
@@ -208,6 +229,11 @@ async def _until_stopped(source: Any, worker: AsyncServable) -> AsyncGenerator[A
                 await close()
 
 
+def _report_all(deliveries: list[Delivery]) -> None:
+    for delivery in deliveries:
+        delivery.resolved()
+
+
 class _Server:
     def __init__(self, worker: AsyncServable, concurrency: int, blocking: bool) -> None:
         self.worker = worker
@@ -216,6 +242,9 @@ class _Server:
         self.slots = Slots(concurrency)
         self.running: dict[str, collections.deque[Delivery]] = {}
         self.tasks: set[asyncio.Task[None]] = set()
+        self.unreported: list[Delivery] = []
+        """Resolved deliveries of a blocking source not yet reported to it."""
+        self.reporting: asyncio.Future[None] | None = None
         self.error: BaseException | None = None
         self.deferrals = (
             AsyncDeferrals(worker, self.dispatch) if defer.wanted(worker) else None
@@ -253,6 +282,8 @@ class _Server:
                 await self.deferrals.close()
             if self.tasks:
                 await asyncio.gather(*list(self.tasks), return_exceptions=True)
+            if self.reporting is not None:  # the last resolutions reach the source
+                await asyncio.gather(self.reporting, return_exceptions=True)
             self.log.info(STOPPED, stopping=w.stopping)
         if self.error is not None:
             raise self.error
@@ -313,8 +344,18 @@ class _Server:
             await self.resolved(delivery)
 
     async def resolved(self, delivery: Delivery) -> None:
-        """Report ``delivery`` resolved (a stream saves its position: a Redis call)."""
-        if self.blocking:
-            await asyncio.to_thread(delivery.resolved)
-        else:
+        """Report ``delivery`` resolved. A blocking source's report may make a Redis
+        call (a stream saves its position), so it runs in a worker thread; reports that
+        come while one hop is in flight go together in the next (:meth:`_report`). The
+        job's slot does not wait for it; the serving's end does."""
+        if not self.blocking:
             delivery.resolved()
+            return
+        self.unreported.append(delivery)
+        if self.reporting is None or self.reporting.done():
+            self.reporting = asyncio.ensure_future(self._report())
+
+    async def _report(self) -> None:
+        while self.unreported:
+            taken, self.unreported = self.unreported, []
+            await asyncio.to_thread(_report_all, taken)

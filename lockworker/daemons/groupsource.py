@@ -81,6 +81,11 @@ class GroupReader(Keeper):
 
     # -- the pass -------------------------------------------------------------------
 
+    @property
+    def buffered(self) -> int:
+        """Entries read ahead and not yet delivered (see ``StreamSource.buffered``)."""
+        return len(self._ready)
+
     def deliveries(self, stop: threading.Event) -> Iterator[Delivery]:
         if self.member is None:
             raise InvalidConfig(

@@ -194,6 +194,7 @@ class StreamSource:
         self._last_touch = float("-inf")
         self._unsaved: str | None = None
         self._closed = True
+        self._buffered = 0
         self._group = None if self.group is None else GroupReader(
             client, self.keys, owner=self.owner, group=self.group, block=self.block,
             batch=batch, start=start, reader_ttl=self.reader_ttl, clock=self.clock,
@@ -205,6 +206,15 @@ class StreamSource:
         presence); a fan-out source needs nothing of it."""
         if self._group is not None:
             self._group.attach(worker)
+
+    @property
+    def buffered(self) -> int:
+        """Entries read and not yet delivered: the next deliveries come without a wait.
+        A hint for a reader in another thread (the asyncio ``serve`` takes them in one
+        hop instead of one per delivery); it may be stale by the time it is read."""
+        if self._group is not None:
+            return self._group.buffered
+        return self._buffered
 
     @property
     def entries_key(self) -> str:
@@ -259,7 +269,10 @@ class StreamSource:
                 ),
                 "read stream",
             )
-            for entry_id, fields in _entries(reply):
+            entries = _entries(reply)
+            self._buffered = len(entries)
+            for entry_id, fields in entries:
+                self._buffered -= 1
                 if stop.is_set():
                     return
                 last_read = entry_id
