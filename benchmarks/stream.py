@@ -72,6 +72,8 @@ CONTENDERS = (
     Contender(f"aio serve(), primary + 2 backups, concurrency {SHARED}", "aio", FANOUT),
     *(Contender(f"serve(group=), {_processes(n)}, concurrency {SHARED}", "serve",
                 ("member",) * n, group=True) for n in (1, 2, 3)),
+    Contender(f"aio serve(group=), 3 processes, concurrency {SHARED}", "aio",
+              ("member",) * 3, group=True),
     Contender(f"threads only: the group's reads, the handler in {SHARED} threads, no lock",
               "pool", ("primary",)),
     Contender("consumer group, primary reads, 2 backups XAUTOCLAIM", "cg", FANOUT, 1),
@@ -81,7 +83,8 @@ PRIMARY_ONLY = CONTENDERS[-2].name
 ALL_READ = CONTENDERS[-1].name
 FANOUT_16 = CONTENDERS[2].name
 GROUP_3 = CONTENDERS[7].name
-THREADS_ONLY = CONTENDERS[8].name
+AIO_GROUP_3 = CONTENDERS[8].name
+THREADS_ONLY = CONTENDERS[9].name
 KILLED = (PRIMARY_ONLY, ALL_READ, FANOUT_16, GROUP_3)
 
 

@@ -88,6 +88,10 @@ class Keeper:
         """Entries in hand, not resolved: id -> job id (None: not handed out yet)."""
         self._given: set[str] = set()
         """Entries handed over after a failure: not refreshed while others may claim."""
+        self._acks: list[str] = []
+        """Resolved entries not yet acknowledged (the next XACK carries them)."""
+        self._acking = False
+        """A thread is sending acknowledgements (and sends what comes meanwhile)."""
         self._handover: set[str] = set()
         self._kick: threading.Event = threading.Event()
         """Wakes the keeper: the event its channel's messages set, once it listens."""

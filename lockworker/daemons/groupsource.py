@@ -138,18 +138,40 @@ class GroupReader(Keeper):
             return entry
 
     def _resolved(self, entry_id: str) -> None:
-        """The entry's job is DONE or GAVE_UP (or it holds no job): acknowledge it."""
+        """The entry's job is DONE or GAVE_UP (or it holds no job): acknowledge it.
+
+        Acknowledgements are group-committed: one that comes while another thread is
+        sending goes with that thread's next XACK, and its own thread goes on at once
+        (nothing waits for an acknowledgement: one that fails leaves the entry pending,
+        and a member that claims it finds its job resolved and acknowledges it)."""
         with self._cond:
             self._held.pop(entry_id, None)
             self._given.discard(entry_id)
-            last = self._left and not self._held
-        try:
-            self._call(
-                lambda: self.client.xack(self.entries_key, self.group, entry_id),
-                "acknowledge an entry of stream",
-            )
-        except FAILURES as exc:  # left pending: a member claims it, finds it DONE, acks
-            self.log.warning(ACK_FAILED, entry_id=entry_id, error=events.describe(exc))
+            self._acks.append(entry_id)
+            if self._acking:
+                return
+            self._acking = True
+        self._send_acks()
+
+    def _send_acks(self) -> None:
+        """XACK what waits, until nothing does; then remove the consumer if the pass
+        has left and owns nothing any more."""
+        while True:
+            with self._cond:
+                ids, self._acks = self._acks, []
+                if not ids:
+                    self._acking = False
+                    last = self._left and not self._held
+                    break
+            try:
+                self._call(
+                    lambda ids=ids: self.client.xack(  # type: ignore[misc]
+                        self.entries_key, self.group, *ids
+                    ),
+                    "acknowledge entries of stream",
+                )
+            except FAILURES as exc:  # left pending: a member claims them, finds them resolved
+                self.log.warning(ACK_FAILED, entry_ids=ids, error=events.describe(exc))
         if last:
             self._remove_consumer()
 

@@ -252,3 +252,27 @@ def test_a_group_source_checks_its_name_and_needs_serve(redis_client: redis.Redi
     source = StreamSource(redis_client, f"s-{uuid.uuid4().hex[:6]}", owner="a", group="g")
     with pytest.raises(InvalidConfig, match=r"Worker\.serve"):
         next(source.deliveries(threading.Event()))
+
+
+def test_acknowledgements_that_come_together_go_in_one_xack(
+    group: Group, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Jobs resolved while an XACK is in flight are acknowledged by the next one: fewer
+    XACKs than jobs, every entry acknowledged, and the consumer removed once it left."""
+    xacks: list[int] = []
+    real = redis.Redis.xack
+
+    def counted(self: redis.Redis, name: Any, groupname: Any, *ids: Any) -> Any:
+        xacks.append(len(ids))
+        time.sleep(0.002)  # a round trip long enough for others to queue behind it
+        return real(self, name, groupname, *ids)
+
+    monkeypatch.setattr(redis.Redis, "xack", counted)
+    group.start("a")
+    for i in range(200):
+        group.submit(f"j{i}")
+    wait_for(lambda: done_once(group, 200), timeout=20)
+    wait_for(lambda: group.pending() == 0, timeout=10)
+    group.close()
+    assert sum(xacks) == 200 and len(xacks) < 200 and max(xacks) > 1
+    assert group.read_by() == {}
