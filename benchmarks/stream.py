@@ -39,6 +39,7 @@ LEASE = 10.0
 """Seconds: the lease of the jobs/s rows (no process fails there)."""
 GROUP = "bench"
 CONCURRENCY = (1, 4, 16, 64)
+AIO_CONCURRENCY = (16, 64)
 FANOUT = ("primary", "backup", "backup")
 SHARED = 16
 """The concurrency of the asyncio, shared-group and threads-only rows."""
@@ -69,7 +70,8 @@ def _processes(n: int) -> str:
 CONTENDERS = (
     *(Contender(f"serve(), primary + 2 backups, concurrency {c}", "serve", FANOUT, c)
       for c in CONCURRENCY),
-    Contender(f"aio serve(), primary + 2 backups, concurrency {SHARED}", "aio", FANOUT),
+    *(Contender(f"aio serve(), primary + 2 backups, concurrency {c}", "aio", FANOUT, c)
+      for c in AIO_CONCURRENCY),
     *(Contender(f"serve(group=), {_processes(n)}, concurrency {SHARED}", "serve",
                 ("member",) * n, group=True) for n in (1, 2, 3)),
     Contender(f"aio serve(group=), 3 processes, concurrency {SHARED}", "aio",
@@ -82,9 +84,9 @@ CONTENDERS = (
 PRIMARY_ONLY = CONTENDERS[-2].name
 ALL_READ = CONTENDERS[-1].name
 FANOUT_16 = CONTENDERS[2].name
-GROUP_3 = CONTENDERS[7].name
-AIO_GROUP_3 = CONTENDERS[8].name
-THREADS_ONLY = CONTENDERS[9].name
+GROUP_3 = CONTENDERS[8].name
+AIO_GROUP_3 = CONTENDERS[9].name
+THREADS_ONLY = CONTENDERS[10].name
 KILLED = (PRIMARY_ONLY, ALL_READ, FANOUT_16, GROUP_3)
 
 
