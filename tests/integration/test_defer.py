@@ -67,6 +67,20 @@ class Recorder:
         return True
 
 
+def job_channels_of(worker: Any, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The job ids whose own wake channel ``worker``'s runs listen on, as they do."""
+    subscribed: list[str] = []
+    real_subscribe = JobRun.subscribe
+
+    def subscribe(run: JobRun) -> bool:
+        if run.w is worker:
+            subscribed.append(run.keys.job_id)
+        return real_subscribe(run)
+
+    monkeypatch.setattr(JobRun, "subscribe", subscribe)
+    return subscribed
+
+
 def hold(client: redis.Redis, namespace: str, job_id: str, lease_ms: int = LEASE_MS) -> Grant:
     g = ScriptProtocol(client).acquire(
         JobKeys.of(namespace, job_id), who("primary"), lease_ms, MAX, RETENTION_MS
@@ -189,15 +203,7 @@ def test_a_backup_behind_a_fast_primary_resolves_every_job_without_a_contest(
     primary, backup = pair
     backup.backup_delay = 0.3
     jobs = [(f"job-{i}", None) for i in range(60)]
-    subscribed: list[str] = []
-    real_subscribe = JobRun.subscribe
-
-    def subscribe(run: JobRun) -> bool:
-        if run.w is backup:
-            subscribed.append(run.keys.job_id)
-        return real_subscribe(run)
-
-    monkeypatch.setattr(JobRun, "subscribe", subscribe)
+    subscribed = job_channels_of(backup, monkeypatch)
     seen_by_backup: list[tuple[str, Outcome]] = []
     real_process = backup.process
 
@@ -297,15 +303,7 @@ def test_a_backup_takes_a_job_the_live_primary_leaves_free_without_waiting_in_a_
     )
     backup._presence.start()
     wait_for(lambda: defer.deferring(backup), timeout=10)
-    subscribed: list[str] = []
-    real_subscribe = JobRun.subscribe
-
-    def subscribe(run: JobRun) -> bool:
-        if run.w is backup:
-            subscribed.append(run.keys.job_id)
-        return real_subscribe(run)
-
-    monkeypatch.setattr(JobRun, "subscribe", subscribe)
+    subscribed = job_channels_of(backup, monkeypatch)
     jobs = [(f"job-{i}", None) for i in range(5)]
     started = time.monotonic()
     serving = threading.Thread(target=backup.serve, args=(jobs,), kwargs={"concurrency": 4})
