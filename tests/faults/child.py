@@ -247,12 +247,49 @@ def run_worker(config: dict[str, Any], rec: Recorder, work: Work) -> None:
     rest = [j for j in config["jobs"] if j not in first]
     work.rng.shuffle(rest)
     rec.note("ready")
-    if concurrency > 1:
+    if config.get("group"):
+        source = group_source(config, worker.owner)
+        watcher = threading.Thread(
+            target=stop_once_resolved, args=(worker, config["jobs"]), daemon=True
+        )
+        watcher.start()
+        worker.serve(source, concurrency=concurrency)
+    elif concurrency > 1:
         worker.serve([(job_id, None) for job_id in first + rest], concurrency=concurrency)
     else:
         for job_id in first + rest:
             worker.process(job_id)
     worker.close()
+
+
+GROUP_DONE = frozenset({lockworker.JobStatus.DONE, lockworker.JobStatus.GAVE_UP})
+
+
+def group_stream(config: dict[str, Any]) -> str:
+    """The stream a group scenario's jobs are submitted to (one per namespace)."""
+    return f"{config['namespace']}-jobs"
+
+
+def group_source(config: dict[str, Any], owner: str) -> lockworker.StreamSource:
+    """A member of the scenario's consumer group: each entry goes to one member, and a
+    dead member's entries are claimed by the others."""
+    return lockworker.StreamSource(
+        redis_client(config, config["urls"][0]), group_stream(config), owner=owner,
+        group=str(config["group"]), block=0.05,
+    )
+
+
+def stop_once_resolved(worker: lockworker.Worker, jobs: list[str]) -> None:
+    """A group member serves a stream, which never ends: stop it once every job of the
+    scenario is DONE or GAVE_UP on the server (whoever served it)."""
+    while not worker.stopping:
+        try:
+            if all(worker.inspect(job_id).status in GROUP_DONE for job_id in jobs):
+                worker.stop()
+                return
+        except lockworker.LockworkerError:
+            pass  # Redis unavailable for now (a fault): look again
+        time.sleep(0.05)
 
 
 def lost_of(lock: lockworker.Lock | aio.Lock) -> Callable[[], bool]:
@@ -402,13 +439,30 @@ async def run_aworker(config: dict[str, Any], rec: Recorder, work: Work) -> None
     rest = [j for j in config["jobs"] if j not in first]
     work.rng.shuffle(rest)
     rec.note("ready")
-    if concurrency > 1:
+    if config.get("group"):
+        watcher = asyncio.ensure_future(astop_once_resolved(worker, config["jobs"]))
+        await worker.serve(group_source(config, worker.owner), concurrency=concurrency)
+        watcher.cancel()
+    elif concurrency > 1:
         await worker.serve([(job_id, None) for job_id in first + rest], concurrency=concurrency)
     else:
         for job_id in first + rest:
             await worker.process(job_id)
     await worker.close()
     await client.aclose()
+
+
+async def astop_once_resolved(worker: aio.Worker, jobs: list[str]) -> None:
+    """:func:`stop_once_resolved` for an asyncio worker."""
+    while not worker.stopping:
+        try:
+            seen = [await worker.inspect(job_id) for job_id in jobs]
+            if all(s.status in GROUP_DONE for s in seen):
+                worker.stop()
+                return
+        except lockworker.LockworkerError:
+            pass
+        await asyncio.sleep(0.05)
 
 
 async def run_alock(config: dict[str, Any], rec: Recorder, work: Work) -> None:

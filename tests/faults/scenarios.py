@@ -29,9 +29,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import lockworker
+
 from .child import CRASH_EXIT
 from .harness import DURABLE, WORKERS, Child, Env, environment, is_async, kind_of, restart
-from .history import History, Section, Violation, check, handovers
+from .history import JOB, History, Section, Violation, check, handovers
 from .proxy import Proxy
 
 
@@ -112,7 +114,9 @@ def sides(env: Env, history: History) -> dict[str, int]:
     """How mixed the history is: ``aio``, the sections held by asyncio processes, and
     ``cross``, the sections that follow on the same key a section of a process of the
     other side (a handover between sync and asyncio); and ``batches``, the round trips
-    that carried more than one protocol step (noted by serving workers)."""
+    that carried more than one protocol step (noted by serving workers); ``widest``, the
+    most jobs one worker process was delivered (all of them in fan-out; a share of them
+    through a consumer group)."""
     side = {run: is_async(mode) for run, mode in env.fleet.modes().items()}
     by_key: dict[tuple[str, str], list[Section]] = defaultdict(list)
     for s in history.sections:
@@ -125,8 +129,12 @@ def sides(env: Env, history: History) -> dict[str, int]:
             if a.run != b.run and side.get(a.run) != side.get(b.run)
         )
     batches = sum(1 for n in history.notes if n.get("what") == "batch" and n["steps"] > 1)
+    seen: dict[str, set[str]] = defaultdict(set)
+    for o in history.outcomes:
+        if o.kind == JOB:
+            seen[o.run].add(o.key)
     return {"aio": sum(1 for s in history.sections if side.get(s.run)), "cross": cross,
-            "batches": batches}
+            "batches": batches, "widest": max(map(len, seen.values()), default=0)}
 
 
 def on_side(env: Env, asynchronous: bool) -> Callable[[], list[Child]]:
@@ -157,10 +165,14 @@ class Mix:
     backups: bool = False
     """Every other worker is a backup (serving, it holds deliveries back while a primary
     serves)."""
+    group: bool = False
+    """Workers serve the jobs from a stream through one consumer group
+    (``StreamSource(group=)``): each entry goes to one member."""
 
     def settings(self) -> dict[str, Any]:
-        return {"steps": self.steps, "step": self.step, "fail_rate": self.fail_rate,
-                "gap": self.gap, "concurrency": self.concurrency, "backup_delay": 0.05}
+        out = {"steps": self.steps, "step": self.step, "fail_rate": self.fail_rate,
+               "gap": self.gap, "concurrency": self.concurrency, "backup_delay": 0.05}
+        return {**out, "group": "g"} if self.group else out
 
     def spawn(
         self, env: Env, jobs: list[str], scale: float = 1.0, *, both: bool = True,
@@ -169,6 +181,11 @@ class Mix:
         """Start the fleet: ``scale`` of each role, at least one where there are any
         (with ``both``, at least one per side). Within a role, sync processes and
         asyncio ones alternate, sync first (asyncio first with ``first_async``)."""
+        if self.group:  # the jobs wait in the stream before any member reads it
+            with env.servers[0].client() as client:
+                for job_id in jobs:
+                    lockworker.submit(client, f"{env.namespace}-jobs", job_id)
+
         def kinds(mode: str, n: int) -> list[str]:
             count = max(2 if both else 1, round(n * scale)) if n else 0
             return [kind_of(mode, (i + first_async) % 2 == 1) for i in range(count)]
@@ -598,6 +615,20 @@ def _batch_proxy(workdir: Path, **kw: Any) -> Result:
     return replace(result, scenario="batch_proxy")
 
 
+GROUPED = replace(BATCHED, group=True)
+"""The batched fleet, its workers members of one consumer group on a stream of the jobs."""
+
+
+def _group_sigkill(workdir: Path, **kw: Any) -> Result:
+    result = sigkill(workdir, jobs=36, mix=GROUPED, **kw)
+    return replace(result, scenario="group_sigkill")
+
+
+def _group_sigstop(workdir: Path, **kw: Any) -> Result:
+    result = sigstop(workdir, jobs=30, mix=replace(GROUPED, steps=(5, 10), step=0.04), **kw)
+    return replace(result, scenario="group_sigstop")
+
+
 def _batch_restart(workdir: Path, **kw: Any) -> Result:
     result = server_restart(workdir, durable=True, mix=BATCHED, **kw)
     return replace(result, scenario="batch_server_restart")
@@ -621,4 +652,6 @@ SCENARIOS: dict[str, Scenario] = {
     "batch_sigstop": _batch_sigstop,
     "batch_proxy": _batch_proxy,
     "batch_server_restart": _batch_restart,
+    "group_sigkill": _group_sigkill,
+    "group_sigstop": _group_sigstop,
 }

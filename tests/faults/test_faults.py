@@ -119,3 +119,14 @@ def test_batched_serving_behind_a_proxy_that_drops_and_delays(tmp_path: Path) ->
     result = scenarios.SCENARIOS["batch_proxy"](tmp_path)
     verdict(result, tmp_path)
     assert result.extra["batches"] >= 1, result.figure()
+
+
+def test_a_consumer_group_under_sigkill(tmp_path: Path) -> None:
+    """Workers share the jobs of a stream through one consumer group (each entry to one
+    member), serving six at once, half of them backups: members SIGKILLed mid-batch,
+    their entries claimed by the others."""
+    result = scenarios.SCENARIOS["group_sigkill"](tmp_path)
+    verdict(result, tmp_path)
+    assert result.extra["batches"] >= 1, result.figure()
+    assert 0 < result.extra["widest"] < 36, result.figure()  # each member got a share
+    mixed(result)

@@ -4,7 +4,9 @@ A state machine drives acquire, renew, complete, fail, release, reset, lease exp
 the loss of a job's keys on a few jobs, by a few holders: owners keep their label when
 they restart and get a new run, and earlier runs linger as stale holders. Every reply is
 checked against a pure Python model, and after every step so are what ``inspect`` reports
-and the raw keys: status, attempt, token, last owner and run, and the one holder.
+and the raw keys: status, attempt, token, last owner and run, and the one holder. The
+script protocol runs twice: its steps sent alone, and each sent in a batch, looped in
+one command beside steps of the same script on another job.
 
 The model is written from the protocol's rules, not from its code:
 
@@ -30,6 +32,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import pytest
 import redis
@@ -51,7 +54,8 @@ from lockworker.model.codec import Holder, LockValue, decode_lock, decode_state
 from lockworker.model.history import HISTORY_CAP, AttemptEnd
 from lockworker.model.keys import JobKeys
 from lockworker.model.state import Grant, JobStatus, Renewal, Reset, Settle, Snapshot
-from lockworker.protocol import LockProtocol, ScriptProtocol
+from lockworker.protocol import LockProtocol, ScriptProtocol, batch
+from lockworker.protocol.script import Step
 from lockworker.protocol.txn import TxnProtocol
 
 LEASE = 30_000
@@ -503,8 +507,24 @@ class ProtocolModel(RuleBasedStateMachine):
             self.client.delete(keys.lock, keys.state)
 
 
+def looped(client: redis.Redis) -> LockProtocol:
+    """The script protocol whose every step travels in a batch, looped on the server
+    beside two steps of the same script on a job outside the model
+    (:mod:`lockworker.protocol.many`): its replies must be the model's all the same."""
+    scratch = JobKeys.of(f"model-scratch-{uuid.uuid4().hex[:12]}", "x")
+
+    def send(step: Step[Any]) -> Any:
+        filler = replace(step, keys=scratch)
+        calls = batch.plan(client, [filler, step, filler])
+        assert len(calls) == 1 and calls[0].looped  # one command carries all three
+        return batch.send(client, [filler, step, filler])[1]
+
+    return ScriptProtocol(client, sender=send)
+
+
 IMPLEMENTATIONS: dict[str, Callable[[redis.Redis], LockProtocol]] = {
     "script": ScriptProtocol,
+    "script, looped in batches": looped,
     "txn": TxnProtocol,
 }
 
