@@ -115,8 +115,9 @@ def sides(env: Env, history: History) -> dict[str, int]:
     ``cross``, the sections that follow on the same key a section of a process of the
     other side (a handover between sync and asyncio); and ``batches``, the round trips
     that carried more than one protocol step (noted by serving workers); ``widest``, the
-    most jobs one worker process was delivered (all of them in fan-out; a share of them
-    through a consumer group)."""
+    most jobs one worker process was delivered, and ``delivered``, the deliveries of all
+    of them (in fan-out every live worker is delivered every job; through a consumer
+    group each job goes to one member, again only after a handover or a claim)."""
     side = {run: is_async(mode) for run, mode in env.fleet.modes().items()}
     by_key: dict[tuple[str, str], list[Section]] = defaultdict(list)
     for s in history.sections:
@@ -134,7 +135,8 @@ def sides(env: Env, history: History) -> dict[str, int]:
         if o.kind == JOB:
             seen[o.run].add(o.key)
     return {"aio": sum(1 for s in history.sections if side.get(s.run)), "cross": cross,
-            "batches": batches, "widest": max(map(len, seen.values()), default=0)}
+            "batches": batches, "widest": max(map(len, seen.values()), default=0),
+            "delivered": sum(map(len, seen.values()))}
 
 
 def on_side(env: Env, asynchronous: bool) -> Callable[[], list[Child]]:

@@ -128,5 +128,7 @@ def test_a_consumer_group_under_sigkill(tmp_path: Path) -> None:
     result = scenarios.SCENARIOS["group_sigkill"](tmp_path)
     verdict(result, tmp_path)
     assert result.extra["batches"] >= 1, result.figure()
-    assert 0 < result.extra["widest"] < 36, result.figure()  # each member got a share
+    # Each job went to one member (again only after a handover or a claim); served
+    # fan-out, every live worker would have been delivered all 36 (over 200 here).
+    assert 0 < result.extra["delivered"] < 2 * 36, result.figure()
     mixed(result)
