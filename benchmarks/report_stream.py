@@ -70,10 +70,16 @@ def best_serve(section: StreamSection) -> Row | None:
 
 
 def bound(row: Row, cores: int) -> str:
-    """What limited a row: the cores, the handler, or the round trips of the protocol."""
+    """What limited a row: the cores, the busiest process's one core, the handler, or the
+    round trips of the protocol."""
     busy, handler = row.busy_cores, row.handler_bound
     if busy >= CORES_BUSY * cores:
         return f"the cores ({busy:.1f} of {cores} busy)"
+    if row.busiest_core >= CORES_BUSY:
+        return (
+            f"the busiest process's one core ({row.busiest_core:.2f} of a core busy: its "
+            f"Python runs one thread at a time; {busy:.1f} of {cores} cores busy in all)"
+        )
     seconds = row.cost.handler_seconds * 1000
     if row.rate >= 0.7 * handler:
         return (

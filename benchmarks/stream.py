@@ -98,6 +98,7 @@ def merge(costs: list[Costs]) -> Costs:
         total.sent.update(c.sent)
         total.server.update(c.server)
         total.client_cpu += c.client_cpu
+        total.busiest_cpu += c.busiest_cpu
         total.server_cpu += c.server_cpu
         handled += c.handler_seconds * c.jobs
     total.handler_seconds = handled / total.jobs if total.jobs else float("nan")
@@ -135,6 +136,12 @@ class Row:
         spent = sum(c.client_cpu + c.server_cpu for c in self.costs)
         window = sum(self.windows)
         return spent / window if window else float("nan")
+
+    @property
+    def busiest_core(self) -> float:
+        """The share of one core its busiest serving process kept busy, on average."""
+        window = sum(self.windows)
+        return sum(c.busiest_cpu for c in self.costs) / window if window else float("nan")
 
     @property
     def handler_bound(self) -> float:

@@ -160,6 +160,9 @@ class Costs:
     """Commands the servers executed meanwhile, by name (harness and INFO excluded)."""
     client_cpu: float = 0.0
     server_cpu: float = 0.0
+    busiest_cpu: float = 0.0
+    """CPU seconds of the busiest serving process (its share of one core is what a
+    process whose Python runs one thread at a time can give at most)."""
     handler_seconds: float = 0.0
     """Mean wall time of the handler's round trip, as the processes measured it."""
 

@@ -54,16 +54,18 @@ def test_a_run_with_a_job_never_run_has_no_rate() -> None:
     assert not outcome.at_least_once and outcome.rate != outcome.rate  # NaN
 
 
-def _row(name: str, rate_seconds: float, *, cpu: float, handler: float) -> stream.Row:
+def _row(
+    name: str, rate_seconds: float, *, cpu: float, handler: float, busiest: float = 0.0
+) -> stream.Row:
     contender = next(c for c in stream.CONTENDERS if c.name == name)
     outcome = analyse([Record(f"j{n}", n * rate_seconds, "primary-1") for n in range(1, 101)],
                       100, start=0.0)
     costs = Costs(100, round_trips=300, server=Counter({"evalsha": 200, "rpush": 100}),
-                  client_cpu=cpu, handler_seconds=handler)
+                  client_cpu=cpu, handler_seconds=handler, busiest_cpu=busiest)
     return stream.Row(contender, [outcome], [costs], [outcome.seconds])
 
 
-def test_the_bound_is_the_cores_the_handler_or_the_round_trips() -> None:
+def test_the_bound_is_the_cores_a_process_the_handler_or_the_round_trips() -> None:
     # 100 jobs in 1 s: 2 cores busy -> the cores.
     assert report_stream.bound(
         _row(stream.FANOUT_16, 0.01, cpu=2.0, handler=0.001), 2).startswith("the cores")
@@ -72,6 +74,10 @@ def test_the_bound_is_the_cores_the_handler_or_the_round_trips() -> None:
         _row(stream.CONTENDERS[0].name, 0.01, cpu=0.2, handler=0.01), 2).startswith("the handler")
     assert report_stream.bound(
         _row(stream.CONTENDERS[0].name, 0.01, cpu=0.2, handler=0.001), 2).startswith("neither")
+    # 1.2 of 2 cores busy in all, but the busiest process kept its one core busy.
+    assert report_stream.bound(
+        _row(stream.FANOUT_16, 0.01, cpu=1.2, handler=0.001, busiest=0.95), 2
+    ).startswith("the busiest process's one core")
 
 
 def test_the_serve_target_divides_the_best_serve_row_by_the_primary_only_group() -> None:
