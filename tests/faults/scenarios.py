@@ -602,14 +602,19 @@ BATCHED = Mix(workers=4, lockers=1, leaders=1, concurrency=6, backups=True, step
 half of them backups holding deliveries back, beside a lock holder and a leader."""
 
 
-def _batch_sigkill(workdir: Path, **kw: Any) -> Result:
-    result = sigkill(workdir, jobs=36, mix=BATCHED, **kw)
-    return replace(result, scenario="batch_sigkill")
+def _killed(mix: Mix, name: str) -> Scenario:
+    """SIGKILL of holders (as :func:`sigkill`) in the fleet ``mix``, reported as ``name``."""
+    def run(workdir: Path, **kw: Any) -> Result:
+        return replace(sigkill(workdir, jobs=36, mix=mix, **kw), scenario=name)
+    return run
 
 
-def _batch_sigstop(workdir: Path, **kw: Any) -> Result:
-    result = sigstop(workdir, jobs=30, mix=replace(BATCHED, steps=(5, 10), step=0.04), **kw)
-    return replace(result, scenario="batch_sigstop")
+def _paused(mix: Mix, name: str) -> Scenario:
+    """SIGSTOP past the lease (as :func:`sigstop`) in ``mix`` with longer sections."""
+    def run(workdir: Path, **kw: Any) -> Result:
+        paused = replace(mix, steps=(5, 10), step=0.04)
+        return replace(sigstop(workdir, jobs=30, mix=paused, **kw), scenario=name)
+    return run
 
 
 def _batch_proxy(workdir: Path, **kw: Any) -> Result:
@@ -619,16 +624,6 @@ def _batch_proxy(workdir: Path, **kw: Any) -> Result:
 
 GROUPED = replace(BATCHED, group=True)
 """The batched fleet, its workers members of one consumer group on a stream of the jobs."""
-
-
-def _group_sigkill(workdir: Path, **kw: Any) -> Result:
-    result = sigkill(workdir, jobs=36, mix=GROUPED, **kw)
-    return replace(result, scenario="group_sigkill")
-
-
-def _group_sigstop(workdir: Path, **kw: Any) -> Result:
-    result = sigstop(workdir, jobs=30, mix=replace(GROUPED, steps=(5, 10), step=0.04), **kw)
-    return replace(result, scenario="group_sigstop")
 
 
 def _batch_restart(workdir: Path, **kw: Any) -> Result:
@@ -650,10 +645,10 @@ SCENARIOS: dict[str, Scenario] = {
     "redlock3_durable": redlock,
     "redlock5_durable": _redlock5,
     "redlock3_volatile": _redlock_volatile,
-    "batch_sigkill": _batch_sigkill,
-    "batch_sigstop": _batch_sigstop,
+    "batch_sigkill": _killed(BATCHED, "batch_sigkill"),
+    "batch_sigstop": _paused(BATCHED, "batch_sigstop"),
     "batch_proxy": _batch_proxy,
     "batch_server_restart": _batch_restart,
-    "group_sigkill": _group_sigkill,
-    "group_sigstop": _group_sigstop,
+    "group_sigkill": _killed(GROUPED, "group_sigkill"),
+    "group_sigstop": _paused(GROUPED, "group_sigstop"),
 }
