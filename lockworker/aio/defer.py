@@ -37,9 +37,6 @@ class AsyncDeferrals:
         self._done = False
         self._looking = 0
         """Deliveries taken from the heap and not yet handed over or held back again."""
-        self._everything = False
-        """The deliveries being looked at were all handed over at once (see the sync
-        side's)."""
 
     def deferring(self) -> bool:
         return deferring(self.w)
@@ -71,18 +68,17 @@ class AsyncDeferrals:
                 everything = news.is_set() or not self.deferring()
                 news.clear()
                 due = self.held.take(self.w.clock.monotonic(), everything)
-                self._everything = everything
                 self._looking = len(due)
                 self._room.set()
                 if not due:
                     await wait(news, self.held.wait_for(self.w.clock.monotonic()))
                     continue
                 try:
-                    await self._look(due)
+                    await self._look(due, hold_free=not everything)
                 finally:
                     self._looking = 0
 
-    async def _look(self, due: list[Delivery]) -> None:
+    async def _look(self, due: list[Delivery], *, hold_free: bool) -> None:
         """One round trip for ``due`` (see :meth:`lockworker.daemons.defer.Deferrals._look`)."""
         looked, bad = Held.keyed(self.w.namespace, due)
         steps = [inspect_step(keys) for _, keys in looked]
@@ -94,7 +90,7 @@ class AsyncDeferrals:
             seen = [None] * len(steps)
         handed, news = self.held.after_look(
             looked, seen, self.w.clock.monotonic(), self.deferring(),
-            hold_free=not self._everything,
+            hold_free=hold_free,
         )
         for delivery, snapshot in news:
             await self._locked(delivery, snapshot)

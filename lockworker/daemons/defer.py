@@ -216,9 +216,6 @@ class Deferrals:
         self._done = False
         self._looking = 0
         """Deliveries taken from the heap and not yet handed over or held back again."""
-        self._everything = False
-        """The deliveries being looked at were all handed over at once (a handover, or
-        no primary serving): a free one then goes to its contest now."""
 
     def deferring(self) -> bool:
         return deferring(self.w)
@@ -261,7 +258,6 @@ class Deferrals:
                 news.clear()
                 with self._cond:
                     due = self.held.take(self.w.clock.monotonic(), everything)
-                    self._everything = everything
                     self._looking = len(due)
                     self._cond.notify_all()  # room for the source
                     wait = self.held.wait_for(self.w.clock.monotonic())
@@ -269,14 +265,16 @@ class Deferrals:
                     self.w.clock.wait(news, wait)
                     continue
                 try:
-                    self._look(due)
+                    self._look(due, hold_free=not everything)
                 finally:
                     with self._cond:
                         self._looking = 0
 
-    def _look(self, due: list[Delivery]) -> None:
+    def _look(self, due: list[Delivery], *, hold_free: bool) -> None:
         """One round trip for ``due``: hand each over, or hold it back again. Every job
-        of a batch Redis did not answer goes to ``process``, which meets the error."""
+        of a batch Redis did not answer goes to ``process``, which meets the error.
+        ``hold_free`` is False when everything is handed over at once (a handover, no
+        primary serving): a free job then goes to its contest now."""
         looked, bad = Held.keyed(self.w.namespace, due)
         steps = [inspect_step(keys) for _, keys in looked]
         try:
@@ -288,7 +286,7 @@ class Deferrals:
         with self._cond:
             handed, news = self.held.after_look(
                 looked, seen, self.w.clock.monotonic(), self.deferring(),
-                hold_free=not self._everything,
+                hold_free=hold_free,
             )
         for delivery, snapshot in news:
             self._locked(delivery, snapshot)

@@ -20,31 +20,42 @@ from tests.helpers import until, who
 LEASE_MS, MAX, RETENTION_MS = 10_000, 3, 60_000
 
 
-def test_steps_awaited_while_a_batch_is_in_flight_share_the_next_round_trip(
-    redis_server: RedisServer, namespace: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    sizes: list[int] = []
-    real_send = aio_batcher.send
+def hold_alone(monkeypatch: pytest.MonkeyPatch) -> asyncio.Event:
+    """Hold every step sent alone until the returned event is set (a batch in flight)."""
     gate = asyncio.Event()
-
-    async def counted(client: Any, steps: Any) -> list[Any]:
-        sizes.append(len(steps))
-        return await real_send(client, steps)
-
     real_alone = aio_batcher._alone
 
     async def held_alone(client: Any, step: Any) -> Any:
         await gate.wait()
         return await real_alone(client, step)
 
-    monkeypatch.setattr(aio_batcher, "send", counted)
     monkeypatch.setattr(aio_batcher, "_alone", held_alone)
+    return gate
+
+
+def acquires(namespace: str, n: int) -> tuple[list[JobKeys], list[Any]]:
+    """``n`` jobs' keys and an acquire step for each."""
+    keys = [JobKeys.of(namespace, f"j{i}") for i in range(n)]
+    return keys, [acquire_step(k, who("me"), LEASE_MS, MAX, RETENTION_MS) for k in keys]
+
+
+def test_steps_awaited_while_a_batch_is_in_flight_share_the_next_round_trip(
+    redis_server: RedisServer, namespace: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sizes: list[int] = []
+    real_send = aio_batcher.send
+
+    async def counted(client: Any, steps: Any) -> list[Any]:
+        sizes.append(len(steps))
+        return await real_send(client, steps)
+
+    monkeypatch.setattr(aio_batcher, "send", counted)
+    gate = hold_alone(monkeypatch)
 
     async def scenario() -> tuple[list[Any], list[Any]]:
         client = aredis.Redis.from_url(redis_server.url)
         batcher = AsyncBatcher(client)
-        keys = [JobKeys.of(namespace, f"j{i}") for i in range(11)]
-        steps = [acquire_step(k, who("me"), LEASE_MS, MAX, RETENTION_MS) for k in keys]
+        keys, steps = acquires(namespace, 11)
         first = asyncio.create_task(batcher(steps[0]))
         await asyncio.sleep(0)
         others = [asyncio.create_task(batcher(s)) for s in steps[1:]]
@@ -75,14 +86,7 @@ def test_a_task_cancelled_as_it_was_handed_the_lead_hands_it_on(
     """The lead of the next batch went to a queued step whose task was cancelled before
     it ran: the lead must pass on (or to nobody, the batcher idle), never be lost with
     it, or every later step would wait for a batch nobody sends."""
-    gate = asyncio.Event()
-    real_alone = aio_batcher._alone
-
-    async def held_alone(client: Any, step: Any) -> Any:
-        await gate.wait()
-        return await real_alone(client, step)
-
-    monkeypatch.setattr(aio_batcher, "_alone", held_alone)
+    gate = hold_alone(monkeypatch)
     doomed: list[asyncio.Task[Any]] = []
 
     class Cancelling(AsyncBatcher):
@@ -94,8 +98,7 @@ def test_a_task_cancelled_as_it_was_handed_the_lead_hands_it_on(
     async def scenario() -> Any:
         client = aredis.Redis.from_url(redis_server.url)
         batcher = Cancelling(client)
-        keys = [JobKeys.of(namespace, f"j{i}") for i in range(3)]
-        steps = [acquire_step(k, who("me"), LEASE_MS, MAX, RETENTION_MS) for k in keys]
+        _, steps = acquires(namespace, 3)
         first = asyncio.create_task(batcher(steps[0]))
         await asyncio.sleep(0)
         second = asyncio.create_task(batcher(steps[1]))
