@@ -135,4 +135,4 @@ class AsyncScriptProtocol:
         seen = snapshot_from(
             keys, raw_state, raw_lock, int(pttl) if int(pttl) >= 0 else None, server_ms(rest[0])
         )
-        return seen if records is None else with_history(seen, records, raw_lock)
+        return seen if records is None else with_history(seen, records, raw_lock, raw_state)

@@ -23,6 +23,17 @@ zero; a run is 16 hex digits (:func:`new_run`), so the two never look alike. Rel
 0.2.0 parses the same grammar and ignores the field (it reads a run there, and a
 failure's run is nobody's).
 
+A DONE state may carry its job's whole history when that history is one clean attempt
+(granted, and DONE, with nothing before it): the run is followed by the attempt's
+duration in milliseconds, in lowercase hex (``lw2|done|1|<token>|<run><took>|<owner>``;
+1-12 digits, so the field is 17-28 hex digits where a run alone is 16). The attempt
+started at the token's milliseconds: a new job's first grant takes its token from the
+server's clock, in microseconds, at the instant it records as the start. Folding the
+record into the state drops the history key, which cost a DONE job more memory than
+its state (:mod:`lockworker.model.history`). Releases 0.2.0 and 0.3.0 parse the field
+as a run (every lockworker run is 16 hex digits, :func:`new_run`): they read the job
+as DONE, and show that longer run.
+
 A value that does not match this grammar exactly was not written by lockworker: it is
 reported as :class:`~lockworker.errors.ForeignValueError` and never overwritten. The
 Lua scripts parse the same grammar with :data:`LUA_PROLOGUE`; property tests feed both
@@ -53,6 +64,10 @@ _RUN_TEXT = re.compile(r"[0-9a-f]{16,32}")
 _DUE = re.compile(r"[1-9][0-9]{0,14}")
 DUE_DIGITS = 15
 """A due time (server milliseconds) has at most this many digits; a run has more."""
+RUN_DIGITS = 16
+"""Every run lockworker makes has this many hex digits (:func:`new_run`)."""
+TOOK_DIGITS = 12
+"""A DONE state's folded duration has at most this many hex digits (8,900 years)."""
 
 
 @dataclass(frozen=True)
@@ -86,7 +101,9 @@ class StateValue:
     """What became of a job, and which run touched it last: the value of its state key.
 
     ``due_ms``: when the job's next attempt may start (the server's clock, ms), written
-    by a failed attempt in the run's place (so a value has a run or a due time)."""
+    by a failed attempt in the run's place (so a value has a run or a due time).
+    ``took_ms``: a DONE job whose history was one clean attempt carries that attempt's
+    duration after the run, and no history key (:meth:`folded`)."""
 
     status: JobStatus
     attempt: int
@@ -94,10 +111,20 @@ class StateValue:
     run: str
     owner: str
     due_ms: int | None = None
+    took_ms: int | None = None
 
     def encode(self) -> str:
         middle = self.run if self.due_ms is None else str(self.due_ms)
+        if self.took_ms is not None:
+            middle += f"{self.took_ms:x}"
         return f"{TAG}{self.status.value}|{self.attempt}|{self.token}|{middle}|{self.owner}"
+
+    def folded(self) -> tuple[int, int] | None:
+        """``(started_ms, ended_ms)`` of the one clean attempt a DONE state holds."""
+        if self.took_ms is None:
+            return None
+        started = self.token // 1000
+        return started, started + self.took_ms
 
 
 def _raw(value: str | bytes) -> bytes:
@@ -126,6 +153,11 @@ def decode_state(raw: str | bytes) -> StateValue | None:
     run = m[4].decode("ascii")
     if _DUE.fullmatch(run):
         return StateValue(status, int(m[2]), int(m[3]), "", _owner(m[5]), int(run))
+    if status is JobStatus.DONE and RUN_DIGITS < len(run) <= RUN_DIGITS + TOOK_DIGITS:
+        return StateValue(
+            status, int(m[2]), int(m[3]), run[:RUN_DIGITS], _owner(m[5]),
+            took_ms=int(run[RUN_DIGITS:], 16),
+        )
     return StateValue(status, int(m[2]), int(m[3]), run, _owner(m[5]))
 
 
@@ -173,6 +205,10 @@ local function lw_state(v)
   if not (lw_num(a) and lw_num(t)) then return nil end
   if #r <= 15 and string.find(r, '^[1-9][0-9]*$') then
     return {status = s, attempt = a, token = t, run = '', due = r, owner = o}
+  end
+  if s == 'done' and #r > 16 and #r <= 28 then
+    return {status = s, attempt = a, token = t, run = string.sub(r, 1, 16),
+            took = string.sub(r, 17), owner = o}
   end
   return {status = s, attempt = a, token = t, run = r, owner = o}
 end

@@ -17,6 +17,11 @@ attempt (done, failed, gave_up, released, stopped) rewrites it in place; an atte
 whose lease ran out is closed as ``lost`` by the next grant, or by the acquire that
 gives the job up (its ``ended`` is then when it was found lost, not when its lease
 ended).
+
+A DONE whose history is its own attempt's clean record alone folds that record into
+the state and deletes the key (:func:`folds`, :class:`lockworker.model.codec.StateValue`):
+most jobs are done at once, and the list cost more server memory than the state.
+Reads return it as :func:`folded_record`; a reset writes it back to the list.
 """
 
 from __future__ import annotations
@@ -152,6 +157,39 @@ def frame_lines(tb: TracebackType, limit: int) -> list[str]:
             break
     lines.reverse()
     return lines
+
+
+FOLD_LIMIT_MS = 16**12
+"""A clean attempt that took this long or longer is not folded (its duration would not
+fit :data:`lockworker.model.codec.TOOK_DIGITS` hex digits)."""
+
+
+def folds(
+    last: RawRecord | None, records: int, *, token: int, ending: str, tail: str, now_ms: int
+) -> bool:
+    """True if the DONE settle of the attempt fenced by ``token``, at ``now_ms``, folds
+    the job's history into its state (:class:`lockworker.model.codec.StateValue`):
+    the history is that attempt's open record alone (``records`` long, ``last`` its
+    last record), written with the same tail as its ending's (the owner, no error),
+    started at the token's milliseconds (a new job's first grant: the state then
+    tells the start), and ended at or after its start. The Lua steps decide the same
+    (:mod:`lockworker.protocol.lua`).
+    """
+    return (
+        ending == AttemptEnd.DONE.value and records == 1 and last is not None
+        and last.token == token and last.ending is None and last.tail == tail
+        and last.started_ms == token // 1000 and 0 <= now_ms - last.started_ms < FOLD_LIMIT_MS
+    )
+
+
+def folded_record(
+    attempt: int, token: int, run: str, owner: str, times: tuple[int, int]
+) -> AttemptRecord:
+    """The one clean attempt a DONE state folded in (:class:`lockworker.model.codec.
+    StateValue`), as its record read: ``times`` are its start and end (server ms)."""
+    return AttemptRecord(
+        attempt, token, owner, run, times[0], times[1], AttemptEnd.DONE.value, None, None
+    )
 
 
 def record_tail(owner: str, error: ErrorText | None = None) -> str:

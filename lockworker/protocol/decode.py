@@ -14,7 +14,7 @@ import redis
 
 from lockworker.errors import ForeignValueError
 from lockworker.model.codec import LockValue, StateValue, decode_lock, decode_state
-from lockworker.model.history import AttemptEnd, read_history
+from lockworker.model.history import AttemptEnd, folded_record, read_history
 from lockworker.model.keys import JobKeys
 from lockworker.model.state import Ending, Grant, JobStatus, Renewal, Reset, Settle, Snapshot
 
@@ -99,6 +99,23 @@ def same_failure(found: StateValue | None, new_state: StateValue) -> bool:
     )
 
 
+def written_by(raw_state: Any, new_state: StateValue, delay_ms: int = 0) -> bool:
+    """True if ``raw_state`` is what the settle writing ``new_state`` wrote (a retry
+    whose reply was lost finds its own write): that value, that value with a due time
+    (a failure with a retry delay, :func:`same_failure`), or that DONE with its one
+    clean attempt folded in (:class:`~lockworker.model.codec.StateValue`); the server
+    added the last two from its clock."""
+    if text(raw_state) == new_state.encode():
+        return True
+    found = decode_state(raw_state)
+    if delay_ms > 0 and same_failure(found, new_state):
+        return True
+    return (
+        found is not None and found.took_ms is not None
+        and replace(found, took_ms=None) == new_state
+    )
+
+
 def settle_ending(kind: Ending, new_state: StateValue, *, stopped: bool = False) -> AttemptEnd:
     """How a settle writing ``new_state`` ends its attempt, for the history."""
     if kind is Ending.COMPLETE:
@@ -115,11 +132,17 @@ def decode_settle(keys: JobKeys, new_state: StateValue, reply: Any) -> Settle:
     return settle_result(int(reply), new_state)
 
 
-def with_history(seen: Snapshot, raw_records: Any, raw_lock: Any) -> Snapshot:
+def with_history(seen: Snapshot, raw_records: Any, raw_lock: Any, raw_state: Any) -> Snapshot:
     """``seen`` with the job's history, read with it (the live lease's token tells a
-    running attempt from one whose lease ran out)."""
+    running attempt from one whose lease ran out). A DONE state that folded in its one
+    clean attempt (:class:`~lockworker.model.codec.StateValue`) is that record."""
     lock = None if raw_lock is None else decode_lock(raw_lock)
-    return replace(seen, history=read_history(raw_records, lock.token if lock else None))
+    history = read_history(raw_records, lock.token if lock else None)
+    state = None if history or raw_state is None else decode_state(raw_state)
+    times = None if state is None else state.folded()
+    if state is not None and times is not None:
+        history = (folded_record(state.attempt, state.token, state.run, state.owner, times),)
+    return replace(seen, history=history)
 
 
 def settle_result(reply: int, new_state: StateValue) -> Settle:
@@ -141,12 +164,8 @@ def applied_despite_error(
     """The settle's result if the state read after its error is exactly the value it
     writes (unique to this holder's settle of this attempt, as for a retry after a lost
     reply: :func:`settle_plan`), or, for a failure with a due time (``delay_ms``), that
-    value with a due time (:func:`same_failure`); else None."""
-    if raw_state is None:
-        return None
-    if text(raw_state) == new_state.encode() or (
-        delay_ms > 0 and same_failure(decode_state(raw_state), new_state)
-    ):
+    value as the server completed it (:func:`written_by`); else None."""
+    if raw_state is not None and written_by(raw_state, new_state, delay_ms):
         return settle_result(1, new_state)
     return None
 

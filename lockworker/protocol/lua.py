@@ -18,13 +18,16 @@ the server's clock does not go back by more than ``retention``.
 from __future__ import annotations
 
 from lockworker.model.codec import LUA_PROLOGUE
-from lockworker.model.history import HISTORY_CAP
+from lockworker.model.history import FOLD_LIMIT_MS, HISTORY_CAP
 
 # The attempt history (lockworker.model.history): KEYS[3] of every job step, a list of
 # records ``lw2|<attempt>|<token>|<run>|<started ms>|<ended ms>|<ending>|<JSON>``.
 # ``lw_last`` reads the last record before a step writes anything: LINDEX raises
 # WRONGTYPE for a key of another type (reported as ForeignValueError), and a value
-# that is not a record is returned so the step can report it foreign.
+# that is not a record is returned so the step can report it foreign. ``lw_folds`` is
+# lockworker.model.history.folds (a DONE that folds the job's one clean attempt into its
+# state, lockworker.model.codec), ``lw_owner_tail`` its record_tail(owner): the tail of a
+# folded record that RESET writes back (json.dumps's escapes, ensure_ascii=False).
 HISTORY = f"""
 local function lw_record(v)
   local a, t, r, s, e, k, tail = string.match(v,
@@ -48,11 +51,30 @@ local function lw_keep(key, retention)
   redis.call('LTRIM', key, -{HISTORY_CAP}, -1)
   redis.call('PEXPIRE', key, retention)
 end
+local function lw_token_ms(t)
+  if #t <= 3 then return '0' end
+  return string.sub(t, 1, #t - 3)
+end
+local function lw_folds(key, rec, token, ending, tail, now)
+  return ending == 'done' and rec and rec.token == token and rec.ending == ''
+    and rec.tail == tail and rec.started == lw_token_ms(token)
+    and redis.call('LLEN', key) == 1
+    and now - tonumber(rec.started) >= 0 and now - tonumber(rec.started) < {FOLD_LIMIT_MS}
+end
 local function lw_close_lost(key, rec, now)
   if rec and rec.ending == '' then
     rec.ended, rec.ending = now, 'lost'
     redis.call('LSET', key, -1, lw_record_value(rec))
   end
+end
+""" + r"""
+local function lw_owner_tail(owner)
+  local named = {['"'] = '\\"', ['\\'] = '\\\\', ['\n'] = '\\n', ['\r'] = '\\r',
+                 ['\t'] = '\\t', ['\b'] = '\\b', ['\f'] = '\\f'}
+  local escaped = string.gsub(owner, '[%z\1-\31"\\]', function(c)
+    return named[c] or string.format('\\u%04x', string.byte(c))
+  end)
+  return '{"owner":"' .. escaped .. '"}'
 end
 """
 
@@ -107,11 +129,16 @@ if due then
   if left > 0 then return {'due', attempt, token, last, left} end
 end
 attempt = lw_incr(attempt)
-if token then token = lw_incr(token) else token = lw_now_us() end
+local now
+if token then
+  token, now = lw_incr(token), lw_ms(lw_now_ms())
+else  -- the server's clock, read once: the first token and the grant's time
+  token = lw_now_us()
+  now = lw_token_ms(token)
+end
 redis.call('SET', KEYS[1], lw_lock_value(token, attempt, ARGV[6], ARGV[1]), 'PX', ARGV[2])
 redis.call('SET', KEYS[2], lw_state_value('pending', attempt, token, ARGV[6], ARGV[1]),
            'PX', ARGV[4])
-local now = lw_ms(lw_now_ms())
 lw_close_lost(KEYS[3], rec, now)
 redis.call('RPUSH', KEYS[3], lw_record_value({attempt = attempt, token = token, run = ARGV[6],
   started = now, ended = '', ending = '', tail = ARGV[7]}))
@@ -138,18 +165,17 @@ return 0
 
 # The tail of every settle step once the caller's lease is not there: applied already
 # (2), refused (0), or refused because the job's state is gone too (-1). A failure that
-# wrote a due time (ARGV[6] set) is found by its fields, as its due time was the
-# server's clock when it ran.
+# wrote a due time (ARGV[6] set), and a DONE that folded in its attempt's duration, are
+# found by their fields, as the server's clock wrote the rest.
 SETTLE_REFUSED = """
 local st = redis.call('GET', KEYS[2])
 if st == ARGV[2] then return 2 end
 if not st then return -1 end
-if ARGV[6] and ARGV[6] ~= '' then
-  local was, want = lw_state(st), lw_state(ARGV[2])
-  if was and was.due and was.status == want.status and was.attempt == want.attempt
-      and was.token == want.token and was.owner == want.owner then
-    return 2
-  end
+local was, want = lw_state(st), lw_state(ARGV[2])
+if was and was.status == want.status and was.attempt == want.attempt
+    and was.token == want.token and was.owner == want.owner
+    and ((was.due and ARGV[6] and ARGV[6] ~= '') or (was.took and was.run == want.run)) then
+  return 2
 end
 return 0
 """
@@ -172,7 +198,9 @@ return 0
 #        -1 refused, and the job's state is gone: the server lost its data,
 #        -2 refused: the history's last value is not a record (a foreign value)
 # The attempt's record is the last one (its grant appended it); if it is gone (the key
-# deleted), the settle appends one that starts when it ends.
+# deleted), the settle appends one that starts when it ends. A DONE whose record is the
+# history's only one, clean, started at its token's milliseconds, folds it into the
+# state instead (its duration after the run) and deletes the history key (lw_folds).
 SETTLE = LUA_PROLOGUE + HISTORY + """
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   local rec, seen = lw_last(KEYS[3])
@@ -184,19 +212,27 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then
     local due = string.format('%.0f', now + tonumber(ARGV[6]))
     value = lw_state_value(st.status, st.attempt, st.token, due, st.owner)
   end
-  redis.call('DEL', KEYS[1])
-  redis.call('SET', KEYS[2], value, 'PX', ARGV[3])
   local held = lw_lock(ARGV[1])
-  local at = lw_ms(now)
-  local ended = {attempt = held.attempt, token = held.token, run = held.run, started = at,
-                 ended = at, ending = ARGV[7], tail = ARGV[8]}
-  if rec and rec.token == held.token and rec.ending == '' then
-    ended.started = rec.started
-    redis.call('LSET', KEYS[3], -1, lw_record_value(ended))
+  redis.call('DEL', KEYS[1])
+  if lw_folds(KEYS[3], rec, held.token, ARGV[7], ARGV[8], now) then
+    local st = lw_state(value)
+    value = lw_state_value(st.status, st.attempt, st.token,
+                           st.run .. string.format('%x', now - tonumber(rec.started)), st.owner)
+    redis.call('SET', KEYS[2], value, 'PX', ARGV[3])
+    redis.call('DEL', KEYS[3])
   else
-    redis.call('RPUSH', KEYS[3], lw_record_value(ended))
+    redis.call('SET', KEYS[2], value, 'PX', ARGV[3])
+    local at = lw_ms(now)
+    local ended = {attempt = held.attempt, token = held.token, run = held.run, started = at,
+                   ended = at, ending = ARGV[7], tail = ARGV[8]}
+    if rec and rec.token == held.token and rec.ending == '' then
+      ended.started = rec.started
+      redis.call('LSET', KEYS[3], -1, lw_record_value(ended))
+    else
+      redis.call('RPUSH', KEYS[3], lw_record_value(ended))
+    end
+    lw_keep(KEYS[3], ARGV[3])
   end
-  lw_keep(KEYS[3], ARGV[3])
   redis.call('PUBLISH', ARGV[4], ARGV[5])
   if ARGV[9] and ARGV[9] ~= '' then redis.call('PUBLISH', ARGV[9], ARGV[5]) end
   return 1
@@ -206,7 +242,7 @@ end
 
 # RESET: make a known job pending again with no attempts spent. The token counter is
 # kept, so fencing tokens never repeat; so is the attempt history (kept as long as the
-# state again, if it is a list).
+# state again, if it is a list; a DONE state's folded attempt is written back to it).
 # KEYS[1] lock   KEYS[2] state   KEYS[3] history
 # ARGV[1] force (0|1)   ARGV[2] retention ms   ARGV[3] wake channel
 # ARGV[4] (optional) the state the caller expects: pending, held, done or gave_up
@@ -216,7 +252,7 @@ end
 #         {'absent'}                   the server knows no such job; nothing written
 #         {'foreign', key, value}      a key holds a value we did not write (and not
 #                                      forced; forced, the value is replaced)
-RESET = LUA_PROLOGUE + """
+RESET = LUA_PROLOGUE + HISTORY + """
 local force = ARGV[1] == '1'
 local cur = redis.call('GET', KEYS[1])
 local raw = redis.call('GET', KEYS[2])
@@ -239,7 +275,17 @@ if l and not force then return {'held', l.owner} end
 local token = (st and st.token) or (l and l.token) or lw_now_us()
 redis.call('DEL', KEYS[1])
 redis.call('SET', KEYS[2], lw_state_value('pending', '0', token, '', ''), 'PX', ARGV[2])
-if redis.call('TYPE', KEYS[3])['ok'] == 'list' then redis.call('PEXPIRE', KEYS[3], ARGV[2]) end
+local kind = redis.call('TYPE', KEYS[3])['ok']
+local started = st and st.took and lw_token_ms(st.token)
+if started and #started <= 15 and kind == 'none' then
+  -- The DONE state held the job's one attempt: it goes back to the history (a token
+  -- of over 18 digits never folds one: its milliseconds are not a Lua number).
+  redis.call('RPUSH', KEYS[3], lw_record_value({attempt = st.attempt, token = st.token,
+    run = st.run, started = started, ended = lw_ms(tonumber(started) + tonumber(st.took, 16)),
+    ending = 'done', tail = lw_owner_tail(st.owner)}))
+  kind = 'list'
+end
+if kind == 'list' then redis.call('PEXPIRE', KEYS[3], ARGV[2]) end
 redis.call('PUBLISH', ARGV[3], 'reset')
 return {'reset', (st and st.status) or 'pending'}
 """

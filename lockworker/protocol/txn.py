@@ -22,8 +22,10 @@ from lockworker.errors import Contended, ForeignValueError
 from lockworker.model.codec import Holder, LockValue, StateValue, decode_lock, decode_state
 from lockworker.model.history import (
     HISTORY_CAP,
+    AttemptEnd,
     ErrorText,
     RawRecord,
+    folds,
     parse_record,
     record_tail,
 )
@@ -33,7 +35,6 @@ from lockworker.model.state import Ending, Grant, JobStatus, Renewal, Reset, Set
 from lockworker.protocol.decode import (
     failure_due_ms,
     hands_over,
-    same_failure,
     server_ms,
     settle_ending,
     settle_plan,
@@ -41,8 +42,13 @@ from lockworker.protocol.decode import (
     snapshot_from,
     text,
     wake_message,
+    written_by,
 )
 from lockworker.protocol.interface import SettleSteps
+
+FOLDABLE_TOKEN = 10**18
+"""A DONE state's folded attempt goes back to the history on a reset only below this
+token (its milliseconds have at most 15 digits, exact as a number in the scripts)."""
 
 MAX_TRIES = 16
 """WATCH races one step may lose before it raises :class:`Contended`; the caller's retry
@@ -204,15 +210,17 @@ class TxnProtocol(SettleSteps):
             if text_or_none(raw_lock) != held.encode():
                 if raw_state is None:
                     return Settle.STATE_LOST
-                already = text_or_none(raw_state) == new_state.encode() or (
-                    delay > 0 and same_failure(decode_state(raw_state), new_state)
-                )
+                already = written_by(raw_state, new_state, delay)
                 return settle_result(2 if already else 0, new_state)
             last = last_record(pipe, keys)
+            records = int(pipe.llen(keys.history))
             now = server_ms(pipe.time())
             written = new_state
             if delay:
                 written = replace(new_state, due_ms=now + delay)
+            fold = folds(last, records, token=held.token, ending=ending, tail=tail, now_ms=now)
+            if fold and last is not None:
+                written = replace(new_state, took_ms=now - last.started_ms)
             mine = last is not None and last.token == held.token and last.ending is None
             record = RawRecord(
                 held.attempt, held.token, held.run, last.started_ms if mine and last else now,
@@ -221,11 +229,14 @@ class TxnProtocol(SettleSteps):
             pipe.multi()
             pipe.delete(keys.lock)
             pipe.set(keys.state, written.encode(), px=retention_ms)
-            if mine:
+            if fold:
+                pipe.delete(keys.history)
+            elif mine:
                 pipe.lset(keys.history, -1, record)
+                keep(pipe, keys, retention_ms)
             else:
                 pipe.rpush(keys.history, record)
-            keep(pipe, keys, retention_ms)
+                keep(pipe, keys, retention_ms)
             pipe.publish(keys.wake, wake_message(message, delay))
             if keys.space is Space.JOB and hands_over(kind, message, delay):
                 pipe.publish(handover_channel(keys.namespace), wake_message(message, delay))
@@ -266,14 +277,26 @@ class TxnProtocol(SettleSteps):
                 token = lock.token
             else:
                 token = server_now_us(pipe)
-            ours = text(pipe.type(keys.history)) == "list"
+            kind = text(pipe.type(keys.history))
+            # A DONE state that held the job's one attempt writes it back to the history
+            # (as the script does: not for a token past a Lua number's exact range).
+            back = None
+            if state is not None and kind == "none" and state.token < FOLDABLE_TOKEN:
+                times = state.folded()
+                if times is not None:
+                    back = RawRecord(
+                        state.attempt, state.token, state.run, *times,
+                        AttemptEnd.DONE.value, record_tail(state.owner),
+                    )
             pipe.multi()
             pipe.delete(keys.lock)
             pipe.set(
                 keys.state, StateValue(JobStatus.PENDING, 0, token, "", "").encode(),
                 px=retention_ms,
             )
-            if ours:
+            if back is not None:
+                pipe.rpush(keys.history, back.encode())
+            if kind == "list" or back is not None:
                 pipe.pexpire(keys.history, retention_ms)
             pipe.publish(keys.wake, "reset")
             pipe.execute()

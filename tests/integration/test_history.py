@@ -5,11 +5,14 @@ bounded, kept for the state's retention, and never written into another's key.""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import redis
 from helpers import RETENTION, grant, held, wait_for, who
 
 from lockworker.errors import ForeignValueError
+from lockworker.model.codec import decode_state
 from lockworker.model.history import (
     ERROR_CHARS,
     HISTORY_CAP,
@@ -41,6 +44,11 @@ def expire_lease(client: redis.Redis, keys: JobKeys) -> None:
     wait_for(lambda: client.exists(keys.lock) == 0)
 
 
+def server_ms(client: redis.Redis) -> int:
+    seconds, micros = client.time()
+    return int(seconds) * 1000 + int(micros) // 1000
+
+
 def boom() -> ErrorText:
     try:
         raise ValueError("invoice total is negative")
@@ -67,7 +75,7 @@ def test_each_attempt_leaves_one_record_that_says_how_it_ended(
     ]
     assert failed.traceback is not None and "boom" in failed.traceback
     assert done.token == g2.token and done.run == who("b").run
-    assert failed.started_ms <= failed.ended_ms <= done.started_ms <= done.ended_ms  # type: ignore[operator]
+    assert failed.started_ms <= failed.ended_ms <= done.started_ms <= done.ended_ms
 
 
 def test_a_last_failure_is_gave_up_and_a_release_is_released_or_stopped(
@@ -228,3 +236,88 @@ def test_both_protocols_write_the_same_history(
         ])
     assert results[0] == results[1]
     assert [r[3] for r in results[0]] == ["failed", "lost", "stopped", "done"]
+
+
+def test_a_clean_first_attempt_is_folded_into_the_done_state(
+    protocol: LockProtocol, keys: JobKeys, redis_client: redis.Redis
+) -> None:
+    """A new job done at its first attempt keeps one key: its state says who ran the
+    attempt, its token, when it started (the token's milliseconds) and how long it took;
+    the history reads the same record it would have kept."""
+    g = grant(protocol, keys, "a")
+    (running,) = history(protocol, keys)
+    assert running.started_ms == g.token // 1000
+    before = server_ms(redis_client)
+    assert protocol.complete(keys, held(g, "a"), RETENTION) is Settle.DONE
+    after = server_ms(redis_client)
+    assert redis_client.exists(keys.history) == 0
+    state = decode_state(redis_client.get(keys.state))
+    assert state is not None and state.took_ms is not None
+    assert (state.status, state.attempt, state.token, state.run, state.owner) == (
+        JobStatus.DONE, 1, g.token, who("a").run, "a"
+    )
+    (done,) = history(protocol, keys)
+    assert (done.attempt, done.token, done.owner, done.run, done.ending) == (
+        1, g.token, "a", who("a").run, "done"
+    )
+    assert done.started_ms == running.started_ms and before <= done.ended_ms <= after
+    assert (done.error_type, done.error, done.traceback) == (None, None, None)
+    assert protocol.inspect(keys) == Snapshot(JobStatus.DONE, 1, g.token, "a", run=who("a").run)
+
+
+def test_a_history_with_more_to_tell_is_kept_as_a_list(
+    protocol: LockProtocol, keys: JobKeys, redis_client: redis.Redis
+) -> None:
+    g = grant(protocol, keys, "a")
+    protocol.fail(keys, held(g, "a"), 3, RETENTION, error=boom())
+    g = grant(protocol, keys, "b")
+    assert protocol.complete(keys, held(g, "b"), RETENTION) is Settle.DONE
+    assert redis_client.llen(keys.history) == 2
+    state = decode_state(redis_client.get(keys.state))
+    assert state is not None and state.took_ms is None
+    assert [r.ending for r in history(protocol, keys)] == ["failed", "done"]
+
+
+def test_a_reset_writes_a_folded_attempt_back_to_the_history(
+    protocol: LockProtocol, keys: JobKeys, redis_client: redis.Redis
+) -> None:
+    g = grant(protocol, keys, "o\"w\\n\ner\x00/é")
+    protocol.complete(keys, held(g, "o\"w\\n\ner\x00/é"), RETENTION)
+    (folded,) = history(protocol, keys)
+    assert protocol.reset(keys, RETENTION, expect="done") is Reset.RESET
+    assert history(protocol, keys) == (folded,)
+    assert RETENTION - 5000 < redis_client.pttl(keys.history) <= RETENTION
+    g = grant(protocol, keys, "b")
+    assert g.token == folded.token + 1
+    assert protocol.complete(keys, held(g, "b"), RETENTION) is Settle.DONE
+    assert [(r.owner, r.ending) for r in history(protocol, keys)] == [
+        ("o\"w\\n\ner\x00/é", "done"), ("b", "done")
+    ]
+
+
+def test_a_retried_completion_finds_its_folded_state_applied(
+    protocol: LockProtocol, keys: JobKeys, redis_client: redis.Redis
+) -> None:
+    g = grant(protocol, keys, "a")
+    assert protocol.complete(keys, held(g, "a"), RETENTION) is Settle.DONE
+    folded = redis_client.get(keys.state)
+    assert protocol.complete(keys, held(g, "a"), RETENTION) is Settle.DONE  # lost reply
+    assert protocol.fail(keys, held(g, "a"), 3, RETENTION) is Settle.NOT_HOLDER
+    assert redis_client.get(keys.state) == folded and redis_client.exists(keys.history) == 0
+
+
+def test_a_done_job_of_one_clean_attempt_costs_its_state_key_alone(
+    redis_client: redis.Redis, namespace: str
+) -> None:
+    """The server memory of a DONE job: the state key, no bigger (by allocation size)
+    than the state alone would be without the folded attempt."""
+    keys = JobKeys.of(namespace, "a-job")
+    protocol = ScriptProtocol(redis_client)
+    g = grant(protocol, keys, "worker-1")
+    protocol.complete(keys, held(g, "worker-1"), RETENTION)
+    plain = JobKeys.of(namespace, "b-job")
+    state = decode_state(redis_client.get(keys.state))
+    assert state is not None and state.took_ms is not None
+    redis_client.set(plain.state, replace(state, took_ms=None).encode(), px=RETENTION)
+    used = sum(redis_client.memory_usage(k) or 0 for k in (keys.state, keys.history, keys.lock))
+    assert used == redis_client.memory_usage(plain.state)

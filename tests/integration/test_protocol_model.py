@@ -92,6 +92,10 @@ class JobModel:
     holder: LockValue | None = None
     issued: list[LockValue] = field(default_factory=list)
     """Every lock value granted for the job, in order, over the whole run."""
+    recorded: list[LockValue] = field(default_factory=list)
+    """The grants whose records the server keeps, in order (before the history's cap)."""
+    folded: bool = False
+    """The DONE state holds the job's one clean attempt, and no history key exists."""
     last_settle: tuple[LockValue, str] | None = None
     """The holder's lock value and step of the job's last applied settle."""
     due_ms: int | None = None
@@ -246,6 +250,7 @@ class ProtocolModel(RuleBasedStateMachine):
         m.write((JobStatus.PENDING, got.attempt, got.token, who.run, who.owner))
         m.holder = value
         m.issued.append(value)
+        m.recorded.append(value)
         return got
 
     def stale_step(self, job: str, stale: LockValue, kind: str) -> None:
@@ -332,6 +337,12 @@ class ProtocolModel(RuleBasedStateMachine):
             assert RETENTION - SLACK_MS < int(self.client.pttl(keys.state)) <= RETENTION
             return
         expected = settled_fields(h, kind, m.max_attempts)
+        # A completion folds a history that is this grant's record alone, started at
+        # its token's milliseconds (a grant of a job the server did not know).
+        opened = self.protocol.inspect(keys, history=True).history
+        folds = kind == "complete" and m.recorded == [h] and (
+            opened[-1].started_ms == h.token // 1000
+        )
         before = self.server_ms()
         got = self.settle(job, h, kind)
         after = self.server_ms()
@@ -350,6 +361,13 @@ class ProtocolModel(RuleBasedStateMachine):
         m.write(expected, due)
         m.holder = None
         m.last_settle = (h, kind)
+        m.folded = folds
+        state = decode_state(self.client.get(keys.state))
+        assert state is not None and (state.took_ms is not None) == folds, (state, m)
+        assert self.client.exists(keys.history) == (0 if folds else 1), m
+        times = state.folded()
+        if times is not None:  # the record as it would have been: started, ended then
+            assert times[0] == opened[-1].started_ms and before <= times[1] <= after, times
 
     @precondition(lambda self: any(self.due_ahead(m) for m in self.jobs.values()))
     @rule(data=st.data())
@@ -431,6 +449,9 @@ class ProtocolModel(RuleBasedStateMachine):
         if how == "keys lost":
             self.client.delete(keys.lock, keys.state)
             m.forget()
+            if m.folded:  # the job's one record was in its state
+                m.recorded.clear()
+                m.folded = False
             return
         force = how == "forced reset"
         got = self.protocol.reset(keys, RETENTION, force=force)
@@ -443,6 +464,7 @@ class ProtocolModel(RuleBasedStateMachine):
             assert got is Reset.RESET, got
             m.write((JobStatus.PENDING, 0, m.token, "", ""))
             m.holder = None
+            m.folded = False  # a folded attempt went back to the history
 
     # -- invariants ----------------------------------------------------------------
 
@@ -453,7 +475,7 @@ class ProtocolModel(RuleBasedStateMachine):
         for job, m in self.jobs.items():
             records = self.protocol.inspect(self.keys[job], history=True).history
             granted = [(r.token, r.attempt, r.run, r.owner) for r in records]
-            issued = [(v.token, v.attempt, v.run, v.owner) for v in m.issued]
+            issued = [(v.token, v.attempt, v.run, v.owner) for v in m.recorded]
             assert granted == issued[len(issued) - len(granted) :], (granted, issued)
             assert len(granted) == min(len(issued), HISTORY_CAP), (granted, issued)
             if m.holder is not None:
@@ -504,7 +526,7 @@ class ProtocolModel(RuleBasedStateMachine):
 
     def teardown(self) -> None:
         for keys in self.keys.values():
-            self.client.delete(keys.lock, keys.state)
+            self.client.delete(keys.lock, keys.state, keys.history)
 
 
 def looped(client: redis.Redis) -> LockProtocol:
