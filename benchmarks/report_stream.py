@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 
+from benchmarks.report_memory import FLAT, memory, memory_flat, rss_line, server_flat
 from benchmarks.stream import (
     AIO_GROUP_3,
     ALL_READ,
@@ -22,7 +23,7 @@ from benchmarks.stream import (
 )
 from benchmarks.stream_children import BACKUP_DELAY, POLL
 from benchmarks.stream_cluster import CONCURRENCY, MANY, ONE, PER_STREAM, ClusterRun, Topology
-from benchmarks.stream_memory import DONE_TARGET, MemoryRun
+from benchmarks.stream_memory import DONE_TARGET
 
 HEADING = "## 5. A stream of jobs: lockworker beside a consumer group"
 SUMMARY_PREFIX = "- stream"
@@ -30,8 +31,6 @@ SERVE_TARGET = 0.8
 GROUP_TARGET = 0.5
 CORES_BUSY = 0.85
 """Share of the cores busy from which a row counts as bound by the cores."""
-FLAT = 1.25
-"""A memory figure stays flat if its largest sample is at most this times its smallest."""
 DETAILED = (FANOUT_16, GROUP_3, PRIMARY_ONLY, ALL_READ)
 
 
@@ -164,32 +163,6 @@ def targets(section: StreamSection) -> list[tuple[str, str, bool | None]]:
     return out
 
 
-def server_flat(m: MemoryRun) -> tuple[bool, str] | None:
-    """Serving a job late costs the server what it cost midway (the start is left out:
-    a few hundred jobs in, fixed costs such as the scripts' cache still weigh)."""
-    middle, end = m.at(0.5), (m.samples[-1] if m.samples else None)
-    if middle is None or end is None:
-        return None
-    a, b = m.per_served(middle), m.per_served(end)
-    return b <= FLAT * a, f"middle {_n(a)} B, end {_n(b)} B per job served"
-
-
-def memory_flat(m: MemoryRun) -> bool | None:
-    start, end = m.at(0.05), (m.samples[-1] if m.samples else None)
-    if start is None or end is None:
-        return None
-    return all(end.rss[k] <= FLAT * start.rss[k] for k in start.rss if start.rss[k])
-
-
-def rss_line(m: MemoryRun) -> str:
-    points = [m.at(0.05), m.at(0.5), m.samples[-1] if m.samples else None]
-    parts = []
-    for name in ("primary", "backup 1", "backup 2"):
-        values = [p.rss.get(name, 0) / 2**20 for p in points if p is not None]
-        parts.append(f"{name} " + " / ".join(f"{v:.1f}" for v in values) + " MiB")
-    return "start / middle / end: " + "; ".join(parts)
-
-
 def summary(section: StreamSection | None) -> list[str]:
     if section is None:
         return []
@@ -270,41 +243,6 @@ def _kills(section: StreamSection) -> list[str]:
             f"| {'yes' if o.at_least_once else f'**no** ({o.distinct} of {o.jobs})'} "
             f"| {'yes' if o.exactly_once else 'no'} | {o.twice} | {by} |"
         )
-    out.append("")
-    return out
-
-
-def _memory(m: MemoryRun | None) -> list[str]:
-    out = ["### Memory: a large backlog served", ""]
-    if m is None:
-        return [*out, "Not run.", ""]
-    out.append(
-        f"{_n(m.jobs)} jobs backlogged in one stream, then served by a primary and two "
-        "backups (`serve()`, concurrency 16; the handler's log on another server). Server "
-        "memory per job = (`used_memory` - `used_memory` before the backlog) / jobs. "
-        "Resident memory: each serving process's `VmRSS`, sampled every 0.25 s; start = "
-        "the sample nearest 5 % of the jobs served, middle = 50 %, end = the last."
-    )
-    out.append("")
-    if m.error:
-        return [*out, f"{_why(m.error)}", ""]
-    start, middle, end = m.at(0.05), m.at(0.5), m.samples[-1] if m.samples else None
-    out += ["| measure | value |", "|---|---:|",
-            f"| jobs served in | {m.seconds:.1f} s |",
-            "| server memory per job, backlogged (before serving) "
-            f"| {_n(m.per_job(m.backlogged))} B |"]
-    for label, point in (("start", start), ("middle", middle), ("end", end)):
-        if point is not None:
-            out.append(f"| server memory per job of the backlog, {label} ({_n(point.served)} "
-                       f"served) | {_n(m.per_job(point.used))} B |")
-    for label, point in (("start", start), ("middle", middle), ("end", end)):
-        if point is not None:
-            out.append(f"| server memory added per job served, clients' buffers left out, "
-                       f"{label} | {_n(m.per_served(point))} B |")
-    out.append(f"| server memory per job, processes stopped | {_n(m.per_job(m.after))} B |")
-    out.append(f"| a DONE record (`MEMORY USAGE`, {m.done_keys}) | {_n(m.done_record)} B "
-               f"(target <= {DONE_TARGET} B: {_verdict(m.done_record <= DONE_TARGET)}) |")
-    out.append(f"| serving processes' resident memory | {rss_line(m)} |")
     out.append("")
     return out
 
@@ -434,6 +372,6 @@ def section(s: StreamSection | None, chart: str | None = None) -> list[str]:
         if r is not None and r.outcomes:
             out.extend(_commands(r))
     out.extend(_kills(s))
-    out.extend(_memory(s.memory))
+    out.extend(memory(s.memory))
     out.extend(_cluster(s.cluster))
     return out

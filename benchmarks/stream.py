@@ -81,12 +81,25 @@ CONTENDERS = (
     Contender("consumer group, primary reads, 2 backups XAUTOCLAIM", "cg", FANOUT, 1),
     Contender("consumer group, all 3 read", "cg", ("member",) * 3, 1),
 )
-PRIMARY_ONLY = CONTENDERS[-2].name
-ALL_READ = CONTENDERS[-1].name
-FANOUT_16 = CONTENDERS[2].name
-GROUP_3 = CONTENDERS[8].name
-AIO_GROUP_3 = CONTENDERS[9].name
-THREADS_ONLY = CONTENDERS[10].name
+
+
+def _one(kind: str, roles: tuple[str, ...], **fields: object) -> str:
+    """The name of the one contender of ``kind`` with ``roles`` (and ``fields``): rows
+    are found by what they are, not by their place in :data:`CONTENDERS`."""
+    (found,) = [
+        c.name for c in CONTENDERS
+        if c.kind == kind and c.roles == roles
+        and all(getattr(c, name) == value for name, value in fields.items())
+    ]
+    return found
+
+
+PRIMARY_ONLY = _one("cg", FANOUT)
+ALL_READ = _one("cg", ("member",) * 3)
+FANOUT_16 = _one("serve", FANOUT, concurrency=16)
+GROUP_3 = _one("serve", ("member",) * 3, group=True)
+AIO_GROUP_3 = _one("aio", ("member",) * 3, group=True)
+THREADS_ONLY = _one("pool", ("primary",))
 KILLED = (PRIMARY_ONLY, ALL_READ, FANOUT_16, GROUP_3)
 
 
