@@ -109,24 +109,44 @@ async def send(client: Any, steps: list[Step[Any]]) -> list[Any]:
     script as :meth:`~lockworker.protocol.luacall.LuaScript.acall` does."""
     await ready(client)
     calls = batch.plan(client, steps)
-    if len(calls) == 1:
-        replies = [await _one(client, calls[0])]
-    else:
-        pipe = client.pipeline(transaction=False)
-        for call in calls:
-            pipe.execute_command(*call.command())
-        replies = list(await pipe.execute(raise_on_error=False))
-        for i, reply in enumerate(replies):
-            if isinstance(reply, NoScriptError):
-                replies[i] = await _one(client, calls[i])
+    replies = await _execute(client, calls)
+    refused = batch.refused_whole(calls, replies)
+    if refused:
+        calls, replies, singly = batch.unloop(steps, calls, replies, refused)
+        calls += singly
+        replies += await _execute(client, singly)
     each = batch.spread(calls, replies, len(steps))
+    elsewhere = batch.strays(calls, each)
+    if elsewhere:
+        again = await _execute(client, batch.singles(steps, elsewhere))
+        for i, reply in zip(elsewhere, again, strict=True):
+            each[i] = reply
     return [batch.outcome(step, reply) for step, reply in zip(steps, each, strict=True)]
+
+
+async def _execute(client: Any, calls: list[batch.Call]) -> list[Any]:
+    """Each call's reply: a cluster's looped commands one per node, the rest in one
+    pipeline (a lone command without one)."""
+    replies: list[Any] = [None] * len(calls)
+    routed = [n for n, call in enumerate(calls) if call.node is None]
+    for n, call in enumerate(calls):
+        if call.node is not None:
+            replies[n] = await _one(client, call)
+    if len(routed) == 1:
+        replies[routed[0]] = await _one(client, calls[routed[0]])
+    elif routed:
+        pipe = client.pipeline(transaction=False)
+        for n in routed:
+            pipe.execute_command(*calls[n].command())
+        for n, reply in zip(routed, await pipe.execute(raise_on_error=False), strict=True):
+            replies[n] = await _one(client, calls[n]) if isinstance(reply, NoScriptError) else reply
+    return replies
 
 
 async def _one(client: Any, call: batch.Call) -> Any:
     """One command's reply (an error reply returned, not raised)."""
     try:
-        return await call.script.acall(client, call.keys, call.args)
+        return await call.script.acall(client, call.keys, call.args, node=call.node)
     except redis.ResponseError as exc:
         return exc
 

@@ -10,10 +10,15 @@ How the steps travel (:func:`plan`): on one server, the steps of one script go i
 command that loops over them (:mod:`lockworker.protocol.many`: the per-job script's
 source, unchanged, called once per step), because the client's cost per command, not
 the round trip, is what limits a busy stream; a batch of several scripts is a pipeline
-of such commands. On a Redis Cluster, where each job id is a hash slot of its own, a
-batch is a pipeline of one EVALSHA per step, which redis-py sends one round trip per
-node. Why not one new multi-job script per step kind: the per-job scripts are the ones
-the fault battery and the model test prove, and a batch needs no second copy of any.
+of such commands. On a Redis Cluster, where each job id is a hash slot of its own, the
+steps of one script on one master go in one such command sent to that node (its keys
+among its arguments, :mod:`lockworker.protocol.many`); a step alone on its node is one
+EVALSHA, in a pipeline that redis-py routes by key. A step whose slot its node no
+longer serves (moved after the plan: it failed at its first key, writing nothing), and
+the steps of a looped command refused whole (out of memory), go again one by one in
+that pipeline, which follows redirections. Why not one new multi-job script per step
+kind: the per-job scripts are the ones the fault battery and the model test prove, and
+a batch needs no second copy of any.
 
 Rules of this module, as of the rest of the protocol: no threads, no sleeping, no
 retries. It says what Redis did to each step; what to batch and when is the caller's
@@ -22,7 +27,7 @@ retries. It says what Redis did to each step; what to batch and when is the call
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -55,6 +60,8 @@ class Call:
     keys: Sequence[str]
     args: Sequence[Any]
     steps: tuple[int, ...]
+    node: Any = None
+    """On a cluster, the node a looped command goes to (None: routed by its keys)."""
 
     @property
     def looped(self) -> bool:
@@ -65,25 +72,78 @@ class Call:
 
 
 def plan(client: Any, steps: Sequence[Step[Any]]) -> list[Call]:
-    """The commands that carry ``steps``: on one server, the steps of each script in
-    one looped command; on a cluster (a job is a hash slot of its own), one EVALSHA
-    per step, which its pipeline sends one round trip per node."""
-    if len(steps) == 1 or is_cluster(client):
-        return [Call(s.script, s.names, s.args, (i,)) for i, s in enumerate(steps)]
-    by_script: dict[str, list[int]] = {}
+    """The commands that carry ``steps``: the steps of each script in one looped
+    command, on one server; on a cluster, per script and master node."""
+    if len(steps) == 1:
+        return singles(steps, range(1))
+    cluster = is_cluster(client)
+    groups: dict[tuple[str, str], list[int]] = {}
+    nodes: dict[str, Any] = {}
     for i, step in enumerate(steps):
-        by_script.setdefault(step.script.sha, []).append(i)
+        where = ""
+        if cluster:
+            node = client.get_node_from_key(step.names[0])
+            where = node.name
+            nodes[where] = node
+        groups.setdefault((step.script.sha, where), []).append(i)
     calls: list[Call] = []
-    for indexes in by_script.values():
+    for (_, where), indexes in groups.items():
         first = steps[indexes[0]]
         if len(indexes) == 1:
             calls.append(Call(first.script, first.names, first.args, (indexes[0],)))
             continue
         keys, args = many.arguments(
-            [steps[i].names for i in indexes], [steps[i].args for i in indexes]
+            [steps[i].names for i in indexes], [steps[i].args for i in indexes],
+            on_node=cluster,
         )
-        calls.append(Call(many.many(first.script), keys, args, tuple(indexes)))
+        calls.append(Call(
+            many.many(first.script, on_node=cluster), keys, args, tuple(indexes),
+            nodes.get(where),
+        ))
     return calls
+
+
+def singles(steps: Sequence[Step[Any]], indexes: Iterable[int]) -> list[Call]:
+    """One EVALSHA per step, routed by its keys."""
+    return [Call(steps[i].script, steps[i].names, steps[i].args, (i,)) for i in indexes]
+
+
+def refused_whole(calls: Sequence[Call], replies: Sequence[Any]) -> list[int]:
+    """The looped node commands a cluster node refused whole (before the loop ran: out
+    of memory, a node that is no master now; not NOSCRIPT, which is loaded and sent
+    again): their steps go again one by one, routed by key."""
+    return [
+        n for n, (call, reply) in enumerate(zip(calls, replies, strict=True))
+        if call.node is not None and isinstance(reply, redis.ResponseError)
+        and not isinstance(reply, NoScriptError)
+    ]
+
+
+_ELSEWHERE = (
+    redis.exceptions.MovedError, redis.exceptions.AskError, redis.exceptions.TryAgainError,
+    redis.exceptions.ClusterDownError,
+)
+
+
+def strays(calls: Sequence[Call], each: Sequence[Any]) -> list[int]:
+    """The steps of looped node commands whose slot the node did not serve: each failed
+    at its first key (a job step reads its keys before it writes), so it is sent again
+    alone, routed by key."""
+    return [
+        i for call in calls if call.node is not None for i in call.steps
+        if isinstance(each[i], _ELSEWHERE)
+        or (isinstance(each[i], redis.ResponseError) and "non local key" in str(each[i]))
+    ]
+
+
+def unloop(
+    steps: Sequence[Step[Any]], calls: list[Call], replies: list[Any], refused: list[int]
+) -> tuple[list[Call], list[Any], list[Call]]:
+    """``calls`` and ``replies`` without the ``refused`` looped commands, and the single
+    calls that carry their steps (to send, then add with their replies)."""
+    again = [c for n in refused for c in singles(steps, calls[n].steps)]
+    keep = [n for n in range(len(calls)) if n not in set(refused)]
+    return [calls[n] for n in keep], [replies[n] for n in keep], again
 
 
 def is_cluster(client: Any) -> bool:
@@ -142,27 +202,59 @@ def send(client: redis.Redis, steps: Sequence[Step[Any]]) -> list[Any]:
     stands for. A connection error fails the whole batch (raised): every step is safe
     to send again (docs/protocol.md, "Every step is safe to retry after a lost reply")."""
     calls = plan(client, steps)
+    replies = _answered(client, calls)
+    refused = refused_whole(calls, replies)
+    if refused:
+        calls, replies, singly = unloop(steps, calls, replies, refused)
+        calls += singly
+        replies += _answered(client, singly)
+    each = spread(calls, replies, len(steps))
+    elsewhere = strays(calls, each)
+    if elsewhere:
+        for i, reply in zip(elsewhere, _answered(client, singles(steps, elsewhere)), strict=True):
+            each[i] = reply
+    return [outcome(step, reply) for step, reply in zip(steps, each, strict=True)]
+
+
+def _answered(client: redis.Redis, calls: Sequence[Call]) -> list[Any]:
+    """Each call's reply; a call the server's empty script cache refused (NOSCRIPT: it
+    did nothing, after a restart or SCRIPT FLUSH) is sent again once its script is
+    loaded."""
     replies = _execute(client, calls)
     missing = missing_scripts(calls, replies)
     if missing:
-        # The server's script cache is empty (a restart, SCRIPT FLUSH): a NOSCRIPT
-        # call did nothing, so load the scripts and send those calls again.
         for script in missing:
             client.script_load(script.source)
         again = [i for i, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
         for i, reply in zip(again, _execute(client, [calls[i] for i in again]), strict=True):
             replies[i] = reply
-    each = spread(calls, replies, len(steps))
-    return [outcome(step, reply) for step, reply in zip(steps, each, strict=True)]
+    return replies
 
 
 def _execute(client: redis.Redis, calls: Sequence[Call]) -> list[Any]:
-    if len(calls) == 1:  # one command: no pipeline to build
+    """Each call's reply (an error reply returned, not raised): a cluster's looped
+    commands one per node, the rest in one pipeline (no pipeline for one command)."""
+    replies: list[Any] = [None] * len(calls)
+    routed = []
+    for n, call in enumerate(calls):
+        if call.node is None:
+            routed.append(n)
+            continue
         try:
-            return [client.execute_command(*calls[0].command())]  # type: ignore[no-untyped-call]
+            replies[n] = call.script(client, call.keys, call.args, node=call.node)
         except redis.ResponseError as exc:
-            return [exc]
-    pipe = client.pipeline(transaction=False)
-    for call in calls:
-        pipe.execute_command(*call.command())  # type: ignore[no-untyped-call]
-    return list(pipe.execute(raise_on_error=False))
+            replies[n] = exc
+    if len(routed) == 1:  # one command: no pipeline to build
+        try:
+            replies[routed[0]] = client.execute_command(  # type: ignore[no-untyped-call]
+                *calls[routed[0]].command()
+            )
+        except redis.ResponseError as exc:
+            replies[routed[0]] = exc
+    elif routed:
+        pipe = client.pipeline(transaction=False)
+        for n in routed:
+            pipe.execute_command(*calls[n].command())  # type: ignore[no-untyped-call]
+        for n, reply in zip(routed, pipe.execute(raise_on_error=False), strict=True):
+            replies[n] = reply
+    return replies

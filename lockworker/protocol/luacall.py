@@ -44,21 +44,26 @@ class LuaScript:
         self.sha = hashlib.sha1(source.encode("utf-8")).hexdigest()
 
     def __call__(
-        self, client: redis.Redis, keys: Sequence[str], args: Sequence[Any]
+        self, client: redis.Redis, keys: Sequence[str], args: Sequence[Any], node: Any = None
     ) -> Any:
+        """Run the script; ``node``: on a cluster, the node to send it to (a script
+        over keys of several slots of that node), instead of the node of its keys."""
+        target = {} if node is None else {"target_nodes": node}
         try:
             return client.execute_command(  # type: ignore[no-untyped-call]
-                "EVALSHA", self.sha, len(keys), *keys, *args
+                "EVALSHA", self.sha, len(keys), *keys, *args, **target
             )
         except NoScriptError:
             # The server's script cache is empty (a restart, SCRIPT FLUSH, a new
             # server): load it once and call again.
             client.script_load(self.source)
             return client.execute_command(  # type: ignore[no-untyped-call]
-                "EVALSHA", self.sha, len(keys), *keys, *args
+                "EVALSHA", self.sha, len(keys), *keys, *args, **target
             )
 
-    async def acall(self, client: Any, keys: Sequence[str], args: Sequence[Any]) -> Any:
+    async def acall(
+        self, client: Any, keys: Sequence[str], args: Sequence[Any], node: Any = None
+    ) -> Any:
         """The same call on a ``redis.asyncio`` client (single server or cluster).
 
         On NOSCRIPT it sends the source once with EVAL, routed like the EVALSHA, which
@@ -67,12 +72,17 @@ class LuaScript:
         connections break redis-py's asyncio cluster connections (measured with
         redis-py 8.1: "'NoneType' object has no attribute 'writelines'").
         """
+        target = {} if node is None else {"target_nodes": node}
         if type(client).__module__ == _ASYNC_CLUSTER:
             await ready(client)
         try:
-            return await client.execute_command("EVALSHA", self.sha, len(keys), *keys, *args)
+            return await client.execute_command(
+                "EVALSHA", self.sha, len(keys), *keys, *args, **target
+            )
         except NoScriptError:
-            return await client.execute_command("EVAL", self.source, len(keys), *keys, *args)
+            return await client.execute_command(
+                "EVAL", self.source, len(keys), *keys, *args, **target
+            )
 
     def __repr__(self) -> str:
         return f"<LuaScript {self.sha[:8]}>"

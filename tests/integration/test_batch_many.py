@@ -108,15 +108,10 @@ def test_one_command_per_script_on_one_server(
     assert after - before == 2
 
 
-def test_a_lone_step_and_a_cluster_batch_are_not_looped() -> None:
-    """A cluster cannot run one script over many jobs (a job is a hash slot)."""
-    steps = [toy(JobKeys.of("ns", f"j{i}"), "value", "v", 1) for i in range(3)]
-
-    class RedisCluster:  # named and placed as redis-py's, which is all plan() looks at
-        __module__ = "redis.cluster"
-
-    assert [len(c.steps) for c in batch.plan(RedisCluster(), steps)] == [1, 1, 1]
-    assert [c.script for c in batch.plan(object(), steps[:1])] == [TOY]
+def test_a_lone_step_is_not_looped() -> None:
+    """(A cluster's batches: tests/topologies/test_cluster_batch.py.)"""
+    steps = [toy(JobKeys.of("ns", "j0"), "value", "v", 1)]
+    assert [(c.script, c.node) for c in batch.plan(object(), steps)] == [(TOY, None)]
 
 
 def test_a_looped_command_after_the_script_cache_was_flushed_runs_each_step_once(
