@@ -132,8 +132,15 @@ def strays(calls: Sequence[Call], each: Sequence[Any]) -> list[int]:
     return [
         i for call in calls if call.node is not None for i in call.steps
         if isinstance(each[i], _ELSEWHERE)
-        or (isinstance(each[i], redis.ResponseError) and "non local key" in str(each[i]))
+        or (isinstance(each[i], redis.ResponseError) and any(
+            text in str(each[i]) for text in _ELSEWHERE_TEXTS
+        ))
     ]
+
+
+_ELSEWHERE_TEXTS = ("non local key", "cluster is down")
+"""What a script's key access says when its node cannot serve the key now (Redis 7,
+Valkey): the step stopped there, before its first write."""
 
 
 def unloop(
