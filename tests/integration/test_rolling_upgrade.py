@@ -1,5 +1,6 @@
 """A rolling upgrade from the previous release: its processes, beside this release's,
-read the state this release writes (a failed attempt's due time) correctly.
+read the state this release writes (a failed attempt's due time, a DONE that folded in
+its attempt) correctly.
 
 The previous release (0.2.0) is built from its commit, found by its tag ``v0.2.0`` or
 else by its release commit's message, into a wheel, installed alone in a virtual
@@ -203,3 +204,23 @@ def test_the_previous_release_serves_a_job_with_a_history_and_writes_none(
     assert (record.attempt, record.token, record.owner, record.ending) == (
         1, g.token, "new", "lost"
     )
+
+
+def test_the_previous_release_reads_a_folded_done_as_done(
+    old_python: Path, redis_server: RedisServer, redis_client: redis.Redis, namespace: str,
+) -> None:
+    """A job this release finished at its first clean attempt keeps that attempt in its
+    DONE state (after the run, where 0.2.0 reads a longer run): 0.2.0 reads it DONE,
+    with its attempt, token and owner, and never runs it again."""
+    keys = JobKeys.of(namespace, "folded")
+    protocol = ScriptProtocol(redis_client)
+    g = grant(protocol, keys, "new")
+    assert protocol.complete(keys, held(g, "new"), RETENTION) is Settle.DONE
+    state = decode_state(redis_client.get(keys.state))
+    assert state is not None and state.took_ms is not None
+    seen = old(old_python, redis_server, namespace, "inspect", "folded")
+    assert (seen["status"], seen["attempt"], seen["token"], seen["owner"], seen["holder"]) == (
+        "done", 1, g.token, "new", None
+    )
+    ran = old(old_python, redis_server, namespace, "process", "folded")
+    assert (ran["outcome"], ran["ran"]) == ("done_elsewhere", [])
