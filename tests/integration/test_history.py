@@ -18,7 +18,9 @@ from lockworker.model.history import (
     HISTORY_CAP,
     AttemptRecord,
     ErrorText,
+    RawRecord,
     error_text,
+    record_tail,
 )
 from lockworker.model.keys import JobKeys
 from lockworker.model.state import Grant, JobStatus, Reset, Settle, Snapshot
@@ -309,15 +311,26 @@ def test_a_retried_completion_finds_its_folded_state_applied(
 def test_a_done_job_of_one_clean_attempt_costs_its_state_key_alone(
     redis_client: redis.Redis, namespace: str
 ) -> None:
-    """The server memory of a DONE job: the state key, no bigger (by allocation size)
-    than the state alone would be without the folded attempt."""
+    """The server memory of a DONE job is its state key alone (a few bytes longer than
+    without the folded attempt), far less than the state and a one-record history
+    list it replaces (the same job written unfolded, beside it)."""
     keys = JobKeys.of(namespace, "a-job")
     protocol = ScriptProtocol(redis_client)
     g = grant(protocol, keys, "worker-1")
     protocol.complete(keys, held(g, "worker-1"), RETENTION)
-    plain = JobKeys.of(namespace, "b-job")
+    (record,) = history(protocol, keys)
     state = decode_state(redis_client.get(keys.state))
     assert state is not None and state.took_ms is not None
-    redis_client.set(plain.state, replace(state, took_ms=None).encode(), px=RETENTION)
-    used = sum(redis_client.memory_usage(k) or 0 for k in (keys.state, keys.history, keys.lock))
-    assert used == redis_client.memory_usage(plain.state)
+    assert redis_client.exists(keys.history, keys.lock) == 0
+    unfolded = JobKeys.of(namespace, "b-job")
+    redis_client.set(unfolded.state, replace(state, took_ms=None).encode(), px=RETENTION)
+    redis_client.rpush(unfolded.history, RawRecord(
+        record.attempt, record.token, record.run, record.started_ms, record.ended_ms,
+        record.ending, record_tail(record.owner),
+    ).encode())
+    redis_client.pexpire(unfolded.history, RETENTION)
+    folded = int(redis_client.memory_usage(keys.state) or 0)
+    plain = int(redis_client.memory_usage(unfolded.state) or 0)
+    listed = int(redis_client.memory_usage(unfolded.history) or 0)
+    assert plain <= folded <= plain + 16  # the duration's few digits: one allocation step
+    assert folded < (plain + listed) * 0.6, (folded, plain, listed)
