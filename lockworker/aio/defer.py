@@ -50,7 +50,7 @@ class AsyncDeferrals:
         while len(self.held) >= LIMIT and not self.w.stopping and not self._done:
             self._room.clear()
             await wait(self._room, IDLE_WAIT)
-        self.held.push(self.w.clock.monotonic() + self.held.delay, delivery)
+        self.held.hold(self.w.clock.monotonic(), delivery)
         if self._task is None:
             self._task = asyncio.ensure_future(self._run())
 

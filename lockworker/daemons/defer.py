@@ -16,9 +16,11 @@ anyway), then looks at every delivery that came due in one round trip
   DONE is seen at the next look);
 - holds back again a free job until it has lain free for ``backup_delay`` (a new
   token meanwhile starts that clock again), then hands it over with its free clock, so
-  its contest competes at once. A primary behind on its stream leaves many jobs free
-  for a while; each would otherwise cost a contest of its own (a look, a channel, a
-  wait, a look again) only to find it DONE, and now costs a share of a batched look.
+  its contest competes at once. A job nobody ever took (the server knows no token for
+  it) has lain free since it was delivered: it is handed over at its first look. A
+  primary behind on its stream leaves many jobs free for a while; each would
+  otherwise cost a contest of its own (a look, a channel, a wait, a look again) only
+  to find it DONE, and now costs a share of a batched look.
 
 It hands everything over at once, looked at in one batch, when a holder hands a job
 over (the settle of a failure due again at once, or a release on stop, publishes on
@@ -93,12 +95,22 @@ class Held:
         """The holder each held-back job was last reported held by (``on_locked``)."""
         self._free: dict[str, FreeClock] = {}
         """Since when each held-back job seen free has lain free (its free clock)."""
+        self._delivered: dict[str, float] = {}
+        """When each held-back job was first delivered to this process: a job nobody
+        ever took has lain free since then (:func:`lockworker.model.policy.free_clock`)."""
 
     def __len__(self) -> int:
         return len(self._heap)
 
     def push(self, at: float, delivery: Delivery) -> None:
         heapq.heappush(self._heap, (at, next(self._seq), delivery))
+
+    def hold(self, now: float, delivery: Delivery) -> None:
+        """Hold a new delivery back: its first look comes once ``delay`` has run out
+        since ``now`` (not a moment early, as :meth:`take` allows: a job nobody took
+        has then lain free long enough, and is handed over at that one look)."""
+        self._delivered.setdefault(delivery.job_id, now)
+        self.push(now + self.delay + IDLE_WAIT, delivery)
 
     def take(self, now: float, everything: bool) -> list[Delivery]:
         """The deliveries due at ``now`` (all with ``everything``), a batch at most.
@@ -159,7 +171,9 @@ class Held:
                 continue
             free: FreeClock | None = None
             if deferring and policy.lies_free(snapshot):
-                free = policy.free_clock(snapshot, self._free.get(job_id), now)
+                free = policy.free_clock(
+                    snapshot, self._free.get(job_id), now, self._delivered.get(job_id)
+                )
                 if hold_free and now < free[0] + self.delay:
                     # The primary normally takes it meanwhile: its DONE is seen at the
                     # next look, in a batch, instead of by a contest of its own. That
@@ -175,6 +189,7 @@ class Held:
     def _forget(self, job_id: str) -> None:
         self._told.pop(job_id, None)
         self._free.pop(job_id, None)
+        self._delivered.pop(job_id, None)
 
 
 def watched(worker: Any, delivery: Delivery) -> tuple[JobKeys, Any, Any] | None:
@@ -230,7 +245,7 @@ class Deferrals:
         with self._cond:
             while len(self.held) >= LIMIT and not self.w.stopping and not self._done:
                 self._cond.wait(IDLE_WAIT)
-            self.held.push(self.w.clock.monotonic() + self.held.delay, delivery)
+            self.held.hold(self.w.clock.monotonic(), delivery)
             self.start()
 
     def start(self) -> None:

@@ -167,13 +167,19 @@ def lies_free(seen: Snapshot) -> bool:
     return seen.status is JobStatus.PENDING and seen.holder is None and seen.due_ms is None
 
 
-def free_clock(seen: Snapshot, clock: FreeClock | None, now: float) -> FreeClock:
+def free_clock(
+    seen: Snapshot, clock: FreeClock | None, now: float, delivered: float | None = None
+) -> FreeClock:
     """The free clock of ``seen``, a free job, after ``clock`` (None: not seen free
     before): a new token since means somebody held the job in between, so the clock
-    starts again, now."""
-    if clock is None or clock[1] != seen.token:
-        return (now, seen.token)
-    return clock
+    starts again, now. A job the server knows nothing of (no token: nobody ever took
+    it, since a grant writes one) has lain free at least since it was ``delivered``
+    to this process, if that is known: its clock starts then, not at the first look."""
+    if clock is not None and clock[1] == seen.token:
+        return clock
+    if delivered is not None and seen.token == 0 and clock is None:
+        return (min(delivered, now), 0)
+    return (now, seen.token)
 
 
 def look_again_at(seen: Snapshot, now: float, delay: float) -> float | None:

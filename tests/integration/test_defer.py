@@ -235,9 +235,9 @@ def test_a_backup_behind_a_fast_primary_resolves_every_job_without_a_contest(
 def test_a_free_job_is_held_back_until_it_lay_free_for_backup_delay(
     redis_client: redis.Redis, namespace: str, pair: tuple[Any, Any]
 ) -> None:
-    """Nobody takes the job: the first look (after 0.3 s) sees it free and holds it back
-    again; the second, 0.3 s later, hands it over with its free clock (since the first
-    look), so its contest competes at once instead of letting it lie again."""
+    """Nobody ever took the job: the first look, 0.3 s after it came, sees it free and
+    unknown to the server, so it has lain free since it came: handed over at once with
+    that free clock, so its contest competes at once instead of letting it lie again."""
     _, backup = pair
     recorder = Recorder()
     deferrals = Deferrals(backup, recorder)
@@ -260,11 +260,31 @@ def test_a_free_job_is_held_back_until_it_lay_free_for_backup_delay(
         deferrals.close()
     at, seen = recorder.handed["job"]
     free = recorder.free["job"]
-    assert len(looks) == 2
+    assert len(looks) == 1
     assert seen is not None and seen.status is JobStatus.PENDING and seen.holder is None
-    assert free is not None and looks[0] <= free[0] <= looks[0] + 0.1  # its look's end
+    assert free is not None and started <= free[0] <= looks[0] - 0.2  # since it came
     assert at - free[0] >= 0.3 - 0.06  # a look may come a moment early (IDLE_WAIT)
     assert at - started < 2.0
+
+
+def test_a_job_nobody_took_has_lain_free_since_it_came_one_taken_before_since_seen() -> None:
+    """The free clock of a job the server does not know (no token: nobody ever took
+    it) starts when it was delivered; one with a token (taken and given back before)
+    starts at the look that first saw it free, as nobody can tell when it was freed."""
+    fresh, used = Delivery("fresh", None), Delivery("used", None)
+    held_back = Held(0.5)
+    held_back.hold(10.0, fresh)
+    held_back.hold(10.0, used)
+    assert held_back.take(10.49, everything=False) == []  # due at 10.55, taken from 10.5
+    assert held_back.take(10.5, everything=False) == [fresh, used]
+    never = Snapshot(JobStatus.PENDING, 0, 0, "")
+    freed = Snapshot(JobStatus.PENDING, 1, 7, "other")
+    looked = [(fresh, JobKeys.of("ns", "fresh")), (used, JobKeys.of("ns", "used"))]
+    handed, _ = held_back.after_look(looked, [never, freed], 10.5, True)
+    assert handed == [(fresh, Sighting(never, (10.0, 0)))]
+    assert len(held_back) == 1  # the one taken before lies free from 10.5 on
+    handed, _ = held_back.after_look(looked[1:], [freed], 11.0, True)
+    assert handed == [(used, Sighting(freed, (10.5, 7)))]
 
 
 def test_a_free_job_taken_and_given_back_meanwhile_starts_its_free_clock_again() -> None:
@@ -291,14 +311,15 @@ def test_a_backup_takes_a_job_the_live_primary_leaves_free_without_waiting_in_a_
     redis_client: redis.Redis, namespace: str, pair: tuple[Any, Any],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """The primary serves, but never sees these jobs: the backup takes each about two
-    backup_delays after it came (one to look, one to let it lie free), and its
-    contest competes at once: no listening on the job's channel, no waiting."""
+    """The primary serves, but never sees these jobs: the backup takes each one
+    backup_delay after it came (it lay free that long: nobody ever took it), not two
+    (a look, then a delay from the look), and its contest competes at once: no
+    listening on the job's channel, no waiting."""
     del pair  # a primary serves the namespace (and never sees these jobs)
     ran: dict[str, float] = {}
     backup = lockworker.Worker(
         redis.Redis(connection_pool=redis_client.connection_pool), namespace=namespace,
-        owner="backup-2", role="backup", backup_delay=0.3, handle_signals=False,
+        owner="backup-2", role="backup", backup_delay=1.0, handle_signals=False,
         on_acquired=lambda job: ran.setdefault(job.id, time.monotonic()),
     )
     backup._presence.start()
@@ -312,7 +333,7 @@ def test_a_backup_takes_a_job_the_live_primary_leaves_free_without_waiting_in_a_
     backup.close()
     assert not serving.is_alive()
     assert sorted(ran) == sorted(j for j, _ in jobs)
-    assert all(0.5 <= at - started < 2.5 for at in ran.values()), {
+    assert all(1.0 - 0.06 <= at - started < 1.8 for at in ran.values()), {
         j: at - started for j, at in ran.items()
     }
     assert subscribed == []
