@@ -18,6 +18,7 @@ import math
 import numbers
 import operator
 import os
+import random
 import secrets
 import socket
 from collections.abc import Callable
@@ -260,8 +261,25 @@ RetrySchedule = Callable[[int], float]
 """A job's retry schedule: the failed attempt's number (1 for the first) to the seconds
 until the job's next attempt may start."""
 
+class JitterWait(tenacity.wait.wait_base):
+    """A tenacity wait of ``low`` to ``high`` seconds at random, drawn from the operating
+    system's generator: unlike ``tenacity.wait_random``, never from the global
+    ``random``, which an application may seed for its own reproducible sequence and
+    which a retry in one of lockworker's threads would otherwise move; and unlike a
+    private ``random.Random``, different in each process a fork makes, so that forked
+    workers spread their retries too."""
+
+    def __init__(self, low: float, high: float) -> None:
+        self.low, self.high = low, high
+
+    def __call__(self, retry_state: tenacity.RetryCallState) -> float:
+        return _SYSTEM_RANDOM.uniform(self.low, self.high)
+
+
+_SYSTEM_RANDOM = random.SystemRandom()
+
 DEFAULT_RETRY_DELAY = tenacity.wait_chain(
-    tenacity.wait_none(), tenacity.wait_exponential(max=60) + tenacity.wait_random(0, 1)
+    tenacity.wait_none(), tenacity.wait_exponential(max=60) + JitterWait(0, 1)
 )
 """The default ``retry_delay``: the first failure hands the job over at once (another
 process takes it: the failure may be its host's), then 2, 4, 8, ... seconds, at most 60,

@@ -33,7 +33,7 @@ from redis.exceptions import (
 )
 
 from lockworker.clock import Clock
-from lockworker.config import seconds
+from lockworker.config import JitterWait, seconds
 from lockworker.errors import Contended, NotReplicated, RedisUnavailable
 from lockworker.runtime import events
 
@@ -152,7 +152,7 @@ def _tenacity(
         "retry": tenacity.retry_if_exception_type(RETRYABLE),
         "stop": out_of_time,
         "wait": tenacity.wait_exponential(multiplier=policy.initial, max=policy.maximum)
-        + tenacity.wait_random(0, policy.initial),
+        + JitterWait(0, policy.initial),
         "before_sleep": None if log is None else _report_backoff(log, what),
         "reraise": False,
     }

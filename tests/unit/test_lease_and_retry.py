@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import random
 import threading
 
 import pytest
 import redis
 
+from lockworker.config import retry_delay, scheduled_delay
 from lockworker.errors import RedisUnavailable
 from lockworker.runtime.lease import (
     DRIFT_FIXED,
@@ -151,6 +153,31 @@ def test_retry_retries_connection_errors_then_succeeds() -> None:
 
     assert call(flaky, clock=clock, policy=RetryPolicy(), what="test") == "ok"
     assert len(tries) == 3 and clock.sleeps  # it backed off between tries
+
+
+def test_retries_and_the_job_schedule_leave_the_global_random_alone() -> None:
+    """Their jitter comes from the system's generator: an application that seeds
+    ``random`` keeps its sequence, whatever lockworker's threads retry meanwhile (and
+    forked processes still draw different jitter)."""
+    clock = FakeClock()
+    random.seed(20261125)
+    expected = random.getstate()
+    tries: list[int] = []
+
+    def flaky() -> str:
+        tries.append(1)
+        if len(tries) < 6:
+            raise redis.ConnectionError("refused")
+        return "ok"
+
+    assert call(flaky, clock=clock, policy=RetryPolicy(), what="test") == "ok"
+    schedule = retry_delay(None)  # the default: DEFAULT_RETRY_DELAY
+    delays = [scheduled_delay(schedule, attempt) for attempt in range(1, 12)]
+    assert random.getstate() == expected
+    assert len(tries) == 6 and len(clock.sleeps) >= 4 and all(s > 0 for s in clock.sleeps)
+    assert delays[0] == 0 and all(2 ** (n - 1) <= d <= 2 ** (n - 1) + 1
+                                  for n, d in enumerate(delays[1:6], start=2))
+    assert len({round(d % 1, 6) for d in delays[1:]}) > 1  # jittered, not constant
 
 
 def test_retry_gives_up_at_the_deadline_with_redis_unavailable() -> None:
