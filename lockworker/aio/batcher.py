@@ -110,13 +110,8 @@ async def send(client: Any, steps: list[Step[Any]]) -> list[Any]:
     await ready(client)
     calls = batch.plan(client, steps)
     replies = await _execute(client, calls)
-    refused = batch.refused_whole(calls, replies)
-    if refused:
-        calls, replies, singly = batch.unloop(steps, calls, replies, refused)
-        calls += singly
-        replies += await _execute(client, singly)
     each = batch.spread(calls, replies, len(steps))
-    elsewhere = batch.strays(calls, each)
+    elsewhere = batch.strays(calls, replies, each)
     if elsewhere:
         again = await _execute(client, batch.singles(steps, elsewhere))
         for i, reply in zip(elsewhere, again, strict=True):

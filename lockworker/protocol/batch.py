@@ -108,49 +108,34 @@ def singles(steps: Sequence[Step[Any]], indexes: Iterable[int]) -> list[Call]:
     return [Call(steps[i].script, steps[i].names, steps[i].args, (i,)) for i in indexes]
 
 
-def refused_whole(calls: Sequence[Call], replies: Sequence[Any]) -> list[int]:
-    """The looped node commands a cluster node refused whole (before the loop ran: out
-    of memory, a node that is no master now; not NOSCRIPT, which is loaded and sent
-    again): their steps go again one by one, routed by key."""
-    return [
-        n for n, (call, reply) in enumerate(zip(calls, replies, strict=True))
-        if call.node is not None and isinstance(reply, redis.ResponseError)
-        and not isinstance(reply, NoScriptError)
-    ]
-
-
 _ELSEWHERE = (
     redis.exceptions.MovedError, redis.exceptions.AskError, redis.exceptions.TryAgainError,
     redis.exceptions.ClusterDownError,
 )
-
-
-def strays(calls: Sequence[Call], each: Sequence[Any]) -> list[int]:
-    """The steps of looped node commands whose slot the node did not serve: each failed
-    at its first key (a job step reads its keys before it writes), so it is sent again
-    alone, routed by key."""
-    return [
-        i for call in calls if call.node is not None for i in call.steps
-        if isinstance(each[i], _ELSEWHERE)
-        or (isinstance(each[i], redis.ResponseError) and any(
-            text in str(each[i]) for text in _ELSEWHERE_TEXTS
-        ))
-    ]
-
-
 _ELSEWHERE_TEXTS = ("non local key", "cluster is down")
 """What a script's key access says when its node cannot serve the key now (Redis 7,
 Valkey): the step stopped there, before its first write."""
 
 
-def unloop(
-    steps: Sequence[Step[Any]], calls: list[Call], replies: list[Any], refused: list[int]
-) -> tuple[list[Call], list[Any], list[Call]]:
-    """``calls`` and ``replies`` without the ``refused`` looped commands, and the single
-    calls that carry their steps (to send, then add with their replies)."""
-    again = [c for n in refused for c in singles(steps, calls[n].steps)]
-    keep = [n for n in range(len(calls)) if n not in set(refused)]
-    return [calls[n] for n in keep], [replies[n] for n in keep], again
+def strays(calls: Sequence[Call], replies: Sequence[Any], each: Sequence[Any]) -> list[int]:
+    """The steps of a cluster's looped node commands to send again alone, routed by
+    key: every step of a command the node refused whole (before the loop ran: out of
+    memory, a node that is no master now; NOSCRIPT never comes here, it is loaded and
+    sent again), and each step whose slot the node did not serve (it failed at its
+    first key: a job step reads its keys before it writes)."""
+    out: list[int] = []
+    for call, reply in zip(calls, replies, strict=True):
+        if call.node is None:
+            continue
+        whole = isinstance(reply, redis.ResponseError)
+        out.extend(
+            i for i in call.steps
+            if whole or isinstance(each[i], _ELSEWHERE)
+            or (isinstance(each[i], redis.ResponseError) and any(
+                text in str(each[i]) for text in _ELSEWHERE_TEXTS
+            ))
+        )
+    return out
 
 
 def is_cluster(client: Any) -> bool:
@@ -210,13 +195,8 @@ def send(client: redis.Redis, steps: Sequence[Step[Any]]) -> list[Any]:
     to send again (docs/protocol.md, "Every step is safe to retry after a lost reply")."""
     calls = plan(client, steps)
     replies = _answered(client, calls)
-    refused = refused_whole(calls, replies)
-    if refused:
-        calls, replies, singly = unloop(steps, calls, replies, refused)
-        calls += singly
-        replies += _answered(client, singly)
     each = spread(calls, replies, len(steps))
-    elsewhere = strays(calls, each)
+    elsewhere = strays(calls, replies, each)
     if elsewhere:
         for i, reply in zip(elsewhere, _answered(client, singles(steps, elsewhere)), strict=True):
             each[i] = reply

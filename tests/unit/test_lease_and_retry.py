@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 import threading
+from collections.abc import Callable
 
 import pytest
 import redis
@@ -141,16 +142,23 @@ def test_the_heartbeat_and_the_holder_noticing_at_once_report_once() -> None:
         assert len(lost) == 1, lost
 
 
-def test_retry_retries_connection_errors_then_succeeds() -> None:
-    clock = FakeClock()
-    tries: list[int] = []
+def failing(times: int, tries: list[int]) -> Callable[[], str]:
+    """A step that fails with a connection error ``times`` times, then answers "ok"
+    (each call appended to ``tries``)."""
 
     def flaky() -> str:
         tries.append(1)
-        if len(tries) < 3:
+        if len(tries) <= times:
             raise redis.ConnectionError("refused")
         return "ok"
 
+    return flaky
+
+
+def test_retry_retries_connection_errors_then_succeeds() -> None:
+    clock = FakeClock()
+    tries: list[int] = []
+    flaky = failing(2, tries)
     assert call(flaky, clock=clock, policy=RetryPolicy(), what="test") == "ok"
     assert len(tries) == 3 and clock.sleeps  # it backed off between tries
 
@@ -163,14 +171,7 @@ def test_retries_and_the_job_schedule_leave_the_global_random_alone() -> None:
     random.seed(20261125)
     expected = random.getstate()
     tries: list[int] = []
-
-    def flaky() -> str:
-        tries.append(1)
-        if len(tries) < 6:
-            raise redis.ConnectionError("refused")
-        return "ok"
-
-    assert call(flaky, clock=clock, policy=RetryPolicy(), what="test") == "ok"
+    assert call(failing(5, tries), clock=clock, policy=RetryPolicy(), what="test") == "ok"
     schedule = retry_delay(None)  # the default: DEFAULT_RETRY_DELAY
     delays = [scheduled_delay(schedule, attempt) for attempt in range(1, 12)]
     assert random.getstate() == expected
