@@ -24,7 +24,10 @@ from lockworker.model.history import FOLD_LIMIT_MS, HISTORY_CAP
 # records ``lw2|<attempt>|<token>|<run>|<started ms>|<ended ms>|<ending>|<JSON>``.
 # ``lw_last`` reads the last record before a step writes anything: LINDEX raises
 # WRONGTYPE for a key of another type (reported as ForeignValueError), and a value
-# that is not a record is returned so the step can report it foreign. ``lw_folds`` is
+# that is not a record is returned so the step can report it foreign; ``lw_tail`` (a
+# settle) reads the last two values the same way, which also tell whether the record is
+# the list's only one. ``lw_keep`` trims only a list that a push made longer than the
+# cap (nothing else makes one longer), and keeps it as long as the state. ``lw_folds`` is
 # lockworker.model.history.folds (a DONE that folds the job's one clean attempt into its
 # state, lockworker.model.codec), ``lw_owner_tail`` its record_tail(owner): the tail of a
 # folded record that RESET writes back (json.dumps's escapes, ensure_ascii=False).
@@ -47,18 +50,23 @@ end
 local function lw_ms(ms)
   return string.format('%.0f', ms)
 end
-local function lw_keep(key, retention)
-  redis.call('LTRIM', key, -{HISTORY_CAP}, -1)
+local function lw_keep(key, retention, length)
+  if length and length > {HISTORY_CAP} then redis.call('LTRIM', key, -{HISTORY_CAP}, -1) end
   redis.call('PEXPIRE', key, retention)
+end
+local function lw_tail(key)
+  local vs = redis.call('LRANGE', key, -2, -1)
+  local v = vs[#vs]
+  if not v then return false, nil, 0 end
+  return lw_record(v), v, #vs
 end
 local function lw_token_ms(t)
   if #t <= 3 then return '0' end
   return string.sub(t, 1, #t - 3)
 end
-local function lw_folds(key, rec, token, ending, tail, now)
-  return ending == 'done' and rec and rec.token == token and rec.ending == ''
+local function lw_folds(rec, count, token, ending, tail, now)
+  return ending == 'done' and count == 1 and rec and rec.token == token and rec.ending == ''
     and rec.tail == tail and rec.started == lw_token_ms(token)
-    and redis.call('LLEN', key) == 1
     and now - tonumber(rec.started) >= 0 and now - tonumber(rec.started) < {FOLD_LIMIT_MS}
 end
 local function lw_close_lost(key, rec, now)
@@ -140,9 +148,9 @@ redis.call('SET', KEYS[1], lw_lock_value(token, attempt, ARGV[6], ARGV[1]), 'PX'
 redis.call('SET', KEYS[2], lw_state_value('pending', attempt, token, ARGV[6], ARGV[1]),
            'PX', ARGV[4])
 lw_close_lost(KEYS[3], rec, now)
-redis.call('RPUSH', KEYS[3], lw_record_value({attempt = attempt, token = token, run = ARGV[6],
-  started = now, ended = '', ending = '', tail = ARGV[7]}))
-lw_keep(KEYS[3], ARGV[4])
+local length = redis.call('RPUSH', KEYS[3], lw_record_value({attempt = attempt, token = token,
+  run = ARGV[6], started = now, ended = '', ending = '', tail = ARGV[7]}))
+lw_keep(KEYS[3], ARGV[4], length)
 return {'granted', attempt, token, 0}
 """
 
@@ -203,7 +211,7 @@ return 0
 # state instead (its duration after the run) and deletes the history key (lw_folds).
 SETTLE = LUA_PROLOGUE + HISTORY + """
 if redis.call('GET', KEYS[1]) == ARGV[1] then
-  local rec, seen = lw_last(KEYS[3])
+  local rec, seen, count = lw_tail(KEYS[3])
   if rec == nil then return -2 end
   local value = ARGV[2]
   local now = lw_now_ms()
@@ -213,14 +221,14 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then
     value = lw_state_value(st.status, st.attempt, st.token, due, st.owner)
   end
   local held = lw_lock(ARGV[1])
-  redis.call('DEL', KEYS[1])
-  if lw_folds(KEYS[3], rec, held.token, ARGV[7], ARGV[8], now) then
+  if lw_folds(rec, count, held.token, ARGV[7], ARGV[8], now) then
     local st = lw_state(value)
     value = lw_state_value(st.status, st.attempt, st.token,
                            st.run .. string.format('%x', now - tonumber(rec.started)), st.owner)
+    redis.call('DEL', KEYS[1], KEYS[3])
     redis.call('SET', KEYS[2], value, 'PX', ARGV[3])
-    redis.call('DEL', KEYS[3])
   else
+    redis.call('DEL', KEYS[1])
     redis.call('SET', KEYS[2], value, 'PX', ARGV[3])
     local at = lw_ms(now)
     local ended = {attempt = held.attempt, token = held.token, run = held.run, started = at,
@@ -228,10 +236,10 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then
     if rec and rec.token == held.token and rec.ending == '' then
       ended.started = rec.started
       redis.call('LSET', KEYS[3], -1, lw_record_value(ended))
+      lw_keep(KEYS[3], ARGV[3])
     else
-      redis.call('RPUSH', KEYS[3], lw_record_value(ended))
+      lw_keep(KEYS[3], ARGV[3], redis.call('RPUSH', KEYS[3], lw_record_value(ended)))
     end
-    lw_keep(KEYS[3], ARGV[3])
   end
   redis.call('PUBLISH', ARGV[4], ARGV[5])
   if ARGV[9] and ARGV[9] ~= '' then redis.call('PUBLISH', ARGV[9], ARGV[5]) end

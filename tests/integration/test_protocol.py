@@ -60,6 +60,29 @@ def test_the_script_job_cycle_runs_exactly_two_commands_on_the_server(
     assert client_calls(server_commands(redis_client, before)) == {"evalsha": 2}
 
 
+def test_the_script_job_cycle_runs_sixteen_commands_in_its_scripts(
+    redis_client: redis.Redis, keys: JobKeys
+) -> None:
+    """Where the server's work in a clean cycle goes: the cost of every job of a busy
+    stream. The grant pushes the job's first record without a trim (one record is under
+    the cap), and the DONE settle reads the record and whether it is the only one in one
+    command, then deletes the lease and the folded history in one."""
+    protocol = ScriptProtocol(redis_client)
+    warm_up(protocol, keys.namespace)
+    before = calls(redis_client)
+    g = grant(protocol, keys, "a")
+    assert protocol.complete(keys, held(g, "a"), RETENTION) is Settle.DONE
+    ran = server_commands(redis_client, before)
+    assert ran == {
+        "evalsha": 2,
+        # the grant: the state, the lease, the history's last record, the server's
+        # clock (the first token), the lease and state written, the record pushed
+        "get": 3, "lindex": 1, "time": 2, "set": 3, "rpush": 1, "pexpire": 1,
+        # the settle: its lease (the third GET), the last two records, one DEL, the wake
+        "lrange": 1, "del": 1, "publish": 1,
+    }, ran
+
+
 def test_each_script_step_is_one_command(redis_client: redis.Redis, keys: JobKeys) -> None:
     protocol = ScriptProtocol(redis_client)
     warm_up(protocol, keys.namespace)
