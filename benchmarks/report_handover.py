@@ -43,14 +43,16 @@ def handover(handovers: list[Handover], trials: int) -> list[str]:
         )
     add("")
     add(
-        "lockworker's path: the failing holder logs `job.failed`, runs `on_failed`, and "
-        "its FAIL script releases the lease and publishes on the job's wake channel in "
-        "one round trip; the backup's pub/sub reader thread wakes the thread waiting in "
-        "`process`, which takes attempt 2 in one more round trip. python-redis-lock also "
-        "needs two round trips (its release pushes a signal that ends the waiter's BLPOP, "
-        "then the waiter's SET NX); lockworker's extra fraction of a millisecond is the "
-        "holder's failure handling before its release and the hop between the backup's "
-        "two threads. redis-py's waiter notices only at its next poll (every 0.1 s). "
+        "lockworker's path: the failing holder formats the failure's traceback for its "
+        "record, runs `on_failed`, and its FAIL script releases the lease and publishes on "
+        "the job's wake channel in one round trip (it logs `job.failed` after that); the "
+        "backup's pub/sub reader thread wakes the thread waiting in `process`, which "
+        "takes attempt 2 in one more round trip. python-redis-lock also needs two round "
+        "trips (its release pushes a signal that ends the waiter's BLPOP, then the "
+        "waiter's SET NX); lockworker's extra fraction of a millisecond is the holder's "
+        "failure handling before its release and the hop between the backup's two "
+        "threads, each thread's wake-up from idle costing a few tenths of a millisecond "
+        "on this machine. redis-py's waiter notices only at its next poll (every 0.1 s). "
         f"Target: ~{HANDOVER_TARGET_MS:g} ms."
     )
     add("")

@@ -278,13 +278,15 @@ class AsyncJobRun(RunBase):
     ) -> Outcome | None:
         w = self.w
         exc, failure = self.failure_plan(job, exc)
-        log.warning(events.FAILED, error=events.describe(exc), last=job.is_last_attempt)
         try:
-            await w._hook(log, "on_failed", job, exc)
-        except asyncio.CancelledError:
-            await asyncio.shield(self.fail_step(held, failure))
-            raise
-        settled = await asyncio.shield(self.fail_step(held, failure))
+            try:
+                await w._hook(log, "on_failed", job, exc)
+            except asyncio.CancelledError:
+                await asyncio.shield(self.fail_step(held, failure))
+                raise
+            settled = await asyncio.shield(self.fail_step(held, failure))
+        finally:
+            self.failed(log, job, exc)
         verdict = self.failure_settled(settled, log, failure)
         if verdict is Outcome.GAVE_UP:
             await w._hook(log, "on_gave_up", job)

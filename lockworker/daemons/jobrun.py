@@ -251,16 +251,18 @@ class JobRun(RunBase):
     ) -> Outcome | None:
         w = self.w
         exc, failure = self.failure_plan(job, exc)
-        log.warning(events.FAILED, error=events.describe(exc), last=job.is_last_attempt)
         w._hook(log, "on_failed", job, exc)
-        settled = self.call(
-            lambda: w.protocol.fail(
-                self.keys, held, w.max_attempts, w._retention_ms,
-                delay_ms=failure.delay_ms, give_up=failure.give_up is not None,
-                error=failure.error,
-            ),
-            "release failed attempt",
-        )
+        try:
+            settled = self.call(
+                lambda: w.protocol.fail(
+                    self.keys, held, w.max_attempts, w._retention_ms,
+                    delay_ms=failure.delay_ms, give_up=failure.give_up is not None,
+                    error=failure.error,
+                ),
+                "release failed attempt",
+            )
+        finally:
+            self.failed(log, job, exc)
         verdict = self.failure_settled(settled, log, failure)
         if verdict is Outcome.GAVE_UP:
             w._hook(log, "on_gave_up", job)

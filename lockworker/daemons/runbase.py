@@ -141,6 +141,12 @@ class RunBase(ContestantBase):
         if lease is not None:
             ended(lease, refused=settled.refused)
 
+    def failed(self, log: events.EventLog, job: Job, exc: Exception) -> None:
+        """Log ``job.failed``: once the fail step has handed the lease back (or given
+        up trying), so a backup waiting for the job does not also wait for the
+        application's log handlers to render a warning and its traceback."""
+        log.warning(events.FAILED, error=events.describe(exc), last=job.is_last_attempt)
+
     def failure_plan(self, job: Job, exc: Exception) -> tuple[Exception, Failure]:
         """What the failure of ``job``'s attempt with ``exc`` asks of the fail step: the
         error to report (a bad ``Retry(after=...)`` reports its InvalidConfig), and
