@@ -104,19 +104,19 @@ async def _alone(client: Any, step: Step[Any]) -> Any:
 
 async def send(client: Any, steps: list[Step[Any]]) -> list[Any]:
     """The sync side's :func:`lockworker.protocol.batch.send`, awaited: the same
-    commands (:func:`lockworker.protocol.batch.plan`). A command the server's empty
-    script cache refused (NOSCRIPT: not run) is sent again with EVAL, which loads its
-    script as :meth:`~lockworker.protocol.luacall.LuaScript.acall` does."""
+    sequence (:func:`lockworker.protocol.batch.sending`), its calls awaited. A command
+    the server's empty script cache refused (NOSCRIPT: not run) is sent again with
+    EVAL, which loads its script as :meth:`~lockworker.protocol.luacall.LuaScript.acall`
+    does."""
     await ready(client)
-    calls = batch.plan(client, steps)
-    replies = await _execute(client, calls)
-    each = batch.spread(calls, replies, len(steps))
-    elsewhere = batch.strays(calls, replies, each)
-    if elsewhere:
-        again = await _execute(client, batch.singles(steps, elsewhere))
-        for i, reply in zip(elsewhere, again, strict=True):
-            each[i] = reply
-    return [batch.outcome(step, reply) for step, reply in zip(steps, each, strict=True)]
+    sending = batch.sending(client, steps)
+    replies: Any = None
+    while True:
+        try:
+            calls = sending.send(replies)
+        except StopIteration as end:
+            return end.value  # type: ignore[no-any-return]
+        replies = await _execute(client, calls)
 
 
 async def _execute(client: Any, calls: list[batch.Call]) -> list[Any]:
