@@ -325,7 +325,9 @@ class _Server:
     async def run_one(self, delivery: Delivery, seen: Sighting | None = None) -> None:
         gate = self.slots if seen is None else Seen(self.slots, seen)
         try:
-            with SERVING.lend(self.worker, gate):
+            with SERVING.lend(
+                self.worker, gate, delivery.payload if delivery.decoded else None
+            ):
                 outcome = await self.worker.process(delivery.job_id, delivery.payload)
         except (InvalidConfig, ForeignValueError) as exc:
             self.log.error(

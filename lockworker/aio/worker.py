@@ -168,7 +168,8 @@ class Worker(WorkerSettings):
         this method, so a subclass may override it (``async def``) and await
         ``super().process(job_id, payload)``; its result is the job's."""
         keys = JobKeys.of(self.namespace, job_id)
-        payload = payload_view(payload)
+        if not SERVING.decoded(self, payload):  # a stream's payload is one already
+            payload = payload_view(payload)
         log = self._log.bind(job_id=job_id)
         self._started()
         await ready(self.client)

@@ -4,6 +4,7 @@ how a stream entry's fields become a job (shared by fan-out and group delivery).
 from __future__ import annotations
 
 import json
+import math
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -22,6 +23,10 @@ class Delivery:
     payload: Any
     resolved: Callable[[], None] = field(default=_noop, repr=False, compare=False)
     """Called by ``serve`` once the job is resolved for this process (not when stopped)."""
+    decoded: bool = field(default=False, repr=False, compare=False)
+    """The payload was decoded from strict JSON text (a stream's entry,
+    :func:`job_of`): it is already what every process sees, and ``process`` does not
+    encode and decode it again (:func:`lockworker.model.codec.payload_view`)."""
 
 
 class Source(Protocol):
@@ -35,7 +40,24 @@ def job_of(fields: dict[str, str]) -> tuple[str, Any] | None:
     job (no ``job_id``, or a payload that is not JSON): a bad entry."""
     job_id = fields.get("job_id")
     try:
-        payload = json.loads(fields.get("payload", "null"))
+        payload = json.loads(
+            fields.get("payload", "null"), parse_constant=_not_json, parse_float=_finite
+        )
     except ValueError:
         return None
     return (job_id, payload) if job_id else None
+
+
+def _not_json(constant: str) -> Any:
+    """``NaN`` and the infinities, which Python's reader takes but strict JSON (and so a
+    payload, :func:`lockworker.model.codec.check_payload`) does not: a bad entry."""
+    raise ValueError(f"{constant} is not JSON")
+
+
+def _finite(number: str) -> float:
+    """A JSON number as a float, refusing one too large for a float (``1e999`` would be
+    infinity, which no payload may hold)."""
+    value = float(number)
+    if not math.isfinite(value):
+        raise ValueError(f"{number} is out of a float's range")
+    return value

@@ -121,7 +121,9 @@ class GroupReader(Keeper):
                     continue
                 with self._cond:
                     self._held[entry_id] = job[0]
-                yield Delivery(job[0], job[1], functools.partial(self._resolved, entry_id))
+                yield Delivery(
+                    job[0], job[1], functools.partial(self._resolved, entry_id), decoded=True
+                )
         finally:
             self._leave()
 

@@ -284,7 +284,8 @@ class Worker(WorkerSettings):
         raises skips the delivery, logged (see :mod:`lockworker.daemons.serve`).
         """
         keys = JobKeys.of(self.namespace, job_id)
-        payload = payload_view(payload)  # what any other process would see
+        if not SERVING.decoded(self, payload):  # a stream's payload is one already
+            payload = payload_view(payload)  # what any other process would see
         log = self._log.bind(job_id=job_id)
         self._check_permissions(keys)
         self._install_signal_handlers()

@@ -118,18 +118,29 @@ class Lending(Generic[G]):
     """
 
     def __init__(self, name: str) -> None:
-        self._lent: contextvars.ContextVar[tuple[object, G] | None] = contextvars.ContextVar(
-            name, default=None
+        self._lent: contextvars.ContextVar[tuple[object, G, object] | None] = (
+            contextvars.ContextVar(name, default=None)
         )
 
     @contextlib.contextmanager
-    def lend(self, worker: object, gate: G) -> Iterator[None]:
-        """Around ``worker.process(...)``: its run may park with ``gate``."""
-        token = self._lent.set((worker, gate))
+    def lend(self, worker: object, gate: G, decoded: object = None) -> Iterator[None]:
+        """Around ``worker.process(...)``: its run may park with ``gate``. ``decoded``:
+        the delivery's payload, if its source decoded it from strict JSON text."""
+        token = self._lent.set((worker, gate, decoded))
         try:
             yield
         finally:
             self._lent.reset(token)
+
+    def decoded(self, worker: object, payload: object) -> bool:
+        """Whether ``payload``, given to ``worker.process``, is the very object lent as
+        decoded from JSON text (so already what every process sees); an override of
+        ``process`` that passes another payload, or a call outside ``serve``, gets
+        False. Asked before :meth:`borrow`."""
+        lent = self._lent.get()
+        return lent is not None and lent[0] is worker and payload is not None and (
+            lent[2] is payload
+        )
 
     @contextlib.contextmanager
     def borrow(self, worker: object) -> Iterator[G | None]:

@@ -21,6 +21,7 @@ from helpers import RETENTION, grant, held, wait_for
 
 import lockworker
 from lockworker import InvalidConfig, Job, JobStatus, Outcome, StreamSource, aio
+from lockworker.model.codec import payload_view
 from lockworker.model.keys import JobKeys
 from lockworker.protocol import ScriptProtocol
 from lockworker.testing import RedisServer
@@ -39,6 +40,8 @@ class Traced(lockworker.Worker):
             return Outcome.STOPPED  # not resolved: the stream must not move past it
         if (payload or {}).get("refuse"):
             raise InvalidConfig(f"payload of {job_id!r} refused")  # skipped, as refused
+        if (payload or {}).get("retag"):
+            payload = {**payload, "tag": (1, 2)}  # a new payload: its view is made
         return super().process(job_id, payload)
 
 
@@ -51,6 +54,8 @@ class AsyncTraced(aio.Worker):
             return Outcome.STOPPED
         if (payload or {}).get("refuse"):
             raise InvalidConfig(f"payload of {job_id!r} refused")
+        if (payload or {}).get("retag"):
+            payload = {**payload, "tag": (1, 2)}
         return await super().process(job_id, payload)
 
 
@@ -61,6 +66,7 @@ class Side:
         self.side = side
         self.server = server
         self.ran: list[str] = []
+        self.payloads: dict[str, Any] = {}
         self.failures: list[BaseException] = []
         self.thread: threading.Thread | None = None
         self.worker: Traced | AsyncTraced | None = None
@@ -71,6 +77,7 @@ class Side:
         )
 
     def acquired(self, job: Job) -> None:
+        self.payloads[job.id] = job.payload
         self.ran.append(job.id)
 
     def serve(self, source: Any, concurrency: int) -> None:
@@ -144,6 +151,29 @@ def test_an_overridden_process_sees_every_served_job_and_its_result_is_honoured(
     inspect = ScriptProtocol(redis_client).inspect
     assert inspect(JobKeys.of(namespace, "veto")).status is JobStatus.PENDING
     assert inspect(JobKeys.of(namespace, "last")).status is JobStatus.DONE
+
+
+def test_a_stream_s_payload_is_not_encoded_again_unless_an_override_changes_it(
+    side: Side, redis_client: redis.Redis, namespace: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A stream's payload was decoded from strict JSON text: it is what every process
+    sees already, so ``process`` does not encode and decode it again; a payload an
+    override made still gets its view (a tuple reaches the hook as a list)."""
+    views: list[Any] = []
+
+    def counted(payload: Any) -> Any:
+        views.append(payload)
+        return payload_view(payload)
+
+    monkeypatch.setattr("lockworker.daemons.worker.payload_view", counted)
+    monkeypatch.setattr("lockworker.aio.worker.payload_view", counted)
+    stream = f"{namespace}-jobs"
+    lockworker.submit(redis_client, stream, "as-read", {"n": [1, 2]})
+    lockworker.submit(redis_client, stream, "retagged", {"retag": True})
+    side.serve(StreamSource(redis_client, stream, owner="traced", block=0.05), concurrency=1)
+    wait_for(lambda: side.ran == ["as-read", "retagged"], timeout=20)
+    assert side.payloads == {"as-read": {"n": [1, 2]}, "retagged": {"retag": True, "tag": [1, 2]}}
+    assert views == [{"retag": True, "tag": (1, 2)}]
 
 
 def test_a_refusal_raised_by_an_overridden_process_skips_the_job(side: Side) -> None:

@@ -5,9 +5,10 @@ from __future__ import annotations
 import json
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
+from lockworker.daemons.delivery import job_of
 from lockworker.errors import InvalidConfig
 from lockworker.model import policy
 from lockworker.model.codec import (
@@ -106,6 +107,45 @@ def test_the_local_hook_sees_the_payload_every_other_process_sees(payload: objec
     view = payload_view(payload)
     assert view == json.loads(check_payload(payload))
     assert payload_view(view) == view  # the view is stable: seen once, seen the same
+
+
+_ANY_JSON_TEXT = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text() | st.floats(),  # NaN, inf too
+    lambda inner: st.lists(inner) | st.dictionaries(st.text(), inner),
+    max_leaves=20,
+).map(json.dumps) | st.text()
+
+
+def _strict(text: str) -> object:
+    """``text`` read as strict JSON: no NaN, no infinities, no number out of range."""
+
+    def refuse(constant: str) -> object:
+        raise ValueError(constant)
+
+    value = json.loads(text, parse_constant=refuse)
+    check_payload(value)  # 1e999 reads as an infinity, which JSON cannot write
+    return value
+
+
+@given(_ANY_JSON_TEXT)
+@example("1e999")
+@example('{"a": [-Infinity]}')
+@example("[NaN]")
+@example('{"a": 1, "a": 2}')
+def test_a_stream_entry_s_payload_is_refused_or_already_every_process_s_view(
+    text: str,
+) -> None:
+    """``serve`` does not encode and decode a stream's payload again: what an entry's
+    reader decodes must be refused as a bad entry (text that is not strict JSON: NaN
+    and the infinities too) or be exactly what ``payload_view`` would make of it."""
+    job = job_of({"job_id": "j", "payload": text})
+    try:
+        strict = _strict(text)
+    except (ValueError, InvalidConfig):
+        assert job is None
+        return
+    assert job is not None and job[1] == strict
+    assert payload_view(job[1]) == job[1]
 
 
 @pytest.mark.parametrize(
