@@ -162,6 +162,11 @@ class AsyncWakeHub:
                 raise
             except Exception as exc:
                 self._broken(exc)
+                if not self._waiters and not self._unsent:
+                    # Nobody waits: lingering channels are not worth a reconnect (a
+                    # server gone for good would have it tried forever).
+                    await self._stop()
+                    return
                 await asyncio.sleep(BROKEN_PAUSE)
                 continue
             if message is None:

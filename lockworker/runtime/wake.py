@@ -219,6 +219,12 @@ class WakeHub:
                 messages = self._drain(pubsub)
             except Exception as exc:
                 self._broken(pubsub, exc)
+                with self._lock:
+                    if not self._waiters and not self._unsent:
+                        # Nobody waits: lingering channels are not worth a reconnect
+                        # (a server gone for good would have it tried forever).
+                        self._stop_locked()
+                        return
                 continue
             if messages:
                 idle = 0.0
