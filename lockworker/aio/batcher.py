@@ -26,6 +26,7 @@ from redis.exceptions import NoScriptError
 from lockworker.protocol import batch
 from lockworker.protocol.luacall import ready
 from lockworker.protocol.script import Step
+from lockworker.steps import adrive
 
 _LEAD = object()
 """What a queued step's future is given when its task is to send the next batch."""
@@ -109,14 +110,7 @@ async def send(client: Any, steps: list[Step[Any]]) -> list[Any]:
     EVAL, which loads its script as :meth:`~lockworker.protocol.luacall.LuaScript.acall`
     does."""
     await ready(client)
-    sending = batch.sending(client, steps)
-    replies: Any = None
-    while True:
-        try:
-            calls = sending.send(replies)
-        except StopIteration as end:
-            return end.value  # type: ignore[no-any-return]
-        replies = await _execute(client, calls)
+    return await adrive(batch.sending(client, steps, lambda calls: _execute(client, calls)))
 
 
 async def _execute(client: Any, calls: list[batch.Call]) -> list[Any]:

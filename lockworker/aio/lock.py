@@ -25,7 +25,7 @@ from functools import cached_property
 
 import redis
 
-from lockworker.aio.primitive import AsyncClient, AsyncPrimitive, adrive, shielded
+from lockworker.aio.primitive import AsyncClient, AsyncPrimitive, shielded
 from lockworker.aio.protocol import AsyncScriptProtocol
 from lockworker.errors import LockworkerError
 from lockworker.model.codec import Holder, LockValue
@@ -34,6 +34,7 @@ from lockworker.primitives import lockwait
 from lockworker.primitives.lockcore import LockCore
 from lockworker.primitives.lockqueue import MIN_WAIT, pushed_grant
 from lockworker.runtime import nudge
+from lockworker.steps import adrive
 
 __all__ = ["Lock"]
 

@@ -20,12 +20,13 @@ from collections.abc import Callable
 from typing import Any
 
 from lockworker.aio.lock import Lock
-from lockworker.aio.primitive import AsyncClient, adrive
+from lockworker.aio.primitive import AsyncClient
 from lockworker.aio.wake import AsyncWaits, wait
 from lockworker.clock import Clock
 from lockworker.errors import LockLost
 from lockworker.primitives.once import JSON, NAMESPACE, Codec, OnceCore, OnceLockSpace
 from lockworker.runtime.retry import AsyncCaller, RetryPolicy
+from lockworker.steps import adrive
 
 __all__ = ["compute_once"]
 

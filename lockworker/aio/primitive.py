@@ -3,8 +3,8 @@ must finish, and renewing by a task.
 
 Each primitive's loops, steps and decisions are the sync side's
 (:mod:`lockworker.primitives`): a loop is a generator yielding its calls to Redis, and
-:func:`adrive` awaits each call, where :func:`lockworker.primitives.common.drive` makes
-it. What only asyncio has is cancellation. A release or a leave that was started must
+:func:`lockworker.steps.adrive` awaits each call, where :func:`lockworker.steps.drive`
+makes it. What only asyncio has is cancellation. A release or a leave that was started must
 reach the server even when the task awaiting it is cancelled meanwhile, or a lock
 would stay held (or a place queued) by nobody until its TTL: :func:`shielded` runs such
 a step to its end in a task of its own.
@@ -20,7 +20,7 @@ import redis.asyncio
 
 from lockworker.aio.lease import AsyncHeartbeat
 from lockworker.errors import LockworkerError
-from lockworker.primitives.common import Primitive, Steps
+from lockworker.primitives.common import Primitive
 from lockworker.runtime.lease import Lease
 from lockworker.runtime.retry import AsyncCaller
 
@@ -33,17 +33,6 @@ a cluster client too)."""
 _finishing: set[asyncio.Task[Any]] = set()
 """Shielded steps still running after their caller was cancelled: referenced here so
 that they are not collected before they end."""
-
-
-async def adrive(steps: Steps[R]) -> R:
-    """Run ``steps`` to its end, awaiting each call it yields."""
-    reply: Any = None
-    while True:
-        try:
-            call = steps.send(reply)
-        except StopIteration as end:
-            return end.value  # type: ignore[no-any-return]
-        reply = await call()
 
 
 async def shielded(step: Coroutine[Any, Any, R]) -> R:

@@ -30,12 +30,13 @@ from typing import Any
 
 import redis
 
-from lockworker.aio.primitive import AsyncClient, AsyncPrimitive, adrive, shielded
+from lockworker.aio.primitive import AsyncClient, AsyncPrimitive, shielded
 from lockworker.aio.wake import AsyncWakeHub, hub_for, wait
 from lockworker.errors import LockworkerError
 from lockworker.primitives import common, masters
 from lockworker.primitives.redlockcore import Listening, RedlockCore
 from lockworker.protocol.decode import foreign_on_wrongtype
+from lockworker.steps import adrive
 
 __all__ = ["Redlock"]
 

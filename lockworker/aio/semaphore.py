@@ -17,10 +17,11 @@ from typing import Any
 
 import redis
 
-from lockworker.aio.primitive import AsyncClient, AsyncPrimitive, adrive, shielded
+from lockworker.aio.primitive import AsyncClient, AsyncPrimitive, shielded
 from lockworker.aio.wake import AsyncWaits, wait
 from lockworker.errors import LockworkerError
 from lockworker.primitives.semaphore import SemaphoreCore
+from lockworker.steps import adrive
 
 __all__ = ["Semaphore"]
 

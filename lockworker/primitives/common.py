@@ -17,7 +17,7 @@ from __future__ import annotations
 import contextlib
 import uuid
 import warnings
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Generic, TypeVar
 
@@ -40,6 +40,7 @@ from lockworker.runtime import events
 from lockworker.runtime.events import EventLog
 from lockworker.runtime.lease import Heartbeat, Lease
 from lockworker.runtime.retry import DEFAULT, Caller, RetryPolicy
+from lockworker.steps import Steps, drive
 
 ACQUIRED = "lock.acquired"
 RELEASED = "lock.released"
@@ -120,22 +121,6 @@ class ScriptStep(Generic[R]):
         return self.decode(await self.script.acall(client, self.keys, self.args))
 
 
-Steps = Generator[Callable[[], Any], Any, R]
-"""A loop written once for both sides: it yields each call that does I/O (a method of
-the primitive, bound to its arguments) and is sent that call's result. On the sync side
-the call returns the result (:func:`drive`); on the asyncio side it returns an awaitable
-(``lockworker.aio.primitive.adrive``)."""
-
-
-def drive(steps: Steps[R]) -> R:
-    """Run ``steps`` to its end, making each call it yields in this thread."""
-    reply: Any = None
-    while True:
-        try:
-            call = steps.send(reply)
-        except StopIteration as end:
-            return end.value  # type: ignore[no-any-return]
-        reply = call()
 
 
 class Primitive:

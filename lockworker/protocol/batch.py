@@ -27,7 +27,7 @@ retries. It says what Redis did to each step; what to batch and when is the call
 
 from __future__ import annotations
 
-from collections.abc import Generator, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,6 +38,7 @@ from lockworker.protocol import many
 from lockworker.protocol.decode import foreign_on_wrongtype
 from lockworker.protocol.luacall import LuaScript
 from lockworker.protocol.script import Step
+from lockworker.steps import Steps, drive
 
 MAX_BATCH = 256
 """Steps sent in one round trip at most: a batch this large already costs the server
@@ -189,23 +190,21 @@ def outcome(step: Step[Any], reply: Any) -> Any:
         return exc
 
 
-Sending = Generator[list[Call], list[Any], list[Any]]
-"""The steps of sending a batch (:func:`sending`): it yields the calls to make, is
-sent their replies, and returns each step's result."""
-
-
-def sending(client: Any, steps: Sequence[Step[Any]]) -> Sending:
-    """How a batch of ``steps`` is sent, without I/O, for the sync and the asyncio side
-    alike: the calls of the plan go first; a cluster's steps refused where the plan
-    sent them go again, alone, routed by key (:func:`strays`); then each step's result
-    or the exception it stands for. Each caller makes the calls it is given its own way
-    (an error reply given back, not raised) and sends their replies in."""
+def sending(
+    client: Any, steps: Sequence[Step[Any]], execute: Callable[[list[Call]], Any]
+) -> Steps[list[Any]]:
+    """How a batch of ``steps`` is sent, for the sync and the asyncio side alike
+    (:mod:`lockworker.steps`): the calls of the plan go first; a cluster's steps
+    refused where the plan sent them go again, alone, routed by key (:func:`strays`);
+    then each step's result or the exception it stands for. ``execute(calls)`` makes
+    the calls the side's way (their replies, an error reply given back, not raised, or
+    an awaitable of them)."""
     calls = plan(client, steps)
-    replies = yield calls
+    replies = yield lambda: execute(calls)
     each = spread(calls, replies, len(steps))
     elsewhere = strays(calls, replies, each)
     if elsewhere:
-        again = yield singles(steps, elsewhere)
+        again = yield lambda: execute(singles(steps, elsewhere))
         for i, reply in zip(elsewhere, again, strict=True):
             each[i] = reply
     return [outcome(step, reply) for step, reply in zip(steps, each, strict=True)]
@@ -215,14 +214,7 @@ def send(client: redis.Redis, steps: Sequence[Step[Any]]) -> list[Any]:
     """Send ``steps`` in one round trip; per step, its result or the exception it
     stands for. A connection error fails the whole batch (raised): every step is safe
     to send again (docs/protocol.md, "Every step is safe to retry after a lost reply")."""
-    sequence = sending(client, steps)
-    replies: Any = None
-    while True:
-        try:
-            calls = sequence.send(replies)
-        except StopIteration as end:
-            return end.value  # type: ignore[no-any-return]
-        replies = _answered(client, calls)
+    return drive(sending(client, steps, lambda calls: _answered(client, calls)))
 
 
 def _answered(client: redis.Redis, calls: Sequence[Call]) -> list[Any]:
