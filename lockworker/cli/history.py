@@ -12,7 +12,12 @@ from typing import Any, TextIO
 from lockworker.cli.common import EXIT_FAILURE, EXIT_OK, CliError, connect, redis_url
 from lockworker.config import JOB_STATES
 from lockworker.errors import InvalidConfig
-from lockworker.model.history import AttemptEnd, AttemptRecord, read_history
+from lockworker.model.history import (
+    AttemptEnd,
+    AttemptRecord,
+    decode_record,
+    parse_record,
+)
 from lockworker.model.keys import JobKeys
 from lockworker.model.state import Reset
 from lockworker.protocol import ScriptProtocol
@@ -49,8 +54,12 @@ def last_error(raw_records: Any, live_token: int | None) -> str | None:
     there is none)."""
     if not isinstance(raw_records, list):
         return None
-    for record in reversed(read_history(raw_records, live_token)):
-        if record.ending is None:
+    for raw in reversed(raw_records):
+        found = parse_record(raw)
+        if found is None or (found.ending is None and found.token == live_token):
+            continue  # not a record, or the attempt running now: no JSON to read
+        record = decode_record(raw, live_token)
+        if record is None or record.ending is None:
             continue
         if record.error_type is not None:
             return f"{record.error_type}: {record.error or ''}".rstrip()

@@ -162,8 +162,9 @@ def job_rows(
             rows.append(
                 _job_row(namespace, job_id, replies[5 * i : 5 * i + 5], retention, now_ms)
             )
-    order = {(k[1], k[2]): i for i, k in enumerate(keys)}
-    rows.sort(key=lambda row: order[(row.namespace, row.id)])
+    if isinstance(client, RedisCluster):  # read by slot: back in the order of ``keys``
+        order = {(k[1], k[2]): i for i, k in enumerate(keys)}
+        rows.sort(key=lambda row: order[(row.namespace, row.id)])
     return rows
 
 
@@ -254,7 +255,11 @@ def collect(client: redis.Redis, namespace: str | None, retention: float) -> lis
     rows: list[Row] = []
     if namespace in (None, LEADERS):
         rows.extend(leader_rows(client))
-    keys = sorted(state_keys(client, namespace), key=lambda k: (natural(k[1]), natural(k[2])))
+    spaces: dict[str, tuple[tuple[int, int | str], ...]] = {}  # a few namespaces, many ids
+    keys = sorted(
+        state_keys(client, namespace),
+        key=lambda k: (spaces.get(k[1]) or spaces.setdefault(k[1], natural(k[1])), natural(k[2])),
+    )
     rows.extend(job_rows(client, keys, retention))
     return rows
 
