@@ -86,7 +86,8 @@ def bound(row: Row, cores: int) -> str:
             f"at concurrency {row.contender.concurrency}; {busy:.1f} of {cores} cores busy)"
         )
     return (
-        f"neither the cores ({busy:.1f} of {cores} busy) nor the handler ({seconds:.2f} ms: "
+        f"neither the cores ({busy:.1f} of {cores} busy), the busiest process's one core "
+        f"({row.busiest_core:.2f} of a core busy) nor the handler ({seconds:.2f} ms: "
         f"{_n(handler)} jobs/s at most): the protocol's "
         f"{row.cost.per_job(row.cost.round_trips):.1f} round trips per job wait on the server"
     )

@@ -72,8 +72,9 @@ def test_the_bound_is_the_cores_a_process_the_handler_or_the_round_trips() -> No
     # Concurrency 1, a 10 ms handler: at most 100 jobs/s, and 100 were served.
     assert report_stream.bound(
         _row(stream.CONTENDERS[0].name, 0.01, cpu=0.2, handler=0.01), 2).startswith("the handler")
-    assert report_stream.bound(
-        _row(stream.CONTENDERS[0].name, 0.01, cpu=0.2, handler=0.001), 2).startswith("neither")
+    neither = report_stream.bound(
+        _row(stream.CONTENDERS[0].name, 0.01, cpu=0.2, handler=0.001, busiest=0.6), 2)
+    assert neither.startswith("neither") and "one core (0.60 of a core busy)" in neither
     # 1.2 of 2 cores busy in all, but the busiest process kept its one core busy.
     assert report_stream.bound(
         _row(stream.FANOUT_16, 0.01, cpu=1.2, handler=0.001, busiest=0.95), 2
