@@ -4,8 +4,8 @@ must finish, and renewing by a task.
 Each primitive's loops, steps and decisions are the sync side's
 (:mod:`lockworker.primitives`): a loop is a generator yielding its calls to Redis, and
 :func:`lockworker.steps.adrive` awaits each call, where :func:`lockworker.steps.drive`
-makes it. What only asyncio has is cancellation. A release or a leave that was started must
-reach the server even when the task awaiting it is cancelled meanwhile, or a lock
+makes it. What only asyncio has is cancellation. A release or a leave that was started
+must reach the server even when the task awaiting it is cancelled meanwhile, or a lock
 would stay held (or a place queued) by nobody until its TTL: :func:`shielded` runs such
 a step to its end in a task of its own.
 """

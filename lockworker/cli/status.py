@@ -14,6 +14,7 @@ workers alive in each namespace (primaries and backups, as they registered:
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import re
 import sys
@@ -255,11 +256,8 @@ def collect(client: redis.Redis, namespace: str | None, retention: float) -> lis
     rows: list[Row] = []
     if namespace in (None, LEADERS):
         rows.extend(leader_rows(client))
-    spaces: dict[str, tuple[tuple[int, int | str], ...]] = {}  # a few namespaces, many ids
-    keys = sorted(
-        state_keys(client, namespace),
-        key=lambda k: (spaces.get(k[1]) or spaces.setdefault(k[1], natural(k[1])), natural(k[2])),
-    )
+    space = functools.cache(natural)  # a few namespaces, many ids
+    keys = sorted(state_keys(client, namespace), key=lambda k: (space(k[1]), natural(k[2])))
     rows.extend(job_rows(client, keys, retention))
     return rows
 

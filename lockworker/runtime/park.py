@@ -138,7 +138,7 @@ class Lending(Generic[G]):
         ``process`` that passes another payload, or a call outside ``serve``, gets
         False. Asked before :meth:`borrow`."""
         lent = self._lent.get()
-        return lent is not None and lent[0] is worker and payload is not None and (
+        return lent is not None and lent[0] is worker and lent[2] is not None and (
             lent[2] is payload
         )
 
