@@ -16,7 +16,7 @@ from typing import Any
 from lockworker.aio.batcher import send
 from lockworker.aio.jobrun import AsyncJobRun
 from lockworker.aio.wake import wait
-from lockworker.daemons.defer import IDLE_WAIT, LIMIT, Held, Sighting, deferring, watched
+from lockworker.daemons.defer import IDLE_WAIT, Held, Sighting, deferring, watched
 from lockworker.daemons.sources import Delivery
 from lockworker.errors import LockworkerError
 from lockworker.model.presence import handover_channel
@@ -46,8 +46,9 @@ class AsyncDeferrals:
         return len(self.held) + self._looking
 
     async def add(self, delivery: Delivery) -> None:
-        """Hold ``delivery`` back for ``backup_delay`` (waits while :data:`LIMIT` are)."""
-        while len(self.held) >= LIMIT and not self.w.stopping and not self._done:
+        """Hold ``delivery`` back for ``backup_delay`` (waits while the held-back are full,
+        :meth:`Held.full`)."""
+        while self.held.full() and not self.w.stopping and not self._done:
             self._room.clear()
             await wait(self._room, IDLE_WAIT)
         self.held.hold(self.w.clock.monotonic(), delivery)

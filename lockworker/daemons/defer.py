@@ -16,11 +16,16 @@ anyway), then looks at every delivery that came due in one round trip
   DONE is seen at the next look);
 - holds back again a free job until it has lain free for ``backup_delay`` (a new
   token meanwhile starts that clock again), then hands it over with its free clock, so
-  its contest competes at once. A job nobody ever took (the server knows no token for
-  it) has lain free since it was delivered: it is handed over at its first look. A
-  primary behind on its stream leaves many jobs free for a while; each would
-  otherwise cost a contest of its own (a look, a channel, a wait, a look again) only
-  to find it DONE, and now costs a share of a batched look.
+  its contest competes at once;
+- leaves a job nobody ever took (the server knows no token for it) to the primary
+  while the primary moves toward it: it is held back again, and looked at again
+  ``backup_delay`` later, until a look sees a job delivered after it taken (the
+  serving passed it over: it lies free from then) or sees no job resolved for
+  ``backup_delay`` (the serving does not move: it has lain free since it came, or
+  since the last job seen resolved). A primary behind on a backlog is therefore left
+  to work through it: the backup, which reads the same jobs in the same order, would
+  otherwise contend for each one it has not reached (a contest per process per job,
+  not one), and reads no more than :data:`AHEAD` such jobs ahead of it.
 
 It hands everything over at once, looked at in one batch, when a holder hands a job
 over (the settle of a failure due again at once, or a release on stop, publishes on
@@ -32,13 +37,15 @@ the primary is alive and fast, in one round trip per batch, and listens on one
 channel, not one per job.
 
 Deliveries held back are not resolved: after a stop or a crash the stream serves
-them again. At most :data:`LIMIT` are held back at once; the source waits for room.
+them again. At most :data:`LIMIT` are held back at once (:data:`AHEAD` of them not
+reached by the serving); the source waits for room.
 """
 
 from __future__ import annotations
 
 import heapq
 import itertools
+import math
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -58,6 +65,11 @@ from lockworker.protocol.script import inspect_step
 
 LIMIT = 4 * batch.MAX_BATCH
 """Deliveries a backup holds back at most; the source is read again once there is room."""
+
+AHEAD = batch.MAX_BATCH // 4
+"""Held-back jobs the serving has not reached yet (a primary behind on a backlog) that a
+backup holds at most: each is looked at again every ``backup_delay``, so the source is
+not read further ahead of the serving than this."""
 
 IDLE_WAIT = 0.05
 """Seconds the thread waits at most between two checks of the held-back deliveries."""
@@ -95,12 +107,26 @@ class Held:
         """The holder each held-back job was last reported held by (``on_locked``)."""
         self._free: dict[str, FreeClock] = {}
         """Since when each held-back job seen free has lain free (its free clock)."""
-        self._delivered: dict[str, float] = {}
-        """When each held-back job was first delivered to this process: a job nobody
-        ever took has lain free since then (:func:`lockworker.model.policy.free_clock`)."""
+        self._delivered: dict[str, tuple[float, int]] = {}
+        """When each held-back job was first delivered to this process, and in which
+        order: a job nobody ever took has lain free since then, once the serving has
+        reached it (:meth:`_free_clock`)."""
+        self._arrivals = itertools.count()
+        self._passed = -1
+        """The latest delivery (in order) a look saw taken: jobs delivered before it and
+        never taken were passed over."""
+        self._moved = -math.inf
+        """When a look last saw a job resolved: the serving moves."""
+        self._ahead: set[str] = set()
+        """Held-back jobs the serving has not reached yet (:data:`AHEAD` at most)."""
 
     def __len__(self) -> int:
         return len(self._heap)
+
+    def full(self) -> bool:
+        """Whether the source waits before another delivery is held back: :data:`LIMIT`
+        are, or :data:`AHEAD` the serving has not reached."""
+        return len(self._heap) >= LIMIT or len(self._ahead) >= AHEAD
 
     def push(self, at: float, delivery: Delivery) -> None:
         heapq.heappush(self._heap, (at, next(self._seq), delivery))
@@ -109,7 +135,8 @@ class Held:
         """Hold a new delivery back: its first look comes once ``delay`` has run out
         since ``now`` (not a moment early, as :meth:`take` allows: a job nobody took
         has then lain free long enough, and is handed over at that one look)."""
-        self._delivered.setdefault(delivery.job_id, now)
+        if delivery.job_id not in self._delivered:
+            self._delivered[delivery.job_id] = (now, next(self._arrivals))
         self.push(now + self.delay + IDLE_WAIT, delivery)
 
     def take(self, now: float, everything: bool) -> list[Delivery]:
@@ -148,15 +175,19 @@ class Held:
         deferring: bool, hold_free: bool = True,
     ) -> tuple[list[Seen], list[Seen]]:
         """Hold back again what is still held by another (while a primary serves), and,
-        with ``hold_free``, a free job until it has lain free for ``backup_delay``; the
-        rest, with what was seen of it, goes to ``process`` (the first list). ``seen``:
+        with ``hold_free``, a free job until it has lain free for ``backup_delay``, and
+        (while a primary serves) a job nobody took that the serving has not reached
+        (:meth:`_free_clock`); the rest, with what was seen of it, goes to ``process``
+        (the first list). ``seen``:
         per job, its snapshot or the error its look met (``process`` meets it again and
         says so). The second list: jobs held back again whose holder was not reported
         yet, for ``on_locked`` (a backup keeps watch, and says so once per holder)."""
         handed: list[Seen] = []
         news: list[Seen] = []
+        self._progress(looked, seen, now)
         for (delivery, _), snapshot in zip(looked, seen, strict=True):
             job_id = delivery.job_id
+            self._ahead.discard(job_id)
             if not isinstance(snapshot, Snapshot):
                 handed.append((delivery, None))
                 self._forget(job_id)
@@ -171,9 +202,11 @@ class Held:
                 continue
             free: FreeClock | None = None
             if deferring and policy.lies_free(snapshot):
-                free = policy.free_clock(
-                    snapshot, self._free.get(job_id), now, self._delivered.get(job_id)
-                )
+                free = self._free_clock(job_id, snapshot, now)
+                if free is None:  # the serving has not reached it yet: look again later
+                    self._ahead.add(job_id)
+                    self.push(now + self.delay, delivery)
+                    continue
                 if hold_free and now < free[0] + self.delay:
                     # The primary normally takes it meanwhile: its DONE is seen at the
                     # next look, in a batch, instead of by a contest of its own. That
@@ -186,10 +219,44 @@ class Held:
             self._forget(job_id)
         return handed, news
 
+    def _progress(self, looked: list[Looked], seen: list[Any], now: float) -> None:
+        """Learn from a look how far the serving got: a job resolved means it moves; a
+        job taken means every job delivered before it was reached."""
+        for (delivery, _), snapshot in zip(looked, seen, strict=True):
+            if not isinstance(snapshot, Snapshot):
+                continue
+            if snapshot.resolved:
+                self._moved = now
+            if snapshot.token:
+                arrival = self._delivered.get(delivery.job_id)
+                if arrival is not None and arrival[1] > self._passed:
+                    self._passed = arrival[1]
+
+    def _free_clock(self, job_id: str, snapshot: Snapshot, now: float) -> FreeClock | None:
+        """The free clock of a free job, or None while the serving has not reached it.
+
+        A job taken before lies free since the look that first saw it so
+        (:func:`lockworker.model.policy.free_clock`). A job nobody ever took (no token)
+        is left to the primary while it works toward it: until a look saw a job
+        delivered after it taken (the serving passed it over: its clock starts now) or
+        saw no job resolved for ``delay`` (the serving does not move: it has lain free
+        since it came, or since the last job seen resolved). A handover (a failure due
+        again at once, a release) does not change that: the job handed over has a token."""
+        known = self._free.get(job_id)
+        arrival = self._delivered.get(job_id)
+        if snapshot.token or known is not None or arrival is None:
+            return policy.free_clock(snapshot, known, now)
+        if now - self._moved >= self.delay:
+            return policy.free_clock(snapshot, None, now, max(arrival[0], self._moved))
+        if arrival[1] < self._passed:
+            return policy.free_clock(snapshot, None, now)
+        return None
+
     def _forget(self, job_id: str) -> None:
         self._told.pop(job_id, None)
         self._free.pop(job_id, None)
         self._delivered.pop(job_id, None)
+        self._ahead.discard(job_id)
 
 
 def watched(worker: Any, delivery: Delivery) -> tuple[JobKeys, Any, Any] | None:
@@ -241,9 +308,10 @@ class Deferrals:
             return len(self.held) + self._looking
 
     def add(self, delivery: Delivery) -> None:
-        """Hold ``delivery`` back for ``backup_delay`` (waits while :data:`LIMIT` are)."""
+        """Hold ``delivery`` back for ``backup_delay`` (waits while the held-back are full,
+        :meth:`Held.full`)."""
         with self._cond:
-            while len(self.held) >= LIMIT and not self.w.stopping and not self._done:
+            while self.held.full() and not self.w.stopping and not self._done:
                 self._cond.wait(IDLE_WAIT)
             self.held.hold(self.w.clock.monotonic(), delivery)
             self.start()

@@ -75,3 +75,47 @@ def test_an_asyncio_backup_behind_a_fast_primary_resolves_every_job_in_batched_l
     assert sorted(seen) == sorted((j, Outcome.DONE_ELSEWHERE) for j, _ in jobs)
     assert subscribed == []
     assert sum(looks) == 40 and len(looks) <= 6
+
+
+def test_an_asyncio_backup_leaves_a_moving_primarys_backlog_to_it(
+    redis_server: RedisServer, namespace: str
+) -> None:
+    """As on the sync side (tests/integration/test_defer_backlog.py): a backlog of about
+    2 s for the primary, a backup that lets a free job lie 1 s: the primary runs every
+    job, the backup none."""
+    jobs = [(f"job-{i}", None) for i in range(500)]
+    ran: dict[str, list[str]] = {}
+
+    async def scenario() -> float:
+        client = aredis.Redis.from_url(redis_server.url)
+        backup_client = aredis.Redis.from_url(redis_server.url)
+
+        async def slow(job: Any) -> None:
+            await asyncio.sleep(0.004)  # the primary's work: a backlog of seconds
+            ran.setdefault(job.id, []).append("primary")
+
+        primary = aio.Worker(client, namespace=namespace, owner="primary",
+                             on_acquired=slow, handle_signals=False)
+        backup = aio.Worker(backup_client, namespace=namespace, owner="backup",
+                            role="backup", backup_delay=1.0,
+                            on_acquired=lambda job: ran.setdefault(job.id, []).append("backup"),
+                            handle_signals=False)
+        await primary._presence.start()
+        await backup._presence.start()
+        await until(lambda: defer.deferring(backup), timeout=10)
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        helping = asyncio.ensure_future(backup.serve(jobs, concurrency=4))
+        await asyncio.wait_for(primary.serve(jobs, concurrency=1), 60)
+        took = loop.time() - started
+        await asyncio.wait_for(helping, 30)
+        for w in (backup, primary):
+            w.stop()
+            await w.close()
+        await client.aclose()
+        await backup_client.aclose()
+        return took
+
+    took = asyncio.run(scenario())
+    assert ran == {job_id: ["primary"] for job_id, _ in jobs}
+    assert took > 1.5  # the backlog outlasted backup_delay

@@ -1,0 +1,107 @@
+"""A backup's held-back jobs nobody took yet, while a primary works through a backlog
+(lockworker.daemons.defer.Held): pure decisions, no server.
+
+A job nobody ever took is left to the serving while it moves toward it: held back again
+(and looked at again ``backup_delay`` later) until a look sees a job delivered after it
+taken (the serving passed it over: its free clock starts then) or sees no job resolved
+for ``backup_delay`` (the serving does not move: it has lain free since it came, or since
+the last job seen resolved).
+"""
+
+from __future__ import annotations
+
+from lockworker.daemons.defer import AHEAD, Held, Sighting
+from lockworker.daemons.sources import Delivery
+from lockworker.model.keys import JobKeys
+from lockworker.model.state import JobStatus, Snapshot
+
+NEVER = Snapshot(JobStatus.PENDING, 0, 0, "")
+"""Free, and nobody ever took it (no token)."""
+TAKEN = Snapshot(JobStatus.PENDING, 1, 5, "primary", holder="primary", pttl_ms=30_000)
+DONE = Snapshot(JobStatus.DONE, 1, 5, "primary")
+
+
+def backlog(held: Held, n: int, at: float) -> list[Delivery]:
+    jobs = [Delivery(f"job-{i}", None) for i in range(n)]
+    for job in jobs:
+        held.hold(at, job)
+    return jobs
+
+
+def look(held: Held, now: float, seen: dict[str, Snapshot]) -> list[tuple[str, Sighting]]:
+    """One look at ``now`` at the deliveries due then, each seeing ``seen[job id]``
+    (every one due must be in it, and nothing else); those handed over."""
+    due = held.take(now, everything=False)
+    assert sorted(d.job_id for d in due) == sorted(seen)
+    looked = [(d, JobKeys.of("ns", d.job_id)) for d in due]
+    handed, _ = held.after_look(looked, [seen[d.job_id] for d in due], now, True)
+    return [(d.job_id, sighting) for d, sighting in handed if sighting is not None]
+
+
+def test_a_job_the_moving_serving_has_not_reached_is_held_until_it_is_passed_over() -> None:
+    held = Held(0.5)
+    backlog(held, 4, 10.0)
+    # The primary finished job 0 and holds job 1; 2 and 3 are ahead of it.
+    seen = {"job-0": DONE, "job-1": TAKEN, "job-2": NEVER, "job-3": NEVER}
+    assert look(held, 10.5, seen) == [("job-0", Sighting(DONE))]
+    assert len(held) == 3
+    # Job 1 done: the serving moves, and has passed neither 2 nor 3.
+    assert look(held, 11.0, {"job-1": DONE, "job-2": NEVER, "job-3": NEVER}) == [
+        ("job-1", Sighting(DONE))
+    ]
+    # Job 3 taken while job 2 lies free: job 2 was passed over; its clock starts now.
+    assert look(held, 11.45, {"job-2": NEVER, "job-3": TAKEN}) == []
+    assert look(held, 11.9, {"job-3": DONE}) == [("job-3", Sighting(DONE))]
+    assert look(held, 12.0, {"job-2": NEVER}) == [("job-2", Sighting(NEVER, (11.45, 0)))]
+    assert len(held) == 0
+
+
+def test_a_job_nobody_took_is_handed_over_once_nothing_was_resolved_for_backup_delay() -> None:
+    # No job ever seen resolved (an idle or stuck primary): free since it came.
+    held = Held(0.5)
+    backlog(held, 2, 10.0)
+    assert look(held, 10.5, {"job-0": TAKEN, "job-1": NEVER}) == [
+        ("job-1", Sighting(NEVER, (10.0, 0)))
+    ]
+    # The serving moved at 10.5, then nothing is resolved: free since that last move.
+    held = Held(0.5)
+    backlog(held, 3, 10.0)
+    assert look(held, 10.5, {"job-0": DONE, "job-1": NEVER, "job-2": NEVER}) == [
+        ("job-0", Sighting(DONE))
+    ]
+    assert look(held, 11.0, {"job-1": NEVER, "job-2": NEVER}) == [
+        ("job-1", Sighting(NEVER, (10.5, 0))), ("job-2", Sighting(NEVER, (10.5, 0)))
+    ]
+
+
+def test_the_source_waits_while_ahead_of_the_serving_by_the_limit() -> None:
+    held = Held(0.5)
+    backlog(held, AHEAD + 1, 10.0)
+    assert not held.full()
+    seen = {f"job-{i}": NEVER for i in range(1, AHEAD + 1)}
+    assert look(held, 10.5, {"job-0": DONE, **seen}) == [("job-0", Sighting(DONE))]
+    assert held.full()  # AHEAD jobs the serving has not reached: read no further
+    looked = [(Delivery("job-1", None), JobKeys.of("ns", "job-1"))]
+    held.after_look(looked, [DONE], 10.6, True)
+    assert not held.full()
+
+
+def test_a_handover_hands_over_the_job_handed_over_not_the_jobs_not_reached() -> None:
+    """A handover message (a failure due again at once, a release) has the backup look
+    at everything at once: the job given back (it has a token) goes to its contest at
+    once; a job the moving primary has not reached stays held back."""
+    held = Held(0.5)
+    backlog(held, 3, 10.0)
+    assert look(held, 10.5, {"job-0": DONE, "job-1": TAKEN, "job-2": NEVER}) == [
+        ("job-0", Sighting(DONE))
+    ]
+    given_back = Snapshot(JobStatus.PENDING, 1, 5, "primary")
+    due = held.take(10.6, everything=True)
+    seen = {"job-1": given_back, "job-2": NEVER}
+    handed, _ = held.after_look(
+        [(d, JobKeys.of("ns", d.job_id)) for d in due], [seen[d.job_id] for d in due],
+        10.6, True, hold_free=False,
+    )
+    assert handed == [(due[[d.job_id for d in due].index("job-1")],
+                       Sighting(given_back, (10.6, 5)))]
+    assert len(held) == 1
