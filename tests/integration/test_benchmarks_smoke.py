@@ -124,6 +124,8 @@ def test_quick_benchmark_run_writes_a_report(tmp_path: Path) -> None:
         "stream, 3 streams through shared groups (jobs/s):",
     ):
         assert line in done.stdout
+    if importlib.util.find_spec("redis_lock") is not None:  # the handover target's peer
+        assert "; target no slower than python-redis-lock (" in done.stdout
     stream = report.split("## 5. ", 1)[1].split("## 6. ", 1)[0]
     # The stream rows ran (or say why not: group= not there yet), every job exactly once
     # where no process was killed, and every job at least once where one was.
