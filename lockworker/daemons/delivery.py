@@ -40,9 +40,7 @@ def job_of(fields: dict[str, str]) -> tuple[str, Any] | None:
     job (no ``job_id``, or a payload that is not JSON): a bad entry."""
     job_id = fields.get("job_id")
     try:
-        payload = json.loads(
-            fields.get("payload", "null"), parse_constant=_not_json, parse_float=_finite
-        )
+        payload = _STRICT.decode(fields.get("payload", "null"))
     except ValueError:
         return None
     return (job_id, payload) if job_id else None
@@ -61,3 +59,8 @@ def _finite(number: str) -> float:
     if not math.isfinite(value):
         raise ValueError(f"{number} is out of a float's range")
     return value
+
+
+_STRICT = json.JSONDecoder(parse_constant=_not_json, parse_float=_finite)
+"""The one reader of every entry's payload: ``json.loads`` with these hooks would build
+a decoder per entry, a third of the cost of reading a small payload."""

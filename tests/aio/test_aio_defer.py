@@ -19,6 +19,17 @@ from lockworker.testing.server import RedisServer
 from tests.helpers import until
 
 
+async def close(*objects: Any) -> None:
+    """Stop and close the workers, then close the clients, in that order."""
+    for w in objects:
+        if isinstance(w, aio.Worker):
+            w.stop()
+            await w.close()
+    for c in objects:
+        if isinstance(c, aredis.Redis):
+            await c.aclose()
+
+
 def test_an_asyncio_backup_behind_a_fast_primary_resolves_every_job_in_batched_looks(
     redis_server: RedisServer, namespace: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -64,11 +75,7 @@ def test_an_asyncio_backup_behind_a_fast_primary_resolves_every_job_in_batched_l
         await backup._presence.start()
         await until(lambda: defer.deferring(backup), timeout=10)
         await asyncio.wait_for(backup.serve(jobs, concurrency=8), 30)
-        for w in (backup, primary):
-            w.stop()
-            await w.close()
-        await client.aclose()
-        await backup_client.aclose()
+        await close(backup, primary, client, backup_client)
         return seen
 
     seen = asyncio.run(scenario())
@@ -109,11 +116,7 @@ def test_an_asyncio_backup_leaves_a_moving_primarys_backlog_to_it(
         await asyncio.wait_for(primary.serve(jobs, concurrency=1), 60)
         took = loop.time() - started
         await asyncio.wait_for(helping, 30)
-        for w in (backup, primary):
-            w.stop()
-            await w.close()
-        await client.aclose()
-        await backup_client.aclose()
+        await close(backup, primary, client, backup_client)
         return took
 
     took = asyncio.run(scenario())

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -34,18 +34,35 @@ def worker(
     )
 
 
+def pair(
+    client: redis.Redis, namespace: str, ran: dict[str, list[str]],
+    work: Callable[[Any], None], backup_delay: float,
+) -> tuple[lockworker.Worker, lockworker.Worker]:
+    """A primary that runs ``work`` before recording a job, and a backup that records
+    its jobs (who ran each: ``ran``), both registered, the backup seeing the primary."""
+    lock = threading.Lock()
+
+    def record(owner: str) -> Callable[[Any], None]:
+        def on_acquired(job: Any) -> None:
+            if owner == "primary":
+                work(job)
+            with lock:
+                ran.setdefault(job.id, []).append(owner)
+
+        return on_acquired
+
+    primary = worker(client, namespace, "primary", record("primary"))
+    backup = worker(client, namespace, "backup", record("backup"), backup_delay=backup_delay)
+    primary._presence.start()
+    backup._presence.start()
+    wait_for(lambda: defer.deferring(backup), timeout=10)
+    return primary, backup
+
+
 @pytest.fixture
-def ran() -> Iterator[dict[str, list[str]]]:
+def ran() -> dict[str, list[str]]:
     """Who ran each job: ``{job id: [owner, ...]}``."""
-    yield {}
-
-
-def record(ran: dict[str, list[str]], owner: str, lock: threading.Lock) -> Callable[[Any], None]:
-    def on_acquired(job: Any) -> None:
-        with lock:
-            ran.setdefault(job.id, []).append(owner)
-
-    return on_acquired
+    return {}
 
 
 def test_a_backup_leaves_a_moving_primarys_backlog_to_it(
@@ -54,21 +71,11 @@ def test_a_backup_leaves_a_moving_primarys_backlog_to_it(
     """A backlog of about 2 s for the primary (one slot, 4 ms a job), a backup that lets
     a free job lie 1 s: every job is run once, all of them by the primary. Before, the
     backup competed for every job the primary had not reached 1 s after it came."""
-    lock = threading.Lock()
-    primary_done = record(ran, "primary", lock)
-
     def slow(job: Any) -> None:
         time.sleep(0.004)  # the primary's work: a backlog it needs seconds for
-        primary_done(job)
 
-    primary = worker(redis_client, namespace, "primary", slow)
-    backup = worker(
-        redis_client, namespace, "backup", record(ran, "backup", lock), backup_delay=1.0
-    )
+    primary, backup = pair(redis_client, namespace, ran, slow, backup_delay=1.0)
     jobs = [(f"job-{i}", None) for i in range(500)]
-    primary._presence.start()
-    backup._presence.start()
-    wait_for(lambda: defer.deferring(backup), timeout=10)
     threads = [
         threading.Thread(target=primary.serve, args=(jobs,), kwargs={"concurrency": 1}),
         threading.Thread(target=backup.serve, args=(jobs,), kwargs={"concurrency": 4}),
@@ -95,22 +102,11 @@ def test_a_backup_helps_a_primary_whose_every_slot_is_stuck(
     """The primary's one slot hangs in its first job: nothing is resolved, so the backup
     takes the rest about ``backup_delay`` after they came, while the primary still
     serves (its registration lives, its stuck job's lease is renewed)."""
-    lock = threading.Lock()
     release = threading.Event()
-    primary_done = record(ran, "primary", lock)
-
-    def stuck(job: Any) -> None:
-        release.wait(30)
-        primary_done(job)
-
-    primary = worker(redis_client, namespace, "primary", stuck)
-    backup = worker(
-        redis_client, namespace, "backup", record(ran, "backup", lock), backup_delay=0.3
+    primary, backup = pair(
+        redis_client, namespace, ran, lambda job: release.wait(30), backup_delay=0.3
     )
     jobs = [(f"job-{i}", None) for i in range(5)]
-    primary._presence.start()
-    backup._presence.start()
-    wait_for(lambda: defer.deferring(backup), timeout=10)
     serving = threading.Thread(target=primary.serve, args=(jobs,), kwargs={"concurrency": 1})
     serving.start()
     wait_for(lambda: backup.inspect("job-0").holder == "primary", timeout=10)
