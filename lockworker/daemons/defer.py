@@ -19,13 +19,14 @@ anyway), then looks at every delivery that came due in one round trip
   its contest competes at once;
 - leaves a job nobody ever took (the server knows no token for it) to the primary
   while the primary moves toward it: it is held back again, and looked at again
-  ``backup_delay`` later, until a look sees a job delivered after it taken (the
-  serving passed it over: it lies free from then) or sees no job resolved for
-  ``backup_delay`` (the serving does not move: it has lain free since it came, or
-  since the last job seen resolved). A primary behind on a backlog is therefore left
-  to work through it: the backup, which reads the same jobs in the same order, would
-  otherwise contend for each one it has not reached (a contest per process per job,
-  not one), and reads no more than :data:`AHEAD` such jobs ahead of it.
+  ``backup_delay`` after the serving was last seen to move, until a look sees a job
+  delivered after it taken (the serving passed it over: it lies free from then) or
+  sees no job resolved for ``backup_delay`` (the serving does not move: it has lain
+  free since it came, or since the last job seen resolved). A primary behind on a
+  backlog is therefore left to work through it: the backup, which reads the same jobs
+  in the same order, would otherwise contend for each one it has not reached (a
+  contest per process per job, not one), and reads no more than :data:`AHEAD` such
+  jobs ahead of it.
 
 It hands everything over at once, looked at in one batch, when a holder hands a job
 over (the settle of a failure due again at once, or a release on stop, publishes on
@@ -68,8 +69,8 @@ LIMIT = 4 * batch.MAX_BATCH
 
 AHEAD = batch.MAX_BATCH // 4
 """Held-back jobs the serving has not reached yet (a primary behind on a backlog) that a
-backup holds at most: each is looked at again every ``backup_delay``, so the source is
-not read further ahead of the serving than this."""
+backup holds at most: each is looked at again at most every ``backup_delay``, so the
+source is not read further ahead of the serving than this."""
 
 IDLE_WAIT = 0.05
 """Seconds the thread waits at most between two checks of the held-back deliveries."""
@@ -203,9 +204,9 @@ class Held:
             free: FreeClock | None = None
             if deferring and policy.lies_free(snapshot):
                 free = self._free_clock(job_id, snapshot, now)
-                if free is None:  # the serving has not reached it yet: look again later
-                    self._ahead.add(job_id)
-                    self.push(now + self.delay, delivery)
+                if free is None:  # the serving has not reached it yet: look again
+                    self._ahead.add(job_id)  # when it would have stalled, if it stops
+                    self.push(self._moved + self.delay + IDLE_WAIT, delivery)
                     continue
                 if hold_free and now < free[0] + self.delay:
                     # The primary normally takes it meanwhile: its DONE is seen at the

@@ -30,29 +30,37 @@ def backlog(held: Held, n: int, at: float) -> list[Delivery]:
 
 def look(held: Held, now: float, seen: dict[str, Snapshot]) -> list[tuple[str, Sighting]]:
     """One look at ``now`` at the deliveries due then, each seeing ``seen[job id]``
-    (every one due must be in it, and nothing else); those handed over."""
+    (every one due must be in it, and nothing else); those handed over, by job id."""
     due = held.take(now, everything=False)
     assert sorted(d.job_id for d in due) == sorted(seen)
     looked = [(d, JobKeys.of("ns", d.job_id)) for d in due]
     handed, _ = held.after_look(looked, [seen[d.job_id] for d in due], now, True)
-    return [(d.job_id, sighting) for d, sighting in handed if sighting is not None]
+    out = [(d.job_id, sighting) for d, sighting in handed if sighting is not None]
+    return sorted(out, key=lambda pair: pair[0])
 
 
 def test_a_job_the_moving_serving_has_not_reached_is_held_until_it_is_passed_over() -> None:
     held = Held(0.5)
-    backlog(held, 4, 10.0)
-    # The primary finished job 0 and holds job 1; 2 and 3 are ahead of it.
-    seen = {"job-0": DONE, "job-1": TAKEN, "job-2": NEVER, "job-3": NEVER}
-    assert look(held, 10.5, seen) == [("job-0", Sighting(DONE))]
-    assert len(held) == 3
-    # Job 1 done: the serving moves, and has passed neither 2 nor 3.
-    assert look(held, 11.0, {"job-1": DONE, "job-2": NEVER, "job-3": NEVER}) == [
-        ("job-1", Sighting(DONE))
+    backlog(held, 6, 10.0)
+    # The primary finished job 0 and holds jobs 1 and 2; 3, 4 and 5 are ahead of it.
+    seen = {"job-0": DONE, "job-1": TAKEN, "job-2": TAKEN}
+    assert look(held, 10.5, {**seen, "job-3": NEVER, "job-4": NEVER, "job-5": NEVER}) == [
+        ("job-0", Sighting(DONE))
     ]
-    # Job 3 taken while job 2 lies free: job 2 was passed over; its clock starts now.
-    assert look(held, 11.45, {"job-2": NEVER, "job-3": TAKEN}) == []
-    assert look(held, 11.9, {"job-3": DONE}) == [("job-3", Sighting(DONE))]
-    assert look(held, 12.0, {"job-2": NEVER}) == [("job-2", Sighting(NEVER, (11.45, 0)))]
+    assert len(held) == 5
+    # Job 1 done (the serving moves); job 4 taken while job 3 lies free: job 3 was
+    # passed over, and its clock starts now; job 5 is still ahead.
+    seen = {"job-1": DONE, "job-2": TAKEN, "job-3": NEVER, "job-4": TAKEN, "job-5": NEVER}
+    assert look(held, 11.0, seen) == [("job-1", Sighting(DONE))]
+    seen = {"job-2": DONE, "job-3": NEVER, "job-4": DONE, "job-5": NEVER}
+    assert look(held, 11.5, seen) == [
+        ("job-2", Sighting(DONE)), ("job-3", Sighting(NEVER, (11.0, 0))),
+        ("job-4", Sighting(DONE)),
+    ]
+    # Then nothing more is resolved: job 5 is looked at again just when the serving
+    # has stood still for backup_delay, and handed over, free since it last moved.
+    assert look(held, 11.95, {}) == []
+    assert look(held, 12.0, {"job-5": NEVER}) == [("job-5", Sighting(NEVER, (11.5, 0)))]
     assert len(held) == 0
 
 
@@ -69,6 +77,7 @@ def test_a_job_nobody_took_is_handed_over_once_nothing_was_resolved_for_backup_d
     assert look(held, 10.5, {"job-0": DONE, "job-1": NEVER, "job-2": NEVER}) == [
         ("job-0", Sighting(DONE))
     ]
+    assert look(held, 10.9, {}) == []
     assert look(held, 11.0, {"job-1": NEVER, "job-2": NEVER}) == [
         ("job-1", Sighting(NEVER, (10.5, 0))), ("job-2", Sighting(NEVER, (10.5, 0)))
     ]
