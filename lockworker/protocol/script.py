@@ -119,7 +119,7 @@ def _snapshot(keys: JobKeys, reply: Any) -> Snapshot:
     raw_state, raw_lock, pttl, now = reply
     return snapshot_from(
         keys, raw_state or None, raw_lock or None, int(pttl) if int(pttl) >= 0 else None,
-        server_ms(now),
+        server_ms(now) if now else None,
     )
 
 

@@ -3,6 +3,8 @@ retention of resolved states, and tokens across every way an attempt ends."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import redis
 from helpers import LEASE, RETENTION, grant, held, wait_for, who
 
@@ -81,6 +83,38 @@ def test_the_script_job_cycle_runs_sixteen_commands_in_its_scripts(
         # the settle: its lease (the third GET), the last two records, one DEL, the wake
         "lrange": 1, "del": 1, "publish": 1,
     }, ran
+
+
+def test_a_look_reads_only_what_can_change_its_answer(
+    redis_client: redis.Redis, keys: JobKeys
+) -> None:
+    """A look (the INSPECT script: a backup's held-back jobs, a contest's look) at a
+    resolved job reads its state alone; at a held one the state, the lease and its time
+    left; the server's clock only for a free job with a state (a due time). Each sees
+    what the full read (the transaction behind ``Worker.inspect``) sees."""
+    protocol = ScriptProtocol(redis_client)
+    warm_up(protocol, keys.namespace)
+    protocol.inspect(JobKeys.of(keys.namespace, "warm-up"))  # the script cached
+
+    def look(keys: JobKeys, expected: dict[str, int]) -> Snapshot:
+        before = calls(redis_client)
+        seen = protocol.inspect(keys)
+        assert server_commands(redis_client, before) == {"evalsha": 1, **expected}
+        full = protocol.inspect(keys, history=True)
+        if seen.due_ms is not None:  # read a moment apart: a due time a moment nearer
+            assert full.due_ms is not None and 0 <= seen.due_ms - full.due_ms < 1000
+        assert dataclasses.replace(full, history=(), due_ms=seen.due_ms) == seen
+        return seen
+
+    assert look(keys, {"get": 2}).token == 0  # nobody ever took it
+    g = grant(protocol, keys, "a")
+    assert look(keys, {"get": 2, "pttl": 1}).holder is not None
+    assert protocol.fail(keys, held(g, "a"), 3, RETENTION, delay_ms=60_000) is Settle.RELEASED
+    assert look(keys, {"get": 2, "time": 1}).due_ms is not None  # due in a minute
+    done = JobKeys.of(keys.namespace, "done")
+    g = grant(protocol, done, "a")
+    assert protocol.complete(done, held(g, "a"), RETENTION) is Settle.DONE
+    assert look(done, {"get": 1}).status is JobStatus.DONE
 
 
 def test_each_script_step_is_one_command(redis_client: redis.Redis, keys: JobKeys) -> None:
