@@ -14,7 +14,9 @@ A source is an async iterable of ``(job_id, payload)`` pairs (or deliveries), or
 source :class:`lockworker.Worker` serves (an iterable, a
 :class:`~lockworker.StreamSource`). A collection in memory (a list, a tuple) is read
 on the loop; any other sync source (a generator, a stream) is read, and its deliveries
-acknowledged, in a worker thread, so a blocking read never stalls the event loop.
+acknowledged, in a worker thread, so a blocking read never stalls the event loop. The
+deliveries resolved while one such hop is in flight are reported in the next, together,
+inside the source's ``resolving()`` if it has one (a group's entries in one XACK).
 ``stop()`` ends the serving also while an async source waits for its next item.
 """
 
@@ -133,7 +135,7 @@ async def serve(worker: AsyncServable, source: object, *, concurrency: int = 4) 
     # A collection in memory is read on the loop; anything else that is not async (a
     # generator, a stream) may block, and is read in a worker thread.
     blocking = not hasattr(source, "__aiter__") and not isinstance(source, Collection)
-    server = _Server(worker, concurrency, blocking)
+    server = _Server(worker, concurrency, blocking, getattr(source, "resolving", None))
     await server.run(_deliveries(source, worker, blocking))
 
 
@@ -229,15 +231,22 @@ async def _until_stopped(source: Any, worker: AsyncServable) -> AsyncGenerator[A
                 await close()
 
 
-def _report_all(deliveries: list[Delivery]) -> None:
-    for delivery in deliveries:
-        delivery.resolved()
+def _report_all(deliveries: list[Delivery], together: Any) -> None:
+    """Report ``deliveries`` resolved, in a worker thread: inside the source's
+    ``resolving()`` if it has one, so that it may batch their work (a group's XACK)."""
+    with together() if together is not None else contextlib.nullcontext():
+        for delivery in deliveries:
+            delivery.resolved()
 
 
 class _Server:
-    def __init__(self, worker: AsyncServable, concurrency: int, blocking: bool) -> None:
+    def __init__(
+        self, worker: AsyncServable, concurrency: int, blocking: bool, together: Any = None
+    ) -> None:
         self.worker = worker
         self.blocking = blocking
+        self.together = together
+        """The source's ``resolving()``, if any: reports made together go inside it."""
         self.concurrency = concurrency
         self.slots = Slots(concurrency)
         self.running: dict[str, collections.deque[Delivery]] = {}
@@ -360,4 +369,4 @@ class _Server:
     async def _report(self) -> None:
         while self.unreported:
             taken, self.unreported = self.unreported, []
-            await asyncio.to_thread(_report_all, taken)
+            await asyncio.to_thread(_report_all, taken, self.together)

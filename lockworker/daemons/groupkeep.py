@@ -92,6 +92,9 @@ class Keeper:
         """Resolved entries not yet acknowledged (the next XACK carries them)."""
         self._acking = False
         """A thread is sending acknowledgements (and sends what comes meanwhile)."""
+        self._together = 0
+        """Batches of resolutions being reported (:meth:`GroupReader.resolving`): their
+        acknowledgements wait for the batch's end."""
         self._handover: set[str] = set()
         self._kick: threading.Event = threading.Event()
         """Wakes the keeper: the event its channel's messages set, once it listens."""

@@ -53,6 +53,7 @@ nobody serves any more holds trimming back until it is destroyed (``XGROUP DESTR
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import threading
 from collections.abc import Iterator, Mapping
@@ -150,10 +151,29 @@ class GroupReader(Keeper):
             self._held.pop(entry_id, None)
             self._given.discard(entry_id)
             self._acks.append(entry_id)
-            if self._acking:
+            if self._acking or self._together:
                 return
             self._acking = True
         self._send_acks()
+
+    @contextlib.contextmanager
+    def resolving(self) -> Iterator[None]:
+        """Report many resolutions together, from one thread (asyncio ``serve`` reports
+        what resolved meanwhile in one hop to a worker thread): their entries are
+        acknowledged in one XACK when the batch ends. Called one by one, each would find
+        no acknowledgement in flight and send its own, one round trip per job."""
+        with self._cond:
+            self._together += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._together -= 1
+                send = not self._together and not self._acking and bool(self._acks)
+                if send:
+                    self._acking = True
+            if send:
+                self._send_acks()
 
     def _send_acks(self) -> None:
         """XACK what waits, until nothing does; then remove the consumer if the pass

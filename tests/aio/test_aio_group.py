@@ -112,3 +112,57 @@ def consumers(client: redis.Redis, entries: str) -> set[str]:
     except redis.ResponseError:
         return set()
 
+
+
+def test_an_asyncio_member_acknowledges_what_resolved_together_in_one_xack(
+    redis_server: RedisServer, namespace: str
+) -> None:
+    """asyncio serve reports the jobs that resolved meanwhile in one hop to a worker
+    thread; inside the source's ``resolving()`` their entries go in one XACK. Reported
+    one by one, each found no acknowledgement in flight and sent its own: an XACK round
+    trip per job, in one thread, which fell behind a busy stream (the entries in hand
+    then grew without bound)."""
+    stream = f"{namespace}-jobs"
+    entries = stream_keys(stream).extra("entries")
+    sync_client = redis_server.client(decode_responses=True)
+    jobs = 300
+    pipe = sync_client.pipeline(transaction=False)
+    for i in range(jobs):
+        pipe.xadd(entries, {"job_id": f"j{i}", "payload": "null"})
+    pipe.execute()
+    ran: list[str] = []
+
+    def xacks() -> int:
+        stats = sync_client.info("commandstats").get("cmdstat_xack", {})
+        return int(stats.get("calls", 0))
+
+    def settled() -> bool:
+        """Every job ran, and every entry is acknowledged."""
+        try:
+            return len(ran) == jobs and sync_client.xpending(entries, "g")["pending"] == 0
+        except redis.ResponseError:  # the group is not there yet
+            return False
+
+    async def scenario() -> int:
+        client = redis.asyncio.Redis.from_url(redis_server.url, decode_responses=True)
+        worker = aio.Worker(
+            client, namespace=namespace, owner="async", lock_timeout=5.0,
+            on_acquired=lambda job: ran.append(job.id), handle_signals=False,
+        )
+        source = StreamSource(sync_client, stream, owner="async", group="g", block=0.05)
+        before = xacks()
+        serving = asyncio.ensure_future(worker.serve(source, concurrency=16))
+        await until(settled, timeout=30)
+        sent = xacks() - before
+        worker.stop()
+        await asyncio.wait_for(serving, 10)
+        await worker.close()
+        await client.aclose()
+        return sent
+
+    try:
+        sent = asyncio.run(scenario())
+    finally:
+        sync_client.close()
+    assert sorted(ran) == sorted(f"j{i}" for i in range(jobs))
+    assert sent <= jobs / 4, sent  # one per report hop, many jobs each
