@@ -101,9 +101,13 @@ def test_a_look_reads_only_what_can_change_its_answer(
         seen = protocol.inspect(keys)
         assert server_commands(redis_client, before) == {"evalsha": 1, **expected}
         full = protocol.inspect(keys, history=True)
-        if seen.due_ms is not None:  # read a moment apart: a due time a moment nearer
-            assert full.due_ms is not None and 0 <= seen.due_ms - full.due_ms < 1000
-        assert dataclasses.replace(full, history=(), due_ms=seen.due_ms) == seen
+        # Read a moment apart: a due time and a lease's end a moment nearer.
+        for field in ("due_ms", "pttl_ms"):
+            mine, theirs = getattr(seen, field), getattr(full, field)
+            assert (mine is None) == (theirs is None), field
+            assert mine is None or 0 <= mine - theirs < 1000, field
+        near = dataclasses.replace(full, history=(), due_ms=seen.due_ms, pttl_ms=seen.pttl_ms)
+        assert near == seen
         return seen
 
     assert look(keys, {"get": 2}).token == 0  # nobody ever took it
