@@ -42,12 +42,25 @@ def _s(seconds: float | None, cap: float) -> str:
     return f"not within {cap:g} s" if seconds is None else f"{seconds:.2f} s"
 
 
+def _short_of(run: FailoverRun) -> str:
+    """Why a row misses the target, beyond a steady rate never reached (said apart)."""
+    why = []
+    if run.left:
+        why.append(f"{run.left} jobs left")
+    if run.ratio < TARGET_RATIO:
+        why.append(f"{run.ratio:.3f}x < {TARGET_RATIO:g}x")
+    if run.steady_after is not None and run.steady_after > run.steady_target:
+        why.append(f"0.8x only after {run.steady_after:.2f} s > {run.steady_target:g} s")
+    return f" ({'; '.join(why)})" if why else ""
+
+
 def summary(section: FailoverSection) -> list[str]:
     lines = []
     if section.streams:
         cases = ", ".join(
             f"{r.how} {r.kind} {r.ratio:.2f}x"
             + ("" if r.steady_after is not None else f" (0.8x not within {r.cap:g} s)")
+            + _short_of(r)
             for r in section.streams
         )
         met = all(r.met for r in section.streams)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
@@ -97,3 +98,18 @@ def test_a_crawl_that_runs_out_of_time_is_not_met_and_says_how_many_were_left() 
     assert result.steady_after is None
     assert result.left == 65 and result.twice == 1
     assert result.ratio < 0.1 and not result.met
+
+
+def test_the_summary_says_why_a_row_misses_the_target() -> None:
+    """A ratio printed as 0.80x that is 0.796x, a steady rate reached too late, jobs
+    left: each is named beside its row, so the verdict can be read."""
+    slow, late, fine = _run("SIGTERM"), _run("SIGKILL"), _run("SIGKILL")
+    for run, after, steady in ((slow, 796.0, 0.5), (late, 900.0, 3.5), (fine, 900.0, 1.0)):
+        run.before_rate, run.after_rate, run.steady_after = 1000.0, after, steady
+    late.left = 3
+    section = SimpleNamespace(streams=[slow, late, fine], peers=None)
+    (line,) = report_failover.summary(section)  # type: ignore[arg-type]
+    assert "SIGTERM sync 0.80x (0.796x < 0.8x)," in line
+    assert "SIGKILL sync 0.90x (3 jobs left; 0.8x only after 3.50 s > 3 s)," in line
+    assert line.endswith("SIGKILL sync 0.90x; target >= 0.8x within the lease + 1 s after "
+                         "SIGKILL, 1 s after SIGTERM: **not met**")
