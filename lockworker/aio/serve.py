@@ -26,7 +26,7 @@ import asyncio
 import collections
 import contextlib
 import threading
-from collections.abc import AsyncGenerator, Awaitable, Collection, Iterator
+from collections.abc import AsyncGenerator, Awaitable, Callable, Collection, Iterator
 from typing import Any, Protocol
 
 from lockworker.aio.defer import AsyncDeferrals
@@ -231,7 +231,11 @@ async def _until_stopped(source: Any, worker: AsyncServable) -> AsyncGenerator[A
                 await close()
 
 
-def _report_all(deliveries: list[Delivery], together: Any) -> None:
+Together = Callable[[], contextlib.AbstractContextManager[None]]
+"""A source's ``resolving``: reports made inside it may be batched by the source."""
+
+
+def _report_all(deliveries: list[Delivery], together: Together | None) -> None:
     """Report ``deliveries`` resolved, in a worker thread: inside the source's
     ``resolving()`` if it has one, so that it may batch their work (a group's XACK)."""
     with together() if together is not None else contextlib.nullcontext():
@@ -241,7 +245,8 @@ def _report_all(deliveries: list[Delivery], together: Any) -> None:
 
 class _Server:
     def __init__(
-        self, worker: AsyncServable, concurrency: int, blocking: bool, together: Any = None
+        self, worker: AsyncServable, concurrency: int, blocking: bool,
+        together: Together | None = None,
     ) -> None:
         self.worker = worker
         self.blocking = blocking
