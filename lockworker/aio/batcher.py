@@ -23,6 +23,7 @@ from typing import Any
 import redis
 from redis.exceptions import NoScriptError
 
+from lockworker.aio import wire
 from lockworker.protocol import batch
 from lockworker.protocol.luacall import ready
 from lockworker.protocol.script import Step
@@ -97,7 +98,14 @@ class AsyncBatcher:
 
 async def _alone(client: Any, step: Step[Any]) -> Any:
     try:
-        reply = await step.script.acall(client, step.names, step.args)
+        if wire.direct(client):
+            reply = (await wire.exchange(client, [batch.command(step)]))[0]
+            if isinstance(reply, NoScriptError):  # not run: EVAL loads the script
+                reply = await step.script.acall(client, step.names, step.args)
+            if isinstance(reply, redis.ResponseError):
+                raise reply
+        else:
+            reply = await step.script.acall(client, step.names, step.args)
     except redis.ResponseError as exc:
         return batch.outcome(step, exc)
     return batch.outcome(step, reply)
@@ -114,8 +122,15 @@ async def send(client: Any, steps: list[Step[Any]]) -> list[Any]:
 
 
 async def _execute(client: Any, calls: list[batch.Call]) -> list[Any]:
-    """Each call's reply: a cluster's looped commands one per node, the rest in one
-    pipeline (a lone command without one)."""
+    """Each call's reply: on a plain client every call in one write
+    (:mod:`lockworker.aio.wire`); on a cluster its looped commands one per node, the
+    rest in one pipeline (a lone command without one)."""
+    if wire.direct(client):
+        written = await wire.exchange(client, [call.command() for call in calls])
+        return [
+            await _one(client, calls[n]) if isinstance(reply, NoScriptError) else reply
+            for n, reply in enumerate(written)
+        ]
     replies: list[Any] = [None] * len(calls)
     routed = [n for n, call in enumerate(calls) if call.node is None]
     for n, call in enumerate(calls):

@@ -17,7 +17,15 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from benchmarks import report_stream, stream  # noqa: E402
-from benchmarks.stream_kit import Costs, Record, analyse, command_name  # noqa: E402
+from benchmarks.stream_kit import (  # noqa: E402
+    Costs,
+    Record,
+    _scanned_names,
+    analyse,
+    command_name,
+    packed_names,
+)
+from lockworker.protocol.resp import pack_hiredis  # noqa: E402
 
 
 def test_command_names_are_those_of_commandstats() -> None:
@@ -26,6 +34,18 @@ def test_command_names_are_those_of_commandstats() -> None:
     assert command_name(("XINFO CONSUMERS", "s", "g")) == "xinfo|consumers"
     assert command_name(("CLIENT", "SETINFO", "LIB-NAME", "x")) == "client|setinfo"
     assert command_name(("GET", "CLIENT")) == "get"
+
+
+def test_a_packed_batch_is_counted_by_the_names_of_its_commands() -> None:
+    """lockworker's asyncio batches reach the counting connection packed already."""
+    commands = [
+        ("EVALSHA", "abc", 1, b"k\r\n$3\r\n*2" * 50),
+        ("XINFO", "CONSUMERS", "s", "g"),
+        ("EVAL", "return 1", 0),
+    ]
+    packed = pack_hiredis(commands)
+    assert packed_names(packed) == ["evalsha", "xinfo|consumers", "eval"]
+    assert _scanned_names(packed) == packed_names(packed)  # without hiredis
 
 
 def test_a_clean_run_is_timed_to_the_last_first_run_of_a_job() -> None:
