@@ -16,21 +16,24 @@ from typing import Any
 from lockworker.aio.batcher import send
 from lockworker.aio.jobrun import AsyncJobRun
 from lockworker.aio.wake import wait
-from lockworker.daemons.defer import IDLE_WAIT, Held, Sighting, deferring, watched
+from lockworker.daemons.defer import IDLE_WAIT, Held, Sighting, deferring
+from lockworker.daemons.looked import done_elsewhere, watched
 from lockworker.daemons.sources import Delivery
 from lockworker.errors import LockworkerError
 from lockworker.model.presence import handover_channel
 from lockworker.protocol.script import inspect_step
 
 AsyncDispatch = Callable[[Delivery, "Sighting | None"], Awaitable[object]]
+AsyncSettle = Callable[[Delivery], Awaitable[object]]
 
 
 class AsyncDeferrals:
     """The held-back deliveries of one asyncio ``serve`` call of a backup, and their task."""
 
-    def __init__(self, worker: Any, dispatch: AsyncDispatch) -> None:
+    def __init__(self, worker: Any, dispatch: AsyncDispatch, settle: AsyncSettle) -> None:
         self.w = worker
         self.dispatch = dispatch
+        self.settle = settle
         self.held = Held(float(worker.backup_delay))
         self._task: asyncio.Task[None] | None = None
         self._room = asyncio.Event()
@@ -98,7 +101,10 @@ class AsyncDeferrals:
         for delivery in bad:
             await self.dispatch(delivery, None)
         for delivery, snapshot in handed:
-            await self.dispatch(delivery, snapshot)
+            if snapshot is not None and done_elsewhere(self.w, delivery, snapshot.snapshot):
+                await self.settle(delivery)  # reported as its contest would, without one
+            else:
+                await self.dispatch(delivery, snapshot)
 
     async def _locked(self, delivery: Delivery, seen: Sighting | None) -> None:
         """Report a job held by another as its contest would (``job.locked``, then

@@ -261,7 +261,8 @@ class _Server:
         self.reporting: asyncio.Future[None] | None = None
         self.error: BaseException | None = None
         self.deferrals = (
-            AsyncDeferrals(worker, self.dispatch) if defer.wanted(worker) else None
+            AsyncDeferrals(worker, self.dispatch, self.resolved)
+            if defer.wanted(worker) else None
         )
         self.log = events.logger(
             events.SERVE, worker._logger,

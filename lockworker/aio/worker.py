@@ -178,6 +178,9 @@ class Worker(WorkerSettings):
         with SERVING.borrow(self) as gate:  # the serving's slots, when it called
             return await AsyncJobRun(self, keys, payload, log, gate).run()
 
+    _OWN_PROCESS = process  # kept by a subclass: serve may settle a job done elsewhere
+    # without calling it (lockworker.daemons.looked); an override sees every job
+
     async def serve(self, source: Any, *, concurrency: int = 4) -> None:
         """Process jobs from ``source`` (an iterable or async iterable of
         ``(job_id, payload)``, or a :class:`lockworker.StreamSource`) until it is

@@ -8,9 +8,12 @@ holds each delivery back for ``backup_delay`` (the time it would let a free job 
 anyway), then looks at every delivery that came due in one round trip
 (:mod:`lockworker.protocol.batch`, one read-only script per job), and:
 
+- settles a job done by another run there and then, reported as its contest would
+  report it (:mod:`lockworker.daemons.looked`), unless the worker's ``process`` is
+  overridden (it sees every job);
 - hands to ``process`` (with what it saw, so the contest's first look costs nothing)
-  every job that is resolved (DONE, GAVE_UP) or waiting for its retry schedule: the
-  contest then decides as it always does;
+  every other job that is resolved or waiting for its retry schedule: the contest then
+  decides as it always does;
 - holds back again a job whose lease is held, until ``backup_delay`` later or the
   lease's end, whichever comes first (a crashed holder's lease ends; a live one's
   DONE is seen at the next look);
@@ -53,10 +56,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from lockworker.daemons.jobrun import JobRun
+from lockworker.daemons.looked import done_elsewhere, watched
 from lockworker.daemons.sources import Delivery
 from lockworker.errors import LockworkerError
 from lockworker.model import policy
-from lockworker.model.codec import payload_view
 from lockworker.model.keys import JobKeys
 from lockworker.model.policy import FreeClock
 from lockworker.model.presence import handover_channel
@@ -92,6 +95,13 @@ Looked = tuple[Delivery, JobKeys]
 """A held-back delivery and the keys of its job, about to be looked at."""
 
 Dispatch = Callable[[Delivery, "Sighting | None"], object]
+Settle = Callable[[Delivery], object]
+"""How ``serve`` settles a delivery resolved without a contest (its resolution reported)."""
+
+
+def resolve(delivery: Delivery) -> None:
+    """The sync ``serve``'s :data:`Settle`: report the delivery resolved, in this thread."""
+    delivery.resolved()
 
 
 class Held:
@@ -260,18 +270,6 @@ class Held:
         self._ahead.discard(job_id)
 
 
-def watched(worker: Any, delivery: Delivery) -> tuple[JobKeys, Any, Any] | None:
-    """The keys, payload and log of a held-back job a backup reports held (``job.locked``,
-    ``on_locked``), as its contest would; None for an id or payload ``process`` refuses
-    (when the delivery comes due, serve says why)."""
-    try:
-        keys = JobKeys.of(worker.namespace, delivery.job_id)
-        payload = payload_view(delivery.payload)
-    except LockworkerError:
-        return None
-    return keys, payload, worker._log.bind(job_id=delivery.job_id)
-
-
 def wanted(worker: Any) -> bool:
     """Whether ``worker``'s serving holds deliveries back: a backup with a delay, whose
     protocol batches its steps (the script protocol with a sender; a WATCH/MULTI/EXEC
@@ -290,9 +288,10 @@ def deferring(worker: Any) -> bool:
 class Deferrals:
     """The held-back deliveries of one ``serve`` call of a backup, and their thread."""
 
-    def __init__(self, worker: Any, dispatch: Dispatch) -> None:
+    def __init__(self, worker: Any, dispatch: Dispatch, settle: Settle | None = None) -> None:
         self.w = worker
         self.dispatch = dispatch
+        self.settle = settle or resolve
         self.held = Held(float(worker.backup_delay))
         self._cond = threading.Condition(threading.RLock())
         self._thread: threading.Thread | None = None
@@ -377,7 +376,10 @@ class Deferrals:
         for delivery in bad:
             self.dispatch(delivery, None)
         for delivery, snapshot in handed:
-            self.dispatch(delivery, snapshot)
+            if snapshot is not None and done_elsewhere(self.w, delivery, snapshot.snapshot):
+                self.settle(delivery)  # reported as its contest would, without one
+            else:
+                self.dispatch(delivery, snapshot)
 
     def _locked(self, delivery: Delivery, seen: Sighting | None) -> None:
         """Report a job held by another as its contest would (``job.locked``, then

@@ -102,10 +102,7 @@ class RunBase(ContestantBase):
             # This run's own completion, not merely its owner label's: a restarted
             # daemon with a stable owner did not run what its predecessor finished.
             mine = (seen.owner, seen.run) == (w.owner, w.run_id)
-            self.log.info(
-                events.DONE if mine else events.DONE_ELSEWHERE,
-                attempt=seen.attempt, token=seen.token, by=seen.owner,
-            )
+            report_done(self.log, seen, mine=mine)
             return (Outcome.DONE if mine else Outcome.DONE_ELSEWHERE), None
         if seen.status is JobStatus.GAVE_UP:
             self.log.warning(events.GAVE_UP, attempt=seen.attempt, token=seen.token)
@@ -201,3 +198,12 @@ class Failure:
     give_up: str | None = None
     error: ErrorText | None = None
     """The failure as the attempt's history record keeps it."""
+
+
+def report_done(log: events.EventLog, seen: Snapshot, *, mine: bool) -> None:
+    """The event of a job seen DONE: ``job.done`` by this run, ``job.done_elsewhere``
+    by another (a contest's look, or a backup's look that settles it without one)."""
+    log.info(
+        events.DONE if mine else events.DONE_ELSEWHERE,
+        attempt=seen.attempt, token=seen.token, by=seen.owner,
+    )

@@ -3,8 +3,9 @@
 The serving thread takes the next delivery from the source, then a free slot, and hands
 it to a pool thread that runs it through the worker's public
 :meth:`lockworker.Worker.process` (a subclass's override included: it sees every served
-job, and what it returns is the job's outcome here). At most
-``concurrency`` jobs work at once, so one slow job holds up only its own slot.
+job, and what it returns is the job's outcome here; without one, a backup settles a
+job its batched look saw done elsewhere without it, :mod:`lockworker.daemons.looked`).
+At most ``concurrency`` jobs work at once, so one slow job holds up only its own slot.
 
 Rules kept here:
 

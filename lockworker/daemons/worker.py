@@ -293,6 +293,8 @@ class Worker(WorkerSettings):
         with SERVING.borrow(self) as gate:  # serve's slots, when serve called
             return JobRun(self, keys, payload, log, gate).run()
 
+    _OWN_PROCESS = process  # unless overridden, serve may skip it (daemons.looked)
+
     def serve(self, source: Any, *, concurrency: int = 4) -> None:
         """Process jobs from ``source`` until it is exhausted or the worker is stopped.
 

@@ -8,13 +8,16 @@ import asyncio
 from typing import Any
 
 import pytest
+import redis
 import redis.asyncio as aredis
 
+import lockworker
 from lockworker import aio
 from lockworker.aio import batcher as aio_batcher
 from lockworker.aio.jobrun import AsyncJobRun
 from lockworker.daemons import defer
 from lockworker.model.state import Outcome
+from lockworker.runtime import events
 from lockworker.testing.server import RedisServer
 from tests.helpers import until
 
@@ -30,35 +33,52 @@ async def close(*objects: Any) -> None:
             await c.aclose()
 
 
+def primary_and_backup(
+    url: str, namespace: str
+) -> tuple[aredis.Redis, aredis.Redis, aio.Worker, aio.Worker]:
+    """A primary and a backup (``backup_delay`` 0.3 s), each on a client of its own."""
+    client = aredis.Redis.from_url(url)
+    backup_client = aredis.Redis.from_url(url)
+    primary = aio.Worker(client, namespace=namespace, owner="primary",
+                         on_acquired=lambda job: None, handle_signals=False)
+    backup = aio.Worker(backup_client, namespace=namespace, owner="backup",
+                        role="backup", backup_delay=0.3, on_acquired=lambda job: None,
+                        handle_signals=False)
+    return client, backup_client, primary, backup
+
+
+def calls_of(method: str, worker: Any, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The job ids of ``worker``'s runs that call ``AsyncJobRun.<method>``, as they do."""
+    called: list[str] = []
+    real = getattr(AsyncJobRun, method)
+
+    async def counted(run: AsyncJobRun) -> Any:
+        if run.w is worker:
+            called.append(run.keys.job_id)
+        return await real(run)
+
+    monkeypatch.setattr(AsyncJobRun, method, counted)
+    return called
+
+
 def test_an_asyncio_backup_behind_a_fast_primary_resolves_every_job_in_batched_looks(
     redis_server: RedisServer, namespace: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     jobs = [(f"job-{i}", None) for i in range(40)]
-    subscribed: list[str] = []
-    real_subscribe = AsyncJobRun.subscribe
     looks: list[int] = []
     real_send = aio_batcher.send
 
-    async def scenario() -> list[tuple[str, Outcome]]:
-        client = aredis.Redis.from_url(redis_server.url)
-        backup_client = aredis.Redis.from_url(redis_server.url)
-        primary = aio.Worker(client, namespace=namespace, owner="primary",
-                             on_acquired=lambda job: None, handle_signals=False)
-        backup = aio.Worker(backup_client, namespace=namespace, owner="backup",
-                            role="backup", backup_delay=0.3, on_acquired=lambda job: None,
-                            handle_signals=False)
-
-        async def subscribe(run: AsyncJobRun) -> bool:
-            if run.w is backup:
-                subscribed.append(run.keys.job_id)
-            return await real_subscribe(run)
+    async def scenario() -> tuple[list[tuple[str, Outcome]], list[str]]:
+        client, backup_client, primary, backup = primary_and_backup(
+            redis_server.url, namespace
+        )
+        subscribed = calls_of("subscribe", backup, monkeypatch)
 
         async def counted(c: Any, steps: Any) -> list[Any]:
             if c is backup_client:
                 looks.append(len(steps))
             return await real_send(c, steps)
 
-        monkeypatch.setattr(AsyncJobRun, "subscribe", subscribe)
         monkeypatch.setattr(aio_batcher, "send", counted)
         monkeypatch.setattr("lockworker.aio.defer.send", counted)
         seen: list[tuple[str, Outcome]] = []
@@ -76,9 +96,9 @@ def test_an_asyncio_backup_behind_a_fast_primary_resolves_every_job_in_batched_l
         await until(lambda: defer.deferring(backup), timeout=10)
         await asyncio.wait_for(backup.serve(jobs, concurrency=8), 30)
         await close(backup, primary, client, backup_client)
-        return seen
+        return seen, subscribed
 
-    seen = asyncio.run(scenario())
+    seen, subscribed = asyncio.run(scenario())
     assert sorted(seen) == sorted((j, Outcome.DONE_ELSEWHERE) for j, _ in jobs)
     assert subscribed == []
     assert sum(looks) == 40 and len(looks) <= 6
@@ -122,3 +142,45 @@ def test_an_asyncio_backup_leaves_a_moving_primarys_backlog_to_it(
     took = asyncio.run(scenario())
     assert ran == {job_id: ["primary"] for job_id, _ in jobs}
     assert took > 1.5  # the backlog outlasted backup_delay
+
+
+def test_an_asyncio_backup_settles_a_fast_primarys_stream_jobs_without_a_contest(
+    redis_server: RedisServer, namespace: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No override of process: the jobs its looks saw DONE are settled there (no run),
+    each reported ``job.done_elsewhere``, and resolved to the stream, whose saved
+    position moves past them all."""
+    stream = f"{namespace}-s"
+    sync = redis.Redis.from_url(redis_server.url)
+    ids = [lockworker.submit(sync, stream, f"job-{i}") for i in range(40)]
+    reported: list[str] = []
+
+    def observe(logger: str, event: str, fields: dict[str, Any]) -> None:
+        if event == events.DONE_ELSEWHERE and fields.get("owner") == "backup":
+            reported.append(fields["job_id"])
+
+    async def scenario() -> list[str]:
+        client, backup_client, primary, backup = primary_and_backup(
+            redis_server.url, namespace
+        )
+        runs = calls_of("run", backup, monkeypatch)  # a contest per job run
+        await primary._presence.start()
+        await primary.serve([(f"job-{i}", None) for i in range(40)], concurrency=8)
+        await backup._presence.start()
+        await until(lambda: defer.deferring(backup), timeout=10)
+        source = lockworker.StreamSource(sync, stream, owner="backup", block=0.05)
+        serving = asyncio.ensure_future(backup.serve(source, concurrency=8))
+        await until(lambda: source.position() == ids[-1], timeout=20)
+        backup.stop()
+        await asyncio.wait_for(serving, 10)
+        await close(backup, primary, client, backup_client)
+        return runs
+
+    events.add_observer(observe)
+    try:
+        runs = asyncio.run(scenario())
+    finally:
+        events.remove_observer(observe)
+        sync.close()
+    assert runs == []
+    assert sorted(reported) == sorted(f"job-{i}" for i in range(40))

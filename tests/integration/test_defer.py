@@ -28,6 +28,7 @@ from lockworker.model.presence import handover_channel
 from lockworker.model.state import Grant, JobStatus, Outcome, Snapshot
 from lockworker.protocol import ScriptProtocol
 from lockworker.protocol import batch as protocol_batch
+from lockworker.runtime import events
 from tests.helpers import held, wait_for, who
 
 LEASE_MS, MAX, RETENTION_MS = 30_000, 3, 60_000
@@ -67,18 +68,23 @@ class Recorder:
         return True
 
 
+def calls_of(method: str, worker: Any, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The job ids of ``worker``'s runs that call ``JobRun.<method>``, as they do."""
+    called: list[str] = []
+    real = getattr(JobRun, method)
+
+    def counted(run: JobRun) -> Any:
+        if run.w is worker:
+            called.append(run.keys.job_id)
+        return real(run)
+
+    monkeypatch.setattr(JobRun, method, counted)
+    return called
+
+
 def job_channels_of(worker: Any, monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The job ids whose own wake channel ``worker``'s runs listen on, as they do."""
-    subscribed: list[str] = []
-    real_subscribe = JobRun.subscribe
-
-    def subscribe(run: JobRun) -> bool:
-        if run.w is worker:
-            subscribed.append(run.keys.job_id)
-        return real_subscribe(run)
-
-    monkeypatch.setattr(JobRun, "subscribe", subscribe)
-    return subscribed
+    return calls_of("subscribe", worker, monkeypatch)
 
 
 def hold(client: redis.Redis, namespace: str, job_id: str, lease_ms: int = LEASE_MS) -> Grant:
@@ -114,11 +120,12 @@ def test_a_failure_due_at_once_hands_a_held_back_job_over_at_once(
     assert seen is not None and seen.holder is None and seen.attempt == 1
 
 
-def test_a_held_job_stays_held_back_and_a_done_one_is_handed_over_with_its_snapshot(
+def test_a_held_job_stays_held_back_and_a_done_one_is_settled_without_a_contest(
     redis_client: redis.Redis, namespace: str, pair: tuple[Any, Any]
 ) -> None:
-    """Held: not handed over while its lease runs (a look every backup_delay). DONE:
-    handed over at the look after it, with the DONE snapshot (no look of its own)."""
+    """Held: not handed over while its lease runs (a look every backup_delay). DONE by
+    the primary: settled at the look after it (reported ``job.done_elsewhere`` as its
+    contest would), never handed to a contest."""
     _, backup = pair
     backup.backup_delay = 0.2
     hold(redis_client, namespace, "held")
@@ -127,7 +134,15 @@ def test_a_held_job_stays_held_back_and_a_done_one_is_handed_over_with_its_snaps
         JobKeys.of(namespace, "done"), held(g, "primary"), RETENTION_MS
     )
     recorder = Recorder()
-    deferrals = Deferrals(backup, recorder)
+    settled: list[str] = []
+    deferrals = Deferrals(backup, recorder, lambda d: settled.append(d.job_id))
+    reported: list[tuple[str, dict[str, Any]]] = []
+
+    def observe(logger: str, event: str, fields: dict[str, Any]) -> None:
+        if event == events.DONE_ELSEWHERE and fields.get("owner") == "backup":
+            reported.append((fields["job_id"], fields))
+
+    events.add_observer(observe)
     looks: list[int] = []
     real_send = protocol_batch.send
 
@@ -141,15 +156,15 @@ def test_a_held_job_stays_held_back_and_a_done_one_is_handed_over_with_its_snaps
         for job_id in ("held", "done"):
             deferrals.held.push(due, Delivery(job_id, None))
         deferrals.start()
-        wait_for(lambda: "done" in recorder.handed, timeout=5)
+        wait_for(lambda: settled == ["done"], timeout=5)
         wait_for(lambda: len(looks) >= 4, timeout=5)  # the held one looked at again
     finally:
         protocol_batch.send = real_send  # type: ignore[assignment]
+        events.remove_observer(observe)
         deferrals.close()
-    assert "held" not in recorder.handed
+    assert recorder.handed == {}  # neither went to a contest
     assert looks[0] == 2  # both in one round trip
-    seen = recorder.handed["done"][1]
-    assert seen is not None and seen.status is JobStatus.DONE
+    assert [(job, f["by"], f["attempt"]) for job, f in reported] == [("done", "primary", 1)]
 
 
 def test_a_held_back_job_is_looked_at_again_at_its_leases_end(
@@ -230,6 +245,36 @@ def test_a_backup_behind_a_fast_primary_resolves_every_job_without_a_contest(
     assert sorted(seen_by_backup) == sorted((j, Outcome.DONE_ELSEWHERE) for j, _ in jobs)
     assert subscribed == []
     assert sum(looks) == 60 and len(looks) <= 6
+
+
+def test_a_backup_settles_a_fast_primarys_jobs_without_a_contest_unless_process_is_overridden(
+    redis_client: redis.Redis, namespace: str, pair: tuple[Any, Any],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The same serving without an override of process: every job the backup's looks
+    saw DONE is settled there (no run, no slot), reported ``job.done_elsewhere`` once
+    each, as a contest would. (With an override, the test above: it sees every job.)"""
+    primary, backup = pair
+    backup.backup_delay = 0.3
+    jobs = [(f"job-{i}", None) for i in range(60)]
+    runs = calls_of("run", backup, monkeypatch)  # a contest per job run
+    reported: list[str] = []
+
+    def observe(logger: str, event: str, fields: dict[str, Any]) -> None:
+        if event == events.DONE_ELSEWHERE and fields.get("owner") == "backup":
+            reported.append(fields["job_id"])
+
+    events.add_observer(observe)
+    try:
+        primary.serve(jobs, concurrency=8)
+        serving = threading.Thread(target=backup.serve, args=(jobs,), kwargs={"concurrency": 8})
+        serving.start()
+        serving.join(30)
+    finally:
+        events.remove_observer(observe)
+    assert not serving.is_alive()
+    assert runs == []
+    assert sorted(reported) == sorted(j for j, _ in jobs)
 
 
 def test_a_free_job_is_held_back_until_it_lay_free_for_backup_delay(
