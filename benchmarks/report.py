@@ -333,7 +333,7 @@ def render(run: Run) -> str:
         "- **A job cycle does more than a lock cycle.** lockworker's cycle counts an "
         "attempt, issues a fencing token, takes a lease, runs the hook under a heartbeat, "
         "and leaves a DONE record that latecomers read; redis-py's `Lock` sets a key and "
-        "deletes it. The target is at least 0.95x redis-py's cycles/s; for `Lock`, 1.0x."
+        "deletes it. The target is at least 1.0x redis-py's cycles/s, as for `Lock`."
     )
     add(
         "- **Why the script protocol exists.** The design lockworker started from does "

@@ -95,7 +95,7 @@ QUICK = report.Settings(
     failover_cap=2.5,
     failover_lease=1.0,
     peer_jobs=300,
-    peer_bound=6.0,
+    peer_bound=3.0,
     peer_hold=2.0,
     peer_side_by_side=True,
 )
@@ -142,7 +142,8 @@ def measure(
         [s.port for s in servers], client, settings.contended_seconds
     )
     outsiders = outsider.run(
-        server.port, client, seconds=settings.contended_seconds, rounds=OUTSIDER_ROUNDS
+        server.port, client, seconds=settings.contended_seconds,
+        rounds=1 if settings.rounds == 1 else OUTSIDER_ROUNDS,
     )
     pair = failover.Pair(server.port, namespace)
     try:
