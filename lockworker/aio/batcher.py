@@ -97,17 +97,8 @@ class AsyncBatcher:
 
 
 async def _alone(client: Any, step: Step[Any]) -> Any:
-    try:
-        if wire.direct(client):
-            reply = (await wire.exchange(client, [batch.command(step)]))[0]
-            if isinstance(reply, NoScriptError):  # not run: EVAL loads the script
-                reply = await step.script.acall(client, step.names, step.args)
-            if isinstance(reply, redis.ResponseError):
-                raise reply
-        else:
-            reply = await step.script.acall(client, step.names, step.args)
-    except redis.ResponseError as exc:
-        return batch.outcome(step, exc)
+    """One step as one command, sent as a batch's are (:func:`_execute`)."""
+    (reply,) = await _execute(client, batch.singles([step], range(1)))
     return batch.outcome(step, reply)
 
 
