@@ -77,6 +77,14 @@ class Members:
             return {}
         return {c["name"]: c["pending"] for c in found}
 
+    def held_by(self, consumer: str) -> set[str]:
+        """The entry ids ``consumer`` has read and not acknowledged."""
+        entries = stream_keys(self.stream).extra("entries")
+        found = self.client.xpending_range(
+            entries, "g", min="-", max="+", count=10_000, consumername=consumer
+        )
+        return {str(e["message_id"]) for e in found}
+
     def pending(self) -> int:
         entries = stream_keys(self.stream).extra("entries")
         return int(self.client.xpending(entries, "g")["pending"])
@@ -103,14 +111,18 @@ def test_a_killed_members_entries_are_claimed_and_every_job_done_once(
         members.spawn(owner)
     wait_for(lambda: set(members.consumers()) == {"a", "b", "c"}, timeout=20)
     jobs = ["hang", *(f"j{i}" for i in range(90))]
-    lockworker.submit(members.client, members.stream, "hang", {"hang": True})
+    entry_of = {"hang": lockworker.submit(members.client, members.stream, "hang", {"hang": True})}
     for job in jobs[1:]:
-        lockworker.submit(members.client, members.stream, job)
+        entry_of[job] = lockworker.submit(members.client, members.stream, job)
     first = wait_for(lambda: next((r for r in members.did() if r["job"] == "hang"), None))
     victim = first["owner"]
-    held_at_kill = members.consumers()[victim]  # entries in its hands: the hung job and more
     members.procs[victim].kill()
     killed_at = time.time()
+    members.procs[victim].wait(timeout=10)
+    # The entries in the victim's hands when it died (the others claim them only at the
+    # lease's end): the hung job and any it had taken, perhaps before its hook recorded it.
+    held = members.held_by(victim)
+    held_at_kill = {job for job, entry in entry_of.items() if entry in held}
     wait_for(lambda: all(members.status(j) is JobStatus.DONE for j in jobs), timeout=30)
     wait_for(lambda: members.pending() == 0, timeout=10)  # every entry acknowledged
 
@@ -120,14 +132,20 @@ def test_a_killed_members_entries_are_claimed_and_every_job_done_once(
         by_job.setdefault(r["job"], []).append(r)
     assert set(by_job) == set(jobs)
     for runs in by_job.values():
-        # One holder per attempt; a job started twice only if the victim held it.
-        assert [r["attempt"] for r in runs] == list(range(1, len(runs) + 1)), runs
+        # One holder per attempt, attempts growing; a job started twice, or first
+        # recorded past attempt 1 (the victim died between its lease and its hook's
+        # record), only if it was in the victim's hands when it died.
+        attempts = [r["attempt"] for r in runs]
+        assert attempts == sorted(set(attempts)), runs
+        if len(runs) > 1 or attempts[0] != 1:
+            assert runs[0]["job"] in held_at_kill, (runs, held_at_kill)
+            assert attempts[-1] <= 2, runs
         if len(runs) > 1:
             assert runs[0]["owner"] == victim and runs[0]["at"] <= killed_at, runs
     taken_over = by_job["hang"][1]
     assert taken_over["owner"] != victim
     # Within the lease and the claim period after the kill, with room for a busy machine.
     assert taken_over["at"] - killed_at < LEASE * 1.25 + 2.0
-    assert held_at_kill >= 1
+    assert "hang" in held_at_kill
     survivors = {r["owner"] for r in records if r["at"] > killed_at}
     assert survivors and victim not in survivors
