@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import compileall
 import logging
 import multiprocessing
 import os
 import platform
 import statistics
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -18,6 +21,7 @@ import redis
 import structlog
 from redis.connection import Connection
 
+import lockworker
 from lockworker.testing.server import RedisServer
 
 
@@ -88,6 +92,17 @@ def installed(module: str | None) -> bool:
     import importlib.util
 
     return module is None or importlib.util.find_spec(module) is not None
+
+
+def cli(*args: str, timeout: float) -> subprocess.CompletedProcess[str]:
+    """``lockworker ARGS`` in a new interpreter, as a user runs it: with lockworker's
+    bytecode compiled first, as installing the package compiles it (a process started
+    with PYTHONDONTWRITEBYTECODE would otherwise compile every module each time)."""
+    compileall.compile_dir(os.path.dirname(lockworker.__file__), quiet=1)
+    return subprocess.run(
+        [sys.executable, "-m", "lockworker", *args],
+        capture_output=True, text=True, timeout=timeout, check=False,
+    )
 
 
 def median(values: Sequence[float]) -> float:

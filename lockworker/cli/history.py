@@ -9,6 +9,7 @@ import sys
 from dataclasses import asdict
 from typing import Any, TextIO
 
+from lockworker.cli.cells import aligned, duration, printable
 from lockworker.cli.common import EXIT_FAILURE, EXIT_OK, CliError, connect, redis_url
 from lockworker.config import JOB_STATES
 from lockworker.errors import InvalidConfig
@@ -75,7 +76,7 @@ def record_json(record: AttemptRecord) -> dict[str, Any]:
     return asdict(record)
 
 
-def history_table(records: tuple[AttemptRecord, ...], printable: Any, duration: Any) -> str:
+def history_table(records: tuple[AttemptRecord, ...]) -> str:
     """A job's attempts, oldest first, one line each (the error on the next lines)."""
     if not records:
         return "no attempts recorded"
@@ -91,11 +92,7 @@ def history_table(records: tuple[AttemptRecord, ...], printable: Any, duration: 
         )
         for r in records
     ]
-    widths = [max(len(line[i]) for line in cells) for i in range(len(header))]
-    return "\n".join(
-        "  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)).rstrip()
-        for line in cells
-    )
+    return aligned(cells)
 
 
 def confirm(question: str, stdin: TextIO, stdout: TextIO) -> bool:

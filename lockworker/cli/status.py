@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import argparse
 import functools
+import itertools
 import json
-import re
 import sys
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
@@ -26,19 +26,23 @@ import redis
 from redis.cluster import RedisCluster
 from redis.crc import key_slot
 
+from lockworker.cli.cells import aligned, duration, natural, printable
 from lockworker.cli.common import EXIT_OK, connect, redis_url
 from lockworker.cli.history import cut, history_table, last_error, record_json
 from lockworker.clock import wall_time
 from lockworker.daemons.leader import NAMESPACE as LEADERS
 from lockworker.daemons.leader import Leader
 from lockworker.errors import ForeignValueError
-from lockworker.model.codec import decode_state
+from lockworker.model.codec import decode_lock, decode_state
 from lockworker.model.keys import JobKeys, Space, parse_state_key, state_pattern
 from lockworker.model.presence import MEMBERS_PATTERN, parse_members_key, presence_keys
-from lockworker.protocol import ScriptProtocol, presence, snapshot_from, text
-from lockworker.protocol.decode import server_ms
+from lockworker.protocol import ScriptProtocol, presence, text
+from lockworker.protocol.decode import server_ms, snapshot_of
 
 BATCH = 200
+"""Jobs read by one script: a consistent moment, and a short pause of the server."""
+PIPELINED = 25
+"""Batches sent in one round trip on a single server (5,000 jobs' replies at once)."""
 
 
 @dataclass(frozen=True)
@@ -109,8 +113,6 @@ def state_keys(client: redis.Redis, namespace: str | None) -> Iterator[tuple[str
             yield key, *found
 
 
-_DIGITS = re.compile(r"([0-9]+)")
-
 # READ_JOBS: state, lock, both TTLs and the last two attempt records of every job in
 # the batch, at one moment.
 # KEYS: state1, lock1, history1, state2, ...   returns s1, l1, lock pttl1, state pttl1,
@@ -138,26 +140,12 @@ return out
 """
 
 
-def natural(text_: str) -> tuple[tuple[int, int | str], ...]:
-    """Sort key that orders ``job-2`` before ``job-10``."""
-    return tuple(
-        (0, int(part)) if part.isdigit() else (1, part)
-        for part in _DIGITS.split(text_) if part
-    )
-
-
 def job_rows(
     client: redis.Redis, keys: list[tuple[str, str, str]], retention: float
 ) -> list[Row]:
     """Read ``keys`` (state key, namespace, id) in batches; one row each."""
     rows: list[Row] = []
-    read = client.register_script(READ_JOBS)
-    for batch in _batches(client, keys):
-        names: list[str] = []
-        for state_key, _namespace, _job_id in batch:
-            base = state_key[: -len("state")]
-            names += [state_key, base + "lock", base + "history"]
-        replies = read(keys=names, client=client)  # one script: one consistent moment
+    for batch, replies in _read(client, _batches(client, keys)):
         now_ms = server_ms(replies[-1])
         for i, (_key, namespace, job_id) in enumerate(batch):
             rows.append(
@@ -167,6 +155,33 @@ def job_rows(
         order = {(k[1], k[2]): i for i, k in enumerate(keys)}
         rows.sort(key=lambda row: order[(row.namespace, row.id)])
     return rows
+
+
+def _read(
+    client: redis.Redis, batches: Iterator[list[tuple[str, str, str]]]
+) -> Iterator[tuple[list[tuple[str, str, str]], Any]]:
+    """Each batch with its script's reply (one script per batch: one consistent
+    moment). On a single server :data:`PIPELINED` batches go in one round trip (a
+    pipeline, not a transaction: each script is atomic on its own); a cluster's batches
+    go to their slots' nodes one by one."""
+    read = client.register_script(READ_JOBS)
+
+    def names(batch: list[tuple[str, str, str]]) -> list[str]:
+        found: list[str] = []
+        for state_key, _namespace, _job_id in batch:
+            base = state_key[: -len("state")]
+            found += [state_key, base + "lock", base + "history"]
+        return found
+
+    if isinstance(client, RedisCluster):
+        for batch in batches:
+            yield batch, read(keys=names(batch), client=client)
+        return
+    while chunk := list(itertools.islice(batches, PIPELINED)):
+        pipe = client.pipeline(transaction=False)
+        for batch in chunk:
+            read(keys=names(batch), client=pipe)
+        yield from zip(chunk, pipe.execute(), strict=True)
 
 
 def _batches(
@@ -202,15 +217,15 @@ def _job_row(
 ) -> Row:
     raw_state, raw_lock, lock_ttl, state_ttl, records = replies
     age = job_age(state_ttl, retention)
-    if any(isinstance(r, Exception) for r in (raw_state, raw_lock)):
+    if isinstance(raw_state, Exception) or isinstance(raw_lock, Exception):
         return Row("job", namespace, job_id, "foreign", None, None, 0, None, age)
-    try:
-        pttl = int(lock_ttl) if isinstance(lock_ttl, int) and lock_ttl >= 0 else None
-        seen = snapshot_from(
-            JobKeys(namespace, job_id, Space.JOB), raw_state, raw_lock, pttl, now_ms
-        )
-    except ForeignValueError:
+    decoded = None if raw_state is None else decode_state(raw_state)
+    lock = None if raw_lock is None else decode_lock(raw_lock)
+    if (decoded is None and raw_state is not None) or (lock is None and raw_lock is not None):
+        # A value lockworker did not write (READ_JOBS's stand-in for another type too).
         return Row("job", namespace, job_id, "foreign", None, None, 0, None, age)
+    pttl = int(lock_ttl) if isinstance(lock_ttl, int) and lock_ttl >= 0 else None
+    seen = snapshot_of(decoded, lock, pttl, now_ms)
     state = "held" if seen.holder is not None else seen.status.value
     holder = seen.holder if seen.holder is not None else (seen.owner or None)
     lease = seen.pttl_ms / 1000.0 if seen.pttl_ms is not None else None
@@ -262,32 +277,6 @@ def collect(client: redis.Redis, namespace: str | None, retention: float) -> lis
     return rows
 
 
-def printable(cell: str) -> str:
-    """A cell on one line: control characters (a newline in an id) escaped."""
-    if cell.isprintable():
-        return cell
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in cell)
-
-
-def duration(seconds: float | None) -> str:
-    """``850ms``, ``12.3s``, ``4m05s``, ``3h07m``, ``2d05h``; ``-`` when unknown."""
-    if seconds is None:
-        return "-"
-    seconds = max(0.0, seconds)
-    if seconds < 0.9995:  # below what rounds to 1000ms
-        return f"{seconds * 1000:.0f}ms"
-    if seconds < 59.95:  # below what rounds to 60.0s
-        return f"{seconds:.1f}s"
-    minutes, secs = divmod(round(seconds), 60)
-    if minutes < 60:
-        return f"{minutes}m{secs:02d}s"
-    hours, minutes = divmod(minutes, 60)
-    if hours < 48:
-        return f"{hours}h{minutes:02d}m"
-    days, hours = divmod(hours, 24)
-    return f"{days}d{hours:02d}h"
-
-
 HEADER = ("KIND", "NAMESPACE", "ID", "STATE", "HOLDER", "ATTEMPT", "TOKEN", "LEASE LEFT", "AGE")
 
 
@@ -308,11 +297,7 @@ def table(rows: list[Row], *, errors: bool = False) -> str:
         ) + ((printable(cut(r.last_error or "-")),) if errors else ())
         for r in rows
     ]
-    widths = [max(len(line[i]) for line in cells) for i in range(len(header))]
-    return "\n".join(
-        "  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)).rstrip()
-        for line in cells
-    )
+    return aligned(cells)
 
 
 WORKERS_HEADER = ("WORKER", "NAMESPACE", "ROLE", "HOST", "PID", "LAST SEEN", "EXPIRES IN")
@@ -327,11 +312,7 @@ def workers_table(workers: list[WorkerRow]) -> str:
          duration(w.last_seen), duration(w.expires_in))
         for w in workers
     ]
-    widths = [max(len(line[i]) for line in cells) for i in range(len(WORKERS_HEADER))]
-    return "\n".join(
-        "  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)).rstrip()
-        for line in cells
-    )
+    return aligned(cells)
 
 
 def jobs_only(args: argparse.Namespace) -> bool:
@@ -388,7 +369,7 @@ def main(args: argparse.Namespace) -> int:
     print(table(rows, errors=jobs_only(args)))
     for (namespace, job_id), records in found.items():
         print(f"\nattempts of {printable(job_id)!s} in namespace {printable(namespace)}:")
-        print(history_table(records, printable, duration))
+        print(history_table(records))
     if workers:
         print("\n" + workers_table(workers))
     return EXIT_OK

@@ -185,6 +185,14 @@ def snapshot_from(
         lock = decode_lock(raw_lock)
         if lock is None:
             raise ForeignValueError(keys.lock, text(raw_lock))
+    return snapshot_of(state, lock, pttl, now_ms)
+
+
+def snapshot_of(
+    state: StateValue | None, lock: LockValue | None, pttl: int | None, now_ms: int | None
+) -> Snapshot:
+    """The :class:`Snapshot` of a job from its decoded state and lock (None: no key),
+    the lock's PTTL and the server's clock (see :func:`snapshot_from`)."""
     if state is None:
         state = StateValue(JobStatus.PENDING, 0, 0, "", "")
     if lock is not None and state.status is JobStatus.PENDING:

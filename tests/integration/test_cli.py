@@ -405,6 +405,32 @@ def test_status_shows_corrupt_and_wrong_type_jobs_as_foreign_in_natural_order(
     client.close()
 
 
+def test_status_reads_many_batches_in_pipelines_even_with_the_script_cache_empty(
+    redis_server: RedisServer, capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from lockworker.cli import status
+
+    monkeypatch.setattr(status, "BATCH", 3)  # 22 jobs: 8 batches, 4 round trips
+    monkeypatch.setattr(status, "PIPELINED", 2)
+    namespace = f"st-{uuid.uuid4().hex[:8]}"
+    client = redis_server.client(decode_responses=True)
+    worker = lockworker.Worker(client, namespace=namespace, on_acquired=lambda job: None)
+    for job_id in (f"job-{i}" for i in range(21)):
+        assert worker.process(job_id) is lockworker.Outcome.DONE
+    client.set(JobKeys.of(namespace, "job-20").lock, "not a lock value")  # its state is fine
+    client.rpush(JobKeys.of(namespace, "job-21").state, "not a string")
+    client.script_flush()  # the pipeline loads its script first
+    capsys.readouterr()
+    assert main(["status", "--namespace", namespace, "--json", "--redis", redis_server.url]) == 0
+    jobs = json.loads(capsys.readouterr().out)["jobs"]
+    assert [j["id"] for j in jobs] == [f"job-{i}" for i in range(22)]
+    assert [j["state"] for j in jobs] == ["done"] * 20 + ["foreign", "foreign"]
+    assert all(j["attempt"] == 1 and j["holder"] == worker.owner for j in jobs[:20])
+    worker.close()
+    client.close()
+
+
 def test_status_shows_the_live_primaries_and_backups_of_a_namespace(
     redis_server: RedisServer, namespace: str, capsys: pytest.CaptureFixture[str]
 ) -> None:

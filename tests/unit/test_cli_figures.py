@@ -10,8 +10,9 @@ import re
 from hypothesis import given
 from hypothesis import strategies as st
 
+from lockworker.cli.cells import duration
 from lockworker.cli.demo_view import Board, Process, View, summarize, summary_lines
-from lockworker.cli.status import duration, job_age
+from lockworker.cli.status import job_age
 from lockworker.model.state import JobStatus, Snapshot
 
 TOKEN_2026 = 1_795_000_000_000_000

@@ -8,6 +8,7 @@ import io
 import pytest
 
 from lockworker.cli import logs
+from lockworker.cli.cells import duration, natural
 from lockworker.cli.common import CliError, check_url, redis_url, safe_url
 from lockworker.cli.jobs import describe, parse_payload
 from lockworker.cli.main import (
@@ -19,7 +20,7 @@ from lockworker.cli.main import (
 )
 from lockworker.cli.main import parse as parse_command_line
 from lockworker.cli.run import socket_timeout
-from lockworker.cli.status import Row, duration, natural, table
+from lockworker.cli.status import Row, table
 from lockworker.cli.target import load
 from lockworker.daemons.leader import Leader
 from lockworker.daemons.worker import Worker

@@ -27,6 +27,7 @@ import redis
 import structlog
 
 from lockworker.cli import status
+from lockworker.cli.cells import natural
 from lockworker.cli.status import Row, WorkerRow
 from lockworker.clock import Clock, SystemClock, wall_time
 from lockworker.errors import ForeignValueError
@@ -187,7 +188,7 @@ class Collector:
                 workers = status.worker_rows(self.client, self.namespace)
                 keys = sorted(
                     status.state_keys(self.client, self.namespace),
-                    key=lambda k: (status.natural(k[1]), status.natural(k[2])),
+                    key=lambda k: (natural(k[1]), natural(k[2])),
                 )
                 jobs = status.job_rows(self.client, keys, self.retention)
             except (redis.RedisError, OSError) as exc:
