@@ -19,7 +19,7 @@ from lockworker.model import presence
 from lockworker.model.presence import Member, View
 from lockworker.protocol import presence as steps
 from lockworker.runtime import events
-from lockworker.runtime.presence import FAILURES, PresenceBase, announcement
+from lockworker.runtime.presence import FAILURES, PresenceBase
 
 
 class AsyncPresence(PresenceBase):
@@ -70,7 +70,7 @@ class AsyncPresence(PresenceBase):
         try:
             reply = await steps.TOUCH.acall(
                 self.client,
-                *steps.touch_call(self.keys, self.member, announcement(self.member, message)),
+                *steps.touch_call(self.keys, self.member, message),
             )
         except FAILURES as exc:
             self.refresh_failed(exc, sent_at)
@@ -91,7 +91,7 @@ class AsyncPresence(PresenceBase):
             await steps.LEAVE.acall(
                 self.client,
                 *steps.leave_call(
-                    self.keys, self.member, announcement(self.member, presence.LEFT)
+                    self.keys, self.member, presence.LEFT
                 ),
             )
 

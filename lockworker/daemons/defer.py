@@ -281,8 +281,10 @@ def wanted(worker: Any) -> bool:
 
 
 def deferring(worker: Any) -> bool:
-    """True while a primary of ``worker``'s namespace serves: deliveries are held back."""
-    return policy.primary_serving(worker._view.defer_until, worker.clock.monotonic())
+    """True while a primary of ``worker``'s namespace serves, or, while none does, a
+    backup ranked before it (:func:`lockworker.model.presence.acting_until`): the
+    deliveries are held back."""
+    return policy.primary_serving(worker._view.hold_until, worker.clock.monotonic())
 
 
 class Deferrals:

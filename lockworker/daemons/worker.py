@@ -145,7 +145,7 @@ class WorkerSettings:
         w._retention_ms = max(1, round(w.retention * 1000))
         host, pid = this_process()
         w._member = Member(w.role, w.owner, w.run_id, host, pid, w._lease_ms)
-        w._view = View(w.lock_timeout, watch=w.role is Role.BACKUP)
+        w._view = View(w.lock_timeout, watch=w.role is Role.BACKUP, me=w._member)
 
 
 class Worker(WorkerSettings):

@@ -6,7 +6,7 @@ namespace's presence set, a sorted set whose members are the workers
 (:class:`Member`, JSON) and whose scores say when each registration ends (server time,
 in ms). A background loop of the worker, not its jobs, refreshes the registration
 every third of its time to live (the worker's ``lock_timeout``); a clean stop removes
-it. A primary that registers or leaves publishes on the namespace's presence channel.
+it. A worker that registers or leaves publishes on the namespace's presence channel.
 
 A backup keeps a :class:`View`: ``primary_until``, the moment on its own monotonic
 clock until which some primary of its namespace is registered. It updates it from
@@ -15,7 +15,9 @@ channel says a primary joined or left, and from a re-read at ``primary_until`` i
 so that it knows of a clean stop within a round trip and of a crash within one lease.
 While its last reading showed a primary, the backup defers to it
 (:func:`lockworker.model.policy.backup_step`); once a reading shows none (after a
-``left`` message, or at the registration's end), it competes at once.
+``left`` message, or at the registration's end), it competes at once. Its fan-out
+serving also holds back behind the backups ranked before it (``acting_until``): with
+no primary, the first backup serves as one.
 
 Keys of namespace ``billing`` (one hash tag, so one Cluster slot)::
 
@@ -135,6 +137,26 @@ def primary_until(found: Iterable[Registered], at: float) -> float:
     return at + max(lefts) if lefts else NOBODY
 
 
+def ranks_before(member: Member, me: Member) -> bool:
+    """Whether backup ``member`` acts for a primary before backup ``me``: by owner, then
+    by run (two processes given one owner label still rank apart)."""
+    return (member.owner, member.run) < (me.owner, me.run)
+
+
+def acting_until(found: Iterable[Registered], at: float, me: Member | None) -> float:
+    """Until when some member that ``me``'s serving leaves a stream's jobs to is
+    registered: a primary, or, for a backup ``me``, a backup ranked before it
+    (:func:`ranks_before`). With no primary the first backup serves as one and the
+    others hold back behind it, as behind a primary; :data:`NOBODY` if nobody is."""
+    found = list(found)
+    lefts = [
+        r.left for r in found
+        if r.member.role is Role.PRIMARY
+        or (me is not None and me.role is Role.BACKUP and ranks_before(r.member, me))
+    ]
+    return at + max(lefts) if lefts else NOBODY
+
+
 class View:
     """What one worker knows of its namespace's primaries, and when to read again.
 
@@ -142,12 +164,17 @@ class View:
     contests read :attr:`primary_until` (a float, read whole).
     """
 
-    def __init__(self, ttl: float, *, watch: bool) -> None:
+    def __init__(self, ttl: float, *, watch: bool, me: Member | None = None) -> None:
         self.ttl = ttl
         self.watch = watch
         """A backup watches the primaries: it also re-reads when the last one's
         registration ends."""
+        self.me = me
+        """The worker's own registration: what ranks a backup among the backups."""
         self.primary_until = NOBODY
+        self.acting_until = NOBODY
+        """Like :attr:`primary_until`, with the backups ranked before this one
+        (:func:`acting_until`): what a fan-out serving holds its deliveries back for."""
         self.due = NOBODY
         """When the own registration must be refreshed next."""
         self.tried = NOBODY
@@ -163,19 +190,30 @@ class View:
         at that end instead, and only a reading says a primary is gone."""
         return math.inf if self.primary_until != NOBODY else NOBODY
 
+    @property
+    def hold_until(self) -> float:
+        """Until when a fan-out serving holds its deliveries back: as :attr:`defer_until`,
+        for a primary or a backup ranked before this one."""
+        return math.inf if self.acting_until != NOBODY else NOBODY
+
     def primary_serving(self) -> bool:
         """Whether the last reading showed a primary."""
         return self.primary_until != NOBODY
 
     def read(self, found: Iterable[Registered], at: float) -> bool:
         """Apply a reading taken at ``at`` (the own registration refreshed then): True
-        if it shows no primary where the last one showed one (the worker's waiting
-        contests should look again at once)."""
-        before = self.primary_until
+        if it shows no primary, or no member to hold back for, where the last one
+        showed one (the worker's waiting contests and held-back deliveries should look
+        again at once)."""
+        found = list(found)
+        before = (self.primary_until, self.acting_until)
         self.primary_until = primary_until(found, at)
+        self.acting_until = acting_until(found, at, self.me if self.watch else None)
         self.due = at + self.ttl / 3
         self.tried = at
-        return before != NOBODY and self.primary_until == NOBODY
+        return (before[0] != NOBODY and self.primary_until == NOBODY) or (
+            before[1] != NOBODY and self.acting_until == NOBODY
+        )
 
     def failed(self, at: float) -> None:
         """A refresh sent at ``at`` failed: try again soon (the view stays, and lapses
@@ -185,7 +223,8 @@ class View:
 
     def next_read(self) -> float:
         """When to read next: the own refresh, or for a backup the end of the
-        registration of the last primary it saw, whichever comes first."""
-        if self.watch and self.primary_until > self.tried:
-            return min(self.due, self.primary_until + READ_MARGIN)
+        registration of the last primary (or backup ranked before it) it saw,
+        whichever comes first."""
+        if self.watch and self.acting_until > self.tried:
+            return min(self.due, self.acting_until + READ_MARGIN)
         return self.due

@@ -9,11 +9,12 @@ steps: :mod:`lockworker.protocol.presence`. Here the I/O and its schedule, for a
   the thread. It costs nothing per job.
 - The thread refreshes the registration every third of its time to live; a backup's
   also listens on the namespace's presence channel (through the process's wake hub)
-  and re-reads when a primary joins or leaves, and when the registration of the last
-  primary it saw ends. When a reading shows that no primary serves any more, the
-  worker's waiting jobs are woken to look again (``on_gone``).
+  and re-reads when a worker joins or leaves, and when the registration of the last
+  primary (or backup ranked before it) it saw ends. When a reading shows that no
+  primary serves any more, or no backup ranked before it while none does, the worker's
+  waiting jobs and held-back deliveries are woken to look again (``on_gone``).
 - :meth:`Presence.stop` (the worker's ``stop``, SIGTERM) is safe in a signal handler:
-  the thread removes the registration (a primary's removal is published) and ends.
+  the thread removes the registration (the removal is published) and ends.
   :meth:`Presence.close` waits for that.
 
 A refresh that fails is logged and tried again soon; meanwhile the registration runs
@@ -32,7 +33,6 @@ from lockworker.clock import Clock, SystemClock
 from lockworker.errors import LockworkerError
 from lockworker.model import presence
 from lockworker.model.presence import Member, View
-from lockworker.model.state import Role
 from lockworker.protocol import presence as steps
 from lockworker.runtime import events
 from lockworker.runtime.wake import hub_for
@@ -41,12 +41,6 @@ REFRESH_FAILED = "presence.refresh_failed"
 PRIMARY_GONE = "presence.primary_gone"
 PRIMARY_SERVING = "presence.primary_serving"
 FAILURES = (redis.RedisError, OSError, LockworkerError)
-
-
-def announcement(member: Member, message: str) -> str:
-    """What a member publishes when it joins or leaves: only primaries tell (backups
-    change nothing for the others)."""
-    return message if member.role is Role.PRIMARY else ""
 
 
 class PresenceBase:
@@ -75,11 +69,13 @@ class PresenceBase:
         if self.failing:
             self.failing = False
         none_before = not self.view.primary_serving()
-        if self.view.read(found, sent_at):
+        wake = self.view.read(found, sent_at)
+        if not none_before and not self.view.primary_serving():
             self.log.info(PRIMARY_GONE)
-            self.on_gone()
         elif none_before and self.view.watch and self.view.primary_serving():
             self.log.info(PRIMARY_SERVING)  # a backup defers (again) from now on
+        if wake:
+            self.on_gone()
 
     def refresh_failed(self, exc: BaseException, sent_at: float) -> None:
         """Log the first failure of a streak; try again soon."""
@@ -133,7 +129,7 @@ class Presence(PresenceBase):
         sent_at = self.clock.monotonic()
         try:
             found = steps.touch(
-                self.client, self.keys, self.member, announcement(self.member, message)
+                self.client, self.keys, self.member, message
             )
         except FAILURES as exc:
             self.refresh_failed(exc, sent_at)
@@ -153,7 +149,7 @@ class Presence(PresenceBase):
         with contextlib.suppress(*FAILURES):
             steps.leave(
                 self.client, self.keys, self.member,
-                announcement(self.member, presence.LEFT),
+                presence.LEFT,
             )
 
     @contextlib.contextmanager

@@ -11,6 +11,7 @@ from lockworker.model.presence import (
     Member,
     Registered,
     View,
+    acting_until,
     decode_member,
     presence_keys,
     primary_until,
@@ -94,3 +95,44 @@ def test_a_presence_sets_key_parses_back_to_its_namespace() -> None:
     for key in ("lw:presence:workers:{}:members", "lw:job:workers:{a}:members",
                 "lw:presence:workers:{a}:wake", "lw:presence:workers:{a}b}:members"):
         assert parse_members_key(key) is None
+
+
+BACKUP_A = Member(Role.BACKUP, "backup-a", "r4", "a.example", 44, 3000)
+BACKUP_B = Member(Role.BACKUP, "backup-b", "r5", "b.example", 55, 3000)
+BACKUP_B_AGAIN = Member(Role.BACKUP, "backup-b", "r6", "b.example", 66, 3000)
+
+
+def test_with_no_primary_a_backup_holds_back_for_the_backups_ranked_before_it() -> None:
+    found = [Registered(BACKUP_A, 2.0), Registered(BACKUP_B, 3.0), Registered(BACKUP_B_AGAIN, 1.0)]
+    assert acting_until(found, 100.0, BACKUP_A) == NOBODY  # first: serves as a primary
+    assert acting_until(found, 100.0, BACKUP_B) == 102.0  # behind backup-a
+    assert acting_until(found, 100.0, BACKUP_B_AGAIN) == 103.0  # one owner: by run
+    assert acting_until(found, 100.0, None) == NOBODY  # a primary holds back for nobody
+    # A primary counts for every backup, the first one too, and for no primary.
+    with_primary = [*found, Registered(PRIMARY, 5.0)]
+    assert acting_until(with_primary, 100.0, BACKUP_A) == 105.0
+    assert acting_until(with_primary, 100.0, PRIMARY) == 105.0
+    assert primary_until(found, 100.0) == NOBODY  # contests still defer to primaries only
+
+
+def test_a_backup_is_woken_when_the_backup_it_held_back_for_goes() -> None:
+    view = View(9.0, watch=True, me=BACKUP_B)
+    assert not view.read([Registered(PRIMARY, 2.0), Registered(BACKUP_A, 3.0)], 100.0)
+    assert view.hold_until == view.defer_until == math.inf
+    # The primary leaves: contests stop deferring (a wake), deliveries still held back.
+    assert view.read([Registered(BACKUP_A, 2.0), Registered(BACKUP_B, 3.0)], 101.0)
+    assert view.defer_until == NOBODY and view.hold_until == math.inf
+    assert view.next_read() == pytest.approx(103.001)  # the end of backup-a's registration
+    assert not view.read([Registered(BACKUP_A, 3.0)], 102.0)
+    # backup-a leaves (or its registration ends after a crash): a wake, nothing held.
+    assert view.read([Registered(BACKUP_B, 3.0)], 103.0)
+    assert view.hold_until == NOBODY
+
+
+def test_the_first_backup_and_a_primary_never_hold_back_for_a_backup() -> None:
+    first = View(9.0, watch=True, me=BACKUP_A)
+    first.read([Registered(BACKUP_A, 3.0), Registered(BACKUP_B, 3.0)], 100.0)
+    assert first.hold_until == NOBODY
+    primary = View(9.0, watch=False, me=PRIMARY)
+    primary.read([Registered(BACKUP_A, 3.0)], 100.0)
+    assert primary.hold_until == primary.defer_until == NOBODY
