@@ -30,10 +30,13 @@ AsyncSettle = Callable[[Delivery], Awaitable[object]]
 class AsyncDeferrals:
     """The held-back deliveries of one asyncio ``serve`` call of a backup, and their task."""
 
-    def __init__(self, worker: Any, dispatch: AsyncDispatch, settle: AsyncSettle) -> None:
+    def __init__(
+        self, worker: Any, dispatch: AsyncDispatch, settle: AsyncSettle, *, ranked: bool
+    ) -> None:
         self.w = worker
         self.dispatch = dispatch
         self.settle = settle
+        self.ranked = ranked
         self.held = Held(float(worker.backup_delay))
         self._task: asyncio.Task[None] | None = None
         self._room = asyncio.Event()
@@ -42,7 +45,7 @@ class AsyncDeferrals:
         """Deliveries taken from the heap and not yet handed over or held back again."""
 
     def deferring(self) -> bool:
-        return deferring(self.w)
+        return deferring(self.w, ranked=self.ranked)
 
     def __len__(self) -> int:
         """Deliveries held back, those being looked at included."""

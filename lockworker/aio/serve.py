@@ -36,7 +36,7 @@ from lockworker.config import count
 from lockworker.daemons import defer
 from lockworker.daemons.defer import IDLE_WAIT, Sighting
 from lockworker.daemons.serve import JOB_ERROR, RESOLVED, STARTED, STOPPED, FirstLook
-from lockworker.daemons.sources import Delivery, as_source
+from lockworker.daemons.sources import Delivery, as_source, shares_out
 from lockworker.errors import ForeignValueError, InvalidConfig
 from lockworker.model.state import Outcome
 from lockworker.runtime import events
@@ -135,7 +135,10 @@ async def serve(worker: AsyncServable, source: object, *, concurrency: int = 4) 
     # A collection in memory is read on the loop; anything else that is not async (a
     # generator, a stream) may block, and is read in a worker thread.
     blocking = not hasattr(source, "__aiter__") and not isinstance(source, Collection)
-    server = _Server(worker, concurrency, blocking, getattr(source, "resolving", None))
+    server = _Server(
+        worker, concurrency, blocking, getattr(source, "resolving", None),
+        ranked=not shares_out(source),
+    )
     await server.run(_deliveries(source, worker, blocking))
 
 
@@ -246,7 +249,7 @@ def _report_all(deliveries: list[Delivery], together: Together | None) -> None:
 class _Server:
     def __init__(
         self, worker: AsyncServable, concurrency: int, blocking: bool,
-        together: Together | None = None,
+        together: Together | None = None, *, ranked: bool = True,
     ) -> None:
         self.worker = worker
         self.blocking = blocking
@@ -261,7 +264,7 @@ class _Server:
         self.reporting: asyncio.Future[None] | None = None
         self.error: BaseException | None = None
         self.deferrals = (
-            AsyncDeferrals(worker, self.dispatch, self.resolved)
+            AsyncDeferrals(worker, self.dispatch, self.resolved, ranked=ranked)
             if defer.wanted(worker) else None
         )
         self.log = events.logger(

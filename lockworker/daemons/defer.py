@@ -34,15 +34,15 @@ anyway), then looks at every delivery that came due in one round trip
 It hands everything over at once, looked at in one batch, when a holder hands a job
 over (the settle of a failure due again at once, or a release on stop, publishes on
 the namespace's handover channel, :func:`lockworker.model.presence.handover_channel`)
-and when no primary serves any more (the worker's presence wakes it), so a backup
-still takes over a failed job at once and a crashed primary's jobs at the lease's end.
-A backup therefore costs the server one command per job per ``backup_delay`` while
-the primary is alive and fast, in one round trip per batch, and listens on one
-channel, not one per job.
+and when no primary serves any more (its presence wakes it): a failed job is taken
+over at once, a crashed primary's jobs at the lease's end. A backup costs the server
+one command per job per ``backup_delay`` behind a live, fast primary, in one round
+trip per batch, and listens on one channel, not one per job.
 
-Deliveries held back are not resolved: after a stop or a crash the stream serves
-them again. At most :data:`LIMIT` are held back at once (:data:`AHEAD` of them not
-reached by the serving); the source waits for room.
+With no primary, a backup holds back behind the backups ranked before it in the same
+way (not for a shared group's entries). Deliveries held back are not resolved: after a
+stop or a crash the stream serves them again. At most :data:`LIMIT` are held back at
+once (:data:`AHEAD` not reached by the serving); the source waits for room.
 """
 
 from __future__ import annotations
@@ -280,20 +280,25 @@ def wanted(worker: Any) -> bool:
     )
 
 
-def deferring(worker: Any) -> bool:
-    """True while a primary of ``worker``'s namespace serves, or, while none does, a
-    backup ranked before it (:func:`lockworker.model.presence.acting_until`): the
-    deliveries are held back."""
-    return policy.primary_serving(worker._view.hold_until, worker.clock.monotonic())
+def deferring(worker: Any, *, ranked: bool = True) -> bool:
+    """True while a primary of ``worker``'s namespace serves or, if ``ranked``, while
+    none does, a backup ranked before it (:func:`~lockworker.model.presence.acting_until`)."""
+    until = worker._view.hold_until if ranked else worker._view.defer_until
+    return policy.primary_serving(until, worker.clock.monotonic())
+
 
 
 class Deferrals:
     """The held-back deliveries of one ``serve`` call of a backup, and their thread."""
 
-    def __init__(self, worker: Any, dispatch: Dispatch, settle: Settle | None = None) -> None:
+    def __init__(
+        self, worker: Any, dispatch: Dispatch, settle: Settle | None = None, *,
+        ranked: bool = True,
+    ) -> None:
         self.w = worker
         self.dispatch = dispatch
         self.settle = settle or resolve
+        self.ranked = ranked
         self.held = Held(float(worker.backup_delay))
         self._cond = threading.Condition(threading.RLock())
         self._thread: threading.Thread | None = None
@@ -302,7 +307,7 @@ class Deferrals:
         """Deliveries taken from the heap and not yet handed over or held back again."""
 
     def deferring(self) -> bool:
-        return deferring(self.w)
+        return deferring(self.w, ranked=self.ranked)
 
     def __len__(self) -> int:
         """Deliveries held back, those being looked at included."""

@@ -42,7 +42,7 @@ from lockworker.config import count
 from lockworker.daemons import defer
 from lockworker.daemons.defer import Deferrals, Sighting
 from lockworker.daemons.jobrun import SERVING
-from lockworker.daemons.sources import Delivery, as_source
+from lockworker.daemons.sources import Delivery, as_source, shares_out
 from lockworker.errors import ForeignValueError, InvalidConfig
 from lockworker.model.policy import FreeClock
 from lockworker.model.state import Outcome, Snapshot
@@ -117,13 +117,13 @@ def serve(worker: Servable, source: object, *, concurrency: int = 4) -> None:
         attach(worker)
     deliveries = chosen.deliveries(worker._stop)
     worker._install_signal_handlers()
-    _Server(worker, concurrency).run(deliveries)
+    _Server(worker, concurrency, ranked=not shares_out(chosen)).run(deliveries)
 
 
 class _Server:
     """One ``serve`` call: the slots, the running job ids, the first fatal error."""
 
-    def __init__(self, worker: Servable, concurrency: int) -> None:
+    def __init__(self, worker: Servable, concurrency: int, *, ranked: bool = True) -> None:
         self.worker = worker
         self.concurrency = concurrency
         self.slots = Slots(concurrency)
@@ -132,7 +132,9 @@ class _Server:
         self.running: dict[str, collections.deque[Delivery]] = {}
         self.error: BaseException | None = None
         self.pool: ThreadPoolExecutor | None = None
-        self.deferrals = Deferrals(worker, self.dispatch) if defer.wanted(worker) else None
+        self.deferrals = (
+            Deferrals(worker, self.dispatch, ranked=ranked) if defer.wanted(worker) else None
+        )
         self.log = events.logger(
             events.SERVE, worker._logger,
             namespace=worker.namespace, owner=worker.owner, run=worker.run_id,

@@ -104,6 +104,14 @@ def stream_keys(stream: str) -> JobKeys:
     return JobKeys(STREAMS_NAMESPACE, check_name(stream, "stream"), Space.STREAM)
 
 
+def shares_out(source: object) -> bool:
+    """Whether ``source`` gives each job to one reader (a stream read through a
+    consumer group), rather than every job to every process: then a backup sees jobs
+    nobody else does, and holds back only behind a primary, never a backup ranked
+    before it (:func:`lockworker.daemons.defer.deferring`)."""
+    return getattr(source, "group", None) is not None
+
+
 def submit(client: redis.Redis, stream: str, job_id: str, payload: Any = None) -> str:
     """Add a job to ``stream`` for every reader to see; returns the entry id.
 

@@ -166,3 +166,49 @@ def test_an_asyncio_member_acknowledges_what_resolved_together_in_one_xack(
         sync_client.close()
     assert sorted(ran) == sorted(f"j{i}" for i in range(jobs))
     assert sent <= jobs / 4, sent  # one per report hop, many jobs each
+
+
+def test_an_asyncio_group_backup_does_not_hold_back_behind_a_backup_ranked_before(
+    redis_server: RedisServer, namespace: str
+) -> None:
+    """As the sync twin (tests/integration/test_group_source.py): ranking among
+    backups concerns only sources every process reads whole; a group's entries go to
+    one member, which nobody else sees."""
+    stream = f"{namespace}-jobs"
+    sync_client = redis_server.client(decode_responses=True)
+    first = lockworker.Worker(
+        sync_client, namespace=namespace, owner="a-first", role="backup",
+        on_acquired=lambda job: None, handle_signals=False,
+    )
+    assert first.process("register") is lockworker.Outcome.DONE  # registered, serving nothing
+    ran: list[str] = []
+
+    async def scenario() -> float:
+        client = redis.asyncio.Redis.from_url(redis_server.url, decode_responses=True)
+        worker = aio.Worker(
+            client, namespace=namespace, owner="b-member", role="backup", backup_delay=5.0,
+            lock_timeout=5.0, on_acquired=lambda job: ran.append(job.id),
+            handle_signals=False,
+        )
+        source = StreamSource(sync_client, stream, owner="b-member", group="g", block=0.05)
+        serving = asyncio.ensure_future(worker.serve(source, concurrency=4))
+        entries = stream_keys(stream).extra("entries")
+        await until(lambda: "b-member" in consumers(sync_client, entries))
+        sent = asyncio.get_running_loop().time()
+        for i in range(10):
+            lockworker.submit(sync_client, stream, f"g{i}")
+        await until(lambda: len(ran) == 10, timeout=15)
+        took = asyncio.get_running_loop().time() - sent
+        worker.stop()
+        await asyncio.wait_for(serving, 10)
+        await worker.close()
+        await client.aclose()
+        return took
+
+    try:
+        took = asyncio.run(scenario())
+    finally:
+        first.close()
+        sync_client.close()
+    assert sorted(ran) == sorted(f"g{i}" for i in range(10))
+    assert took < 3.0  # well below the 5 s delay a held-back entry would wait

@@ -216,6 +216,27 @@ def test_backups_read_nothing_while_a_primary_serves(group: Group) -> None:
     assert later and later <= {"b1", "b2"}
 
 
+def test_a_groups_backups_do_not_hold_back_behind_a_backup_ranked_before(
+    redis_client: redis.Redis, namespace: str, group: Group
+) -> None:
+    # "a-first" ranks before "b-member" and stays registered, serving nothing here; the
+    # group gives every entry to b-member, which nobody else sees: holding them back
+    # behind a-first (as a fan-out backup would) would cost each its 5 s delay.
+    first = Worker(redis_client, namespace=namespace, owner="a-first", role="backup",
+                   on_acquired=lambda job: None, handle_signals=False)
+    assert first.process("register") is lockworker.Outcome.DONE
+    try:
+        group.start("b-member", role="backup", backup_delay=5.0)
+        sent = time.monotonic()
+        for i in range(10):
+            group.submit(f"g{i}")
+        wait_for(lambda: done_once(group, 10) and group.pending() == 0, timeout=15)
+        assert time.monotonic() - sent < 3.0  # well below the 5 s delay
+        assert {owner for _, owner, _ in group.did} == {"b-member"}
+    finally:
+        first.close()
+
+
 def test_trimming_keeps_what_a_fan_out_reader_or_a_group_still_needs(
     redis_client: redis.Redis, group: Group
 ) -> None:
