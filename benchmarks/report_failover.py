@@ -133,7 +133,10 @@ def _stream(runs: list[FailoverRun]) -> list[str]:
         "whatever the handler costs (the two backups defer the same jobs, so the second "
         "adds nothing), so while backups defer also when no primary is alive the rows "
         "show that crawl, and a run that stops at its time limit says how many jobs were "
-        "left."
+        "left. Once the primary is gone the first backup (by owner) serves as the primary "
+        "and the other holds back behind it, as behind a primary: until the dead "
+        "primary's registration ends (a crash), both still defer to it, which is what the "
+        "SIGKILL rows' first second shows."
     )
     add("")
     return out
