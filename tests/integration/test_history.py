@@ -332,7 +332,7 @@ def test_a_done_job_of_one_clean_attempt_costs_its_state_key_alone(
     folded = int(redis_client.memory_usage(keys.state) or 0)
     plain = int(redis_client.memory_usage(unfolded.state) or 0)
     listed = int(redis_client.memory_usage(unfolded.history) or 0)
-    # The duration's 1-12 hex digits: at most one allocator size class more (16 or 32
-    # bytes at these sizes: a slow attempt's longer duration can cross a 32-byte step).
+    # The duration's 1-12 hex digits and the allocation's rounding: 16 bytes more for a
+    # quick attempt, 32 seen for a slow one on a loaded machine (144 -> 176 bytes).
     assert plain <= folded <= plain + 32, (folded, plain)
     assert folded < (plain + listed) * 0.6, (folded, plain, listed)
