@@ -82,10 +82,7 @@ def test_an_asyncio_member_shares_the_group_and_hands_over_its_failures(
         await until(lambda: sync_client.xpending(entries, "g")["pending"] == 0, timeout=10)
         assert [(side, a) for j, side, a in did if j == "fails"] == [("async", 1), ("sync", 2)]
         assert (await worker.inspect("fails")).status is JobStatus.DONE
-        worker.stop()
-        await asyncio.wait_for(serving, 10)
-        await worker.close()
-        await client.aclose()
+        await shut_down(worker, serving, client)
         again.stop()
         t2.join(10)
         again.close()
@@ -104,6 +101,16 @@ def test_an_asyncio_member_shares_the_group_and_hands_over_its_failures(
         counts[job] = counts.get(job, 0) + 1
     assert all(n == 1 for job, n in counts.items() if job != "fails")
     assert {side for job, side, _ in did if job.startswith("j")} == {"sync", "async"}
+
+
+async def shut_down(
+    worker: aio.Worker, serving: asyncio.Future[None], client: redis.asyncio.Redis
+) -> None:
+    """Stop ``worker``, wait for its serving to end, close it and its client."""
+    worker.stop()
+    await asyncio.wait_for(serving, 10)
+    await worker.close()
+    await client.aclose()
 
 
 def consumers(client: redis.Redis, entries: str) -> set[str]:
@@ -154,10 +161,7 @@ def test_an_asyncio_member_acknowledges_what_resolved_together_in_one_xack(
         serving = asyncio.ensure_future(worker.serve(source, concurrency=16))
         await until(settled, timeout=30)
         sent = xacks() - before
-        worker.stop()
-        await asyncio.wait_for(serving, 10)
-        await worker.close()
-        await client.aclose()
+        await shut_down(worker, serving, client)
         return sent
 
     try:
@@ -199,10 +203,7 @@ def test_an_asyncio_group_backup_does_not_hold_back_behind_a_backup_ranked_befor
             lockworker.submit(sync_client, stream, f"g{i}")
         await until(lambda: len(ran) == 10, timeout=15)
         took = asyncio.get_running_loop().time() - sent
-        worker.stop()
-        await asyncio.wait_for(serving, 10)
-        await worker.close()
-        await client.aclose()
+        await shut_down(worker, serving, client)
         return took
 
     try:
