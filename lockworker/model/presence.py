@@ -148,7 +148,6 @@ def acting_until(found: Iterable[Registered], at: float, me: Member | None) -> f
     registered: a primary, or, for a backup ``me``, a backup ranked before it
     (:func:`ranks_before`). With no primary the first backup serves as one and the
     others hold back behind it, as behind a primary; :data:`NOBODY` if nobody is."""
-    found = list(found)
     lefts = [
         r.left for r in found
         if r.member.role is Role.PRIMARY
@@ -223,8 +222,9 @@ class View:
 
     def next_read(self) -> float:
         """When to read next: the own refresh, or for a backup the end of the
-        registration of the last primary (or backup ranked before it) it saw,
-        whichever comes first."""
-        if self.watch and self.acting_until > self.tried:
-            return min(self.due, self.acting_until + READ_MARGIN)
+        registration of the last primary it saw (its contests defer to primaries), or
+        else of the last backup ranked before it, whichever comes first."""
+        ends = [t for t in (self.primary_until, self.acting_until) if t > self.tried]
+        if self.watch and ends:
+            return min(self.due, min(ends) + READ_MARGIN)
         return self.due

@@ -136,3 +136,12 @@ def test_the_first_backup_and_a_primary_never_hold_back_for_a_backup() -> None:
     primary = View(9.0, watch=False, me=PRIMARY)
     primary.read([Registered(BACKUP_A, 3.0)], 100.0)
     assert primary.hold_until == primary.defer_until == NOBODY
+
+
+def test_a_backup_reads_again_at_the_primarys_end_before_a_ranked_backups() -> None:
+    view = View(9.0, watch=True, me=BACKUP_B)
+    view.read([Registered(PRIMARY, 1.0), Registered(BACKUP_A, 2.5)], 100.0)
+    assert view.next_read() == pytest.approx(101.001)  # the primary's end: contests defer to it
+    assert view.read([Registered(BACKUP_A, 1.5)], 101.001)  # gone: contests look again
+    assert view.hold_until == math.inf  # still behind backup-a
+    assert view.next_read() == pytest.approx(102.502)
