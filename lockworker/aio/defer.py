@@ -1,7 +1,7 @@
 """A backup's held-back deliveries under ``aio.Worker.serve``: the sync side's rules
 (:mod:`lockworker.daemons.defer`), with a task instead of a thread.
 
-The heap and every decision after a look are :class:`lockworker.daemons.defer.Held`'s;
+The heap and every decision after a look are :class:`lockworker.daemons.held.Held`'s;
 the batch of looks is :func:`lockworker.aio.batcher.send` (the sync side's batch,
 awaited). This module only schedules them.
 """
@@ -16,7 +16,8 @@ from typing import Any
 from lockworker.aio.batcher import send
 from lockworker.aio.jobrun import AsyncJobRun
 from lockworker.aio.wake import wait
-from lockworker.daemons.defer import IDLE_WAIT, Held, Sighting, deferring
+from lockworker.daemons.defer import deferring, movers
+from lockworker.daemons.held import IDLE_WAIT, Held, Sighting
 from lockworker.daemons.looked import done_elsewhere, watched
 from lockworker.daemons.sources import Delivery
 from lockworker.errors import LockworkerError
@@ -97,7 +98,7 @@ class AsyncDeferrals:
             seen = [None] * len(steps)
         handed, news = self.held.after_look(
             looked, seen, self.w.clock.monotonic(), self.deferring(),
-            hold_free=hold_free,
+            hold_free=hold_free, movers=movers(self.w, ranked=self.ranked),
         )
         for delivery, snapshot in news:
             await self._locked(delivery, snapshot)

@@ -72,7 +72,7 @@ class AsyncGate(Protocol):
 
     def lain_free(self) -> FreeClock | None:
         """Since when the job has been seen lying free, if a look before the run saw
-        it so (:class:`lockworker.daemons.defer.Sighting`)."""
+        it so (:class:`lockworker.daemons.held.Sighting`)."""
         ...
 
 

@@ -34,7 +34,7 @@ from lockworker.aio.jobrun import SERVING
 from lockworker.aio.wake import wait
 from lockworker.config import count
 from lockworker.daemons import defer
-from lockworker.daemons.defer import IDLE_WAIT, Sighting
+from lockworker.daemons.held import IDLE_WAIT, Sighting
 from lockworker.daemons.serve import JOB_ERROR, RESOLVED, STARTED, STOPPED, FirstLook
 from lockworker.daemons.sources import Delivery, as_source, shares_out
 from lockworker.errors import ForeignValueError, InvalidConfig

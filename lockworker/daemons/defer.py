@@ -28,8 +28,8 @@ anyway), then looks at every delivery that came due in one round trip
   free since it came, or since the last job seen resolved). A primary behind on a
   backlog is therefore left to work through it: the backup, which reads the same jobs
   in the same order, would otherwise contend for each one it has not reached (a
-  contest per process per job, not one), and reads no more than :data:`AHEAD` such
-  jobs ahead of it.
+  contest per process per job, not one), and reads no more than
+  :data:`~lockworker.daemons.held.AHEAD` such jobs ahead of it.
 
 It hands everything over at once, looked at in one batch, when a holder hands a job
 over (the settle of a failure due again at once, or a release on stop, publishes on
@@ -41,58 +41,28 @@ trip per batch, and listens on one channel, not one per job.
 
 With no primary, a backup holds back behind the backups ranked before it in the same
 way (not for a shared group's entries). Deliveries held back are not resolved: after a
-stop or a crash the stream serves them again. At most :data:`LIMIT` are held back at
-once (:data:`AHEAD` not reached by the serving); the source waits for room.
+stop or a crash the stream serves them again. At most
+:data:`~lockworker.daemons.held.LIMIT` are held back at once
+(:data:`~lockworker.daemons.held.AHEAD` not reached by the serving); the source waits
+for room. The decisions are :class:`~lockworker.daemons.held.Held`'s; here the thread.
 """
 
 from __future__ import annotations
 
-import heapq
-import itertools
-import math
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
+from lockworker.daemons.held import IDLE_WAIT, Held, Sighting
 from lockworker.daemons.jobrun import JobRun
 from lockworker.daemons.looked import done_elsewhere, watched
 from lockworker.daemons.sources import Delivery
 from lockworker.errors import LockworkerError
 from lockworker.model import policy
-from lockworker.model.keys import JobKeys
-from lockworker.model.policy import FreeClock
-from lockworker.model.presence import handover_channel
-from lockworker.model.state import Role, Snapshot
+from lockworker.model.presence import View, handover_channel
+from lockworker.model.state import Role
 from lockworker.protocol import batch
 from lockworker.protocol.script import inspect_step
-
-LIMIT = 4 * batch.MAX_BATCH
-"""Deliveries a backup holds back at most; the source is read again once there is room."""
-
-AHEAD = batch.MAX_BATCH // 4
-"""Held-back jobs the serving has not reached yet (a primary behind on a backlog) that a
-backup holds at most: each is looked at again at most every ``backup_delay``, so the
-source is not read further ahead of the serving than this."""
-
-IDLE_WAIT = 0.05
-"""Seconds the thread waits at most between two checks of the held-back deliveries."""
-
-@dataclass(frozen=True)
-class Sighting:
-    """What a backup's look at a held-back job saw, for the contest ``process`` runs:
-    the snapshot (its first look, free) and, for a job that has lain free for
-    ``backup_delay`` already, its free clock (the contest then competes at once)."""
-
-    snapshot: Snapshot
-    free: FreeClock | None = None
-
-
-Seen = tuple[Delivery, "Sighting | None"]
-"""A delivery and what a look saw of its job (None: the look met an error)."""
-
-Looked = tuple[Delivery, JobKeys]
-"""A held-back delivery and the keys of its job, about to be looked at."""
 
 Dispatch = Callable[[Delivery, "Sighting | None"], object]
 Settle = Callable[[Delivery], object]
@@ -104,172 +74,6 @@ def resolve(delivery: Delivery) -> None:
     delivery.resolved()
 
 
-class Held:
-    """Held-back deliveries, the first due first, and what to do after a look at them.
-
-    No I/O and no locking: the sync side's thread holds its lock around it, the
-    asyncio side's task needs none. One definition of the decisions for both."""
-
-    def __init__(self, delay: float) -> None:
-        self.delay = delay
-        self._heap: list[tuple[float, int, Delivery]] = []
-        self._seq = itertools.count()
-        self._told: dict[str, Snapshot] = {}
-        """The holder each held-back job was last reported held by (``on_locked``)."""
-        self._free: dict[str, FreeClock] = {}
-        """Since when each held-back job seen free has lain free (its free clock)."""
-        self._delivered: dict[str, tuple[float, int]] = {}
-        """When each held-back job was first delivered to this process, and in which
-        order: a job nobody ever took has lain free since then, once the serving has
-        reached it (:meth:`_free_clock`)."""
-        self._arrivals = itertools.count()
-        self._passed = -1
-        """The latest delivery (in order) a look saw taken: jobs delivered before it and
-        never taken were passed over."""
-        self._moved = -math.inf
-        """When a look last saw a job resolved: the serving moves."""
-        self._ahead: set[str] = set()
-        """Held-back jobs the serving has not reached yet (:data:`AHEAD` at most)."""
-
-    def __len__(self) -> int:
-        return len(self._heap)
-
-    def full(self) -> bool:
-        """Whether the source waits before another delivery is held back: :data:`LIMIT`
-        are, or :data:`AHEAD` the serving has not reached."""
-        return len(self._heap) >= LIMIT or len(self._ahead) >= AHEAD
-
-    def push(self, at: float, delivery: Delivery) -> None:
-        heapq.heappush(self._heap, (at, next(self._seq), delivery))
-
-    def hold(self, now: float, delivery: Delivery) -> None:
-        """Hold a new delivery back: its first look comes once ``delay`` has run out
-        since ``now`` (not a moment early, as :meth:`take` allows: a job nobody took
-        has then lain free long enough, and is handed over at that one look)."""
-        if delivery.job_id not in self._delivered:
-            self._delivered[delivery.job_id] = (now, next(self._arrivals))
-        self.push(now + self.delay + IDLE_WAIT, delivery)
-
-    def take(self, now: float, everything: bool) -> list[Delivery]:
-        """The deliveries due at ``now`` (all with ``everything``), a batch at most.
-        Those due within :data:`IDLE_WAIT` come along: a look a moment early costs
-        nothing, a round trip of its own does."""
-        taken: list[Delivery] = []
-        horizon = now + IDLE_WAIT
-        while self._heap and len(taken) < batch.MAX_BATCH and (
-            everything or self._heap[0][0] <= horizon
-        ):
-            taken.append(heapq.heappop(self._heap)[2])
-        return taken
-
-    def wait_for(self, now: float) -> float:
-        """How long to wait before the next delivery is due (at most :data:`IDLE_WAIT`)."""
-        if not self._heap:
-            return IDLE_WAIT
-        return max(0.0, min(IDLE_WAIT, self._heap[0][0] - IDLE_WAIT - now))
-
-    @staticmethod
-    def keyed(namespace: str, due: list[Delivery]) -> tuple[list[Looked], list[Delivery]]:
-        """The deliveries to look at, with their job's keys, and those whose job id names
-        no job (for ``process``, which says why)."""
-        looked: list[Looked] = []
-        bad: list[Delivery] = []
-        for delivery in due:
-            try:
-                looked.append((delivery, JobKeys.of(namespace, delivery.job_id)))
-            except LockworkerError:
-                bad.append(delivery)
-        return looked, bad
-
-    def after_look(
-        self, looked: list[Looked], seen: list[Any], now: float,
-        deferring: bool, hold_free: bool = True,
-    ) -> tuple[list[Seen], list[Seen]]:
-        """Hold back again what is still held by another (while a primary serves), and,
-        with ``hold_free``, a free job until it has lain free for ``backup_delay``, and
-        (while a primary serves) a job nobody took that the serving has not reached
-        (:meth:`_free_clock`); the rest, with what was seen of it, goes to ``process``
-        (the first list). ``seen``:
-        per job, its snapshot or the error its look met (``process`` meets it again and
-        says so). The second list: jobs held back again whose holder was not reported
-        yet, for ``on_locked`` (a backup keeps watch, and says so once per holder)."""
-        handed: list[Seen] = []
-        news: list[Seen] = []
-        self._progress(looked, seen, now)
-        for (delivery, _), snapshot in zip(looked, seen, strict=True):
-            job_id = delivery.job_id
-            self._ahead.discard(job_id)
-            if not isinstance(snapshot, Snapshot):
-                handed.append((delivery, None))
-                self._forget(job_id)
-                continue
-            again = policy.look_again_at(snapshot, now, self.delay)
-            if again is not None and deferring:
-                self.push(again, delivery)
-                self._free.pop(job_id, None)
-                if policy.is_news(self._told.get(job_id), snapshot):
-                    self._told[job_id] = snapshot
-                    news.append((delivery, Sighting(snapshot)))
-                continue
-            free: FreeClock | None = None
-            if deferring and policy.lies_free(snapshot):
-                free = self._free_clock(job_id, snapshot, now)
-                if free is None:  # the serving has not reached it yet: look again
-                    self._ahead.add(job_id)  # when it would have stalled, if it stops
-                    self.push(self._moved + self.delay + IDLE_WAIT, delivery)
-                    continue
-                if hold_free and now < free[0] + self.delay:
-                    # The primary normally takes it meanwhile: its DONE is seen at the
-                    # next look, in a batch, instead of by a contest of its own. That
-                    # look comes once the delay has run out, not a moment early as
-                    # :meth:`take` allows (early, it would only hold the job again).
-                    self._free[job_id] = free
-                    self.push(free[0] + self.delay + IDLE_WAIT, delivery)
-                    continue
-            handed.append((delivery, Sighting(snapshot, free)))
-            self._forget(job_id)
-        return handed, news
-
-    def _progress(self, looked: list[Looked], seen: list[Any], now: float) -> None:
-        """Learn from a look how far the serving got: a job resolved means it moves; a
-        job taken means every job delivered before it was reached."""
-        for (delivery, _), snapshot in zip(looked, seen, strict=True):
-            if not isinstance(snapshot, Snapshot):
-                continue
-            if snapshot.resolved:
-                self._moved = now
-            if snapshot.token:
-                arrival = self._delivered.get(delivery.job_id)
-                if arrival is not None and arrival[1] > self._passed:
-                    self._passed = arrival[1]
-
-    def _free_clock(self, job_id: str, snapshot: Snapshot, now: float) -> FreeClock | None:
-        """The free clock of a free job, or None while the serving has not reached it.
-
-        A job taken before lies free since the look that first saw it so
-        (:func:`lockworker.model.policy.free_clock`). A job nobody ever took (no token)
-        is left to the primary while it works toward it: until a look saw a job
-        delivered after it taken (the serving passed it over: its clock starts now) or
-        saw no job resolved for ``delay`` (the serving does not move: it has lain free
-        since it came, or since the last job seen resolved). A handover (a failure due
-        again at once, a release) does not change that: the job handed over has a token."""
-        known = self._free.get(job_id)
-        arrival = self._delivered.get(job_id)
-        if snapshot.token or known is not None or arrival is None:
-            return policy.free_clock(snapshot, known, now)
-        if now - self._moved >= self.delay:
-            return policy.free_clock(snapshot, None, now, max(arrival[0], self._moved))
-        if arrival[1] < self._passed:
-            return policy.free_clock(snapshot, None, now)
-        return None
-
-    def _forget(self, job_id: str) -> None:
-        self._told.pop(job_id, None)
-        self._free.pop(job_id, None)
-        self._delivered.pop(job_id, None)
-        self._ahead.discard(job_id)
-
-
 def wanted(worker: Any) -> bool:
     """Whether ``worker``'s serving holds deliveries back: a backup with a delay, whose
     protocol batches its steps (the script protocol with a sender; a WATCH/MULTI/EXEC
@@ -278,6 +82,13 @@ def wanted(worker: Any) -> bool:
         worker.role is Role.BACKUP and worker.backup_delay > 0
         and getattr(worker.protocol, "sender", None) is not None
     )
+
+
+def movers(worker: Any, *, ranked: bool = True) -> frozenset[str]:
+    """The runs whose progress on its jobs a held-back serving counts (see
+    :func:`deferring`: those it defers to)."""
+    view: View = worker._view
+    return view.acting_runs if ranked else view.primary_runs
 
 
 def deferring(worker: Any, *, ranked: bool = True) -> bool:
@@ -376,7 +187,7 @@ class Deferrals:
         with self._cond:
             handed, news = self.held.after_look(
                 looked, seen, self.w.clock.monotonic(), self.deferring(),
-                hold_free=hold_free,
+                hold_free=hold_free, movers=movers(self.w, ranked=self.ranked),
             )
         for delivery, snapshot in news:
             self._locked(delivery, snapshot)

@@ -40,7 +40,8 @@ from typing import Any, Protocol
 
 from lockworker.config import count
 from lockworker.daemons import defer
-from lockworker.daemons.defer import Deferrals, Sighting
+from lockworker.daemons.defer import Deferrals
+from lockworker.daemons.held import Sighting
 from lockworker.daemons.jobrun import SERVING
 from lockworker.daemons.sources import Delivery, as_source, shares_out
 from lockworker.errors import ForeignValueError, InvalidConfig

@@ -143,16 +143,20 @@ def ranks_before(member: Member, me: Member) -> bool:
     return (member.owner, member.run) < (me.owner, me.run)
 
 
-def acting_until(found: Iterable[Registered], at: float, me: Member | None) -> float:
-    """Until when some member that ``me``'s serving leaves a stream's jobs to is
-    registered: a primary, or, for a backup ``me``, a backup ranked before it
-    (:func:`ranks_before`). With no primary the first backup serves as one and the
-    others hold back behind it, as behind a primary; :data:`NOBODY` if nobody is."""
-    lefts = [
-        r.left for r in found
+def acting(found: Iterable[Registered], me: Member | None) -> list[Registered]:
+    """The registrations ``me``'s serving leaves a stream's jobs to: the primaries and,
+    for a backup ``me``, the backups ranked before it (:func:`ranks_before`). With no
+    primary the first backup serves as one, the others holding back behind it."""
+    return [
+        r for r in found
         if r.member.role is Role.PRIMARY
         or (me is not None and me.role is Role.BACKUP and ranks_before(r.member, me))
     ]
+
+
+def acting_until(found: Iterable[Registered], at: float, me: Member | None) -> float:
+    """Until when one of :func:`acting` is registered; :data:`NOBODY` if none is."""
+    lefts = [r.left for r in acting(found, me)]
     return at + max(lefts) if lefts else NOBODY
 
 
@@ -174,6 +178,11 @@ class View:
         self.acting_until = NOBODY
         """Like :attr:`primary_until`, with the backups ranked before this one
         (:func:`acting_until`): what a fan-out serving holds its deliveries back for."""
+        self.primary_runs: frozenset[str] = frozenset()
+        self.acting_runs: frozenset[str] = frozenset()
+        """The runs of the last reading's primaries, and of :func:`acting`: whose
+        progress on the jobs tells a held-back serving that the ones it defers to move
+        (:class:`lockworker.daemons.held.Held`)."""
         self.due = NOBODY
         """When the own registration must be refreshed next."""
         self.tried = NOBODY
@@ -206,8 +215,13 @@ class View:
         again at once)."""
         found = list(found)
         before = (self.primary_until, self.acting_until)
+        me = self.me if self.watch else None
         self.primary_until = primary_until(found, at)
-        self.acting_until = acting_until(found, at, self.me if self.watch else None)
+        self.acting_until = acting_until(found, at, me)
+        self.primary_runs = frozenset(
+            r.member.run for r in found if r.member.role is Role.PRIMARY
+        )
+        self.acting_runs = frozenset(r.member.run for r in acting(found, me))
         self.due = at + self.ttl / 3
         self.tried = at
         return (before[0] != NOBODY and self.primary_until == NOBODY) or (

@@ -20,7 +20,8 @@ import redis
 
 import lockworker
 from lockworker.daemons import defer
-from lockworker.daemons.defer import Deferrals, Held, Sighting
+from lockworker.daemons.defer import Deferrals
+from lockworker.daemons.held import Held, Sighting
 from lockworker.daemons.jobrun import JobRun
 from lockworker.daemons.sources import Delivery
 from lockworker.model.keys import JobKeys

@@ -1,5 +1,5 @@
 """A backup's held-back jobs nobody took yet, while a primary works through a backlog
-(lockworker.daemons.defer.Held): pure decisions, no server.
+(lockworker.daemons.held.Held): pure decisions, no server.
 
 A job nobody ever took is left to the serving while it moves toward it: held back again
 (and looked at again ``backup_delay`` later) until a look sees a job delivered after it
@@ -10,7 +10,7 @@ the last job seen resolved).
 
 from __future__ import annotations
 
-from lockworker.daemons.defer import AHEAD, Held, Sighting
+from lockworker.daemons.held import AHEAD, Held, Sighting
 from lockworker.daemons.sources import Delivery
 from lockworker.model.keys import JobKeys
 from lockworker.model.state import JobStatus, Snapshot
@@ -114,3 +114,34 @@ def test_a_handover_hands_over_the_job_handed_over_not_the_jobs_not_reached() ->
     assert handed == [(due[[d.job_id for d in due].index("job-1")],
                        Sighting(given_back, (10.6, 5)))]
     assert len(held) == 1
+
+
+def test_only_the_progress_of_the_runs_deferred_to_counts_as_the_serving_moving() -> None:
+    """A crashed primary's registration still runs for a while: the backups meanwhile
+    take over its jobs, and one backup's progress must not read as the primary moving
+    to another (nor its own to itself). Only ``movers``' runs count."""
+    primary, other = "1" * 16, "2" * 16
+    done_by = {run: Snapshot(JobStatus.DONE, 1, 5, "x", run=run) for run in (primary, other)}
+    taken_by = {
+        run: Snapshot(JobStatus.PENDING, 1, 5, "x", holder="x", pttl_ms=30_000, run=run)
+        for run in (primary, other)
+    }
+
+    def first_look(movers: frozenset[str]) -> list[tuple[str, Sighting]]:
+        held = Held(0.5)
+        backlog(held, 3, 10.0)
+        due = held.take(10.5, everything=False)
+        seen = {"job-0": done_by[other], "job-1": taken_by[other], "job-2": NEVER}
+        looked = [(d, JobKeys.of("ns", d.job_id)) for d in due]
+        handed, _ = held.after_look(
+            looked, [seen[d.job_id] for d in due], 10.5, True, movers=movers
+        )
+        return sorted((d.job_id, s) for d, s in handed if s is not None)
+
+    # The other run's DONE and take count when it is deferred to: job 2 was not passed
+    # over, and the serving moves, so job 2 stays held back.
+    assert first_look(frozenset({other})) == [("job-0", Sighting(done_by[other]))]
+    # Not deferred to: nothing moved, job 2 has lain free since it came (10.0).
+    assert first_look(frozenset({primary})) == [
+        ("job-0", Sighting(done_by[other])), ("job-2", Sighting(NEVER, (10.0, 0)))
+    ]

@@ -145,3 +145,14 @@ def test_a_backup_reads_again_at_the_primarys_end_before_a_ranked_backups() -> N
     assert view.read([Registered(BACKUP_A, 1.5)], 101.001)  # gone: contests look again
     assert view.hold_until == math.inf  # still behind backup-a
     assert view.next_read() == pytest.approx(102.502)
+
+
+def test_the_view_names_the_runs_it_defers_to() -> None:
+    view = View(9.0, watch=True, me=BACKUP_B)
+    view.read([Registered(PRIMARY, 1.0), Registered(BACKUP_A, 2.0), Registered(BACKUP_B, 2.0),
+               Registered(BACKUP_B_AGAIN, 2.0)], 100.0)
+    assert view.primary_runs == {PRIMARY.run}
+    assert view.acting_runs == {PRIMARY.run, BACKUP_A.run}  # not itself, nor one after it
+    primary = View(9.0, watch=False, me=PRIMARY)
+    primary.read([Registered(OTHER_PRIMARY, 1.0), Registered(BACKUP_A, 2.0)], 100.0)
+    assert primary.acting_runs == primary.primary_runs == {OTHER_PRIMARY.run}
