@@ -29,7 +29,11 @@ anyway), then looks at every delivery that came due in one round trip
   backlog is therefore left to work through it: the backup, which reads the same jobs
   in the same order, would otherwise contend for each one it has not reached (a
   contest per process per job, not one), and reads no more than
-  :data:`~lockworker.daemons.held.AHEAD` such jobs ahead of it.
+  :data:`~lockworker.daemons.held.AHEAD` such jobs ahead of it. Once such a job has
+  waited out ``backup_delay`` on a serving that did not move, the serving stalls
+  (crashed, its registration still running, or every slot stuck): until a look sees it
+  move again, each new delivery is looked at at once and handed over as lying free
+  since the serving last moved (:meth:`~lockworker.daemons.held.Held.stalled`).
 
 It hands everything over at once, looked at in one batch, when a holder hands a job
 over (the settle of a failure due again at once, or a release on stop, publishes on

@@ -70,6 +70,11 @@ class Held:
         never taken were passed over."""
         self._moved = -math.inf
         """When a look last saw a job resolved: the serving moves."""
+        self._stalled: float | None = None
+        """The :attr:`_moved` mark at which a look found a job nobody took lying free for
+        ``delay`` while the serving did not move: it stalls (it crashed and its
+        registration runs on, or every slot is stuck) until a look sees it move again.
+        Meanwhile the jobs nobody took are not left to it (:meth:`stalled`)."""
         self._ahead: set[str] = set()
         """Held-back jobs the serving has not reached yet (:data:`AHEAD` at most)."""
 
@@ -81,6 +86,14 @@ class Held:
         are, or :data:`AHEAD` the serving has not reached."""
         return len(self._heap) >= LIMIT or len(self._ahead) >= AHEAD
 
+    def stalled(self) -> bool:
+        """Whether the serving stalls: nothing it did was seen since a job nobody took
+        waited ``delay`` for it. A new delivery is then looked at at once, and a job
+        nobody took counts as lying free since the serving last moved, so its contest
+        competes at once: a crashed primary's stream is served at full pace while its
+        registration still runs, not one ``delay`` per read-ahead."""
+        return self._stalled is not None and self._stalled == self._moved
+
     def push(self, at: float, delivery: Delivery) -> None:
         heapq.heappush(self._heap, (at, next(self._seq), delivery))
 
@@ -90,7 +103,7 @@ class Held:
         has then lain free long enough, and is handed over at that one look)."""
         if delivery.job_id not in self._delivered:
             self._delivered[delivery.job_id] = (now, next(self._arrivals))
-        self.push(now + self.delay + IDLE_WAIT, delivery)
+        self.push(now if self.stalled() else now + self.delay + IDLE_WAIT, delivery)
 
     def take(self, now: float, everything: bool) -> list[Delivery]:
         """The deliveries due at ``now`` (all with ``everything``), a batch at most.
@@ -201,14 +214,21 @@ class Held:
         is left to the primary while it works toward it: until a look saw a job
         delivered after it taken (the serving passed it over: its clock starts now) or
         saw no job resolved for ``delay`` (the serving does not move: it has lain free
-        since it came, or since the last job seen resolved). A handover (a failure due
-        again at once, a release) does not change that: the job handed over has a token."""
+        since it came, or since the last job seen resolved; once one has waited out the
+        delay so, every such job counts from that last move, :meth:`stalled`). A
+        handover (a failure due again at once, a release) does not change that: the
+        job handed over has a token."""
         known = self._free.get(job_id)
         arrival = self._delivered.get(job_id)
         if snapshot.token or known is not None or arrival is None:
             return policy.free_clock(snapshot, known, now)
         if now - self._moved >= self.delay:
-            return policy.free_clock(snapshot, None, now, max(arrival[0], self._moved))
+            since = max(arrival[0], self._moved)
+            if self.stalled():
+                since = self._moved  # nothing moved since the stall was seen
+            elif now - since >= self.delay:
+                self._stalled = self._moved  # it waited out the delay: a stall
+            return policy.free_clock(snapshot, None, now, since)
         if arrival[1] < self._passed:
             return policy.free_clock(snapshot, None, now)
         return None

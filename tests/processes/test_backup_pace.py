@@ -7,7 +7,8 @@ primary's own pace is measured first, in the same test; after its SIGKILL (it di
 holding jobs) or its SIGTERM (a clean stop, as in a deploy), the jobs left must all be
 done within the lease + 1 s + 2 x the time the primary needed for as many. With no
 primary, the first backup (by owner) serves as one, the next holding back behind it
-until it goes.
+until it goes. A crashed primary's registration still runs for a lease: a backup that
+saw it stall serves each job that comes at once meanwhile.
 """
 
 from __future__ import annotations
@@ -98,10 +99,11 @@ class Daemons:
         self.client: redis.Redis = server.client(decode_responses=True)
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
 
-    def spawn(self, owner: str, role: str, side: str = "sync") -> None:
+    def spawn(self, owner: str, role: str, side: str = "sync", *, lease: float = LEASE,
+              delay: float = BACKUP_DELAY) -> None:
         self.procs[owner] = subprocess.Popen(
             [sys.executable, "-c", CHILD, self.server.url, self.namespace, self.stream,
-             owner, role, side, str(LEASE), str(BACKUP_DELAY)],
+             owner, role, side, str(lease), str(delay)],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )
 
@@ -251,3 +253,36 @@ def test_with_no_primary_the_first_backup_serves_and_the_next_steps_in_when_it_g
     # Holding back behind a backup that is gone would need JOBS / 4 seconds (37 s): a
     # stop is known within a round trip, a crash when its registration ends (a lease).
     assert took < LEASE + 1.0 + 2 * first_took, (took, first_took)
+
+
+@pytest.mark.parametrize("side", ["sync", "aio"])
+def test_a_crashed_primarys_stream_is_served_at_once_while_its_registration_runs(
+    daemons: Daemons, side: str
+) -> None:
+    """A crashed primary's registration runs on for up to a lease (10 s here). Once a
+    job nobody took has waited ``backup_delay`` (2 s) for it, the backup knows the
+    primary stalls: each job that comes next is served at once, not after a
+    ``backup_delay`` of its own, as long as the primary is not seen to move again."""
+    lease, delay = 10.0, 2.0
+    daemons.spawn("primary", "primary", lease=lease, delay=delay)
+    daemons.spawn("backup", "backup", side, lease=lease, delay=delay)
+    wait_for(lambda: daemons.serving("primary", "primary")
+             and daemons.serving("backup", "backup"), timeout=30)
+    daemons.submit("warm", 1)
+    wait_for(lambda: daemons.done("warm", 1), timeout=10)
+    daemons.procs["primary"].kill()
+    daemons.procs["primary"].wait(timeout=10)
+    killed_at = time.monotonic()
+    daemons.submit("b", 1)  # waits out the delay: the stall is seen
+    wait_for(lambda: daemons.done("b", 1), timeout=lease)
+    waits = []
+    for n in range(5):
+        sent = daemons.submit(f"c{n}", 1)
+        wait_for(lambda n=n: daemons.done(f"c{n}", 1), timeout=lease)
+        waits.append(daemons.did(f"c{n}")[0]["t"] - sent)
+    assert {r["owner"] for r in daemons.did("b") + daemons.did("c")} == {"backup"}
+    # Held back for the delay each, every job would wait 2 s or more.
+    assert max(waits) < delay / 2, waits
+    # Still registered: what the backup went by was the stall, not the primary's end.
+    assert time.monotonic() - killed_at < lease
+    assert any(r.member.role is Role.PRIMARY for r in daemons.alive())

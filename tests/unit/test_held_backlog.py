@@ -145,3 +145,30 @@ def test_only_the_progress_of_the_runs_deferred_to_counts_as_the_serving_moving(
     assert first_look(frozenset({primary})) == [
         ("job-0", Sighting(done_by[other])), ("job-2", Sighting(NEVER, (10.0, 0)))
     ]
+
+
+def test_once_a_job_waited_out_the_delay_on_a_still_serving_new_jobs_are_not_left_to_it() -> None:
+    """A crashed primary's registration runs on for up to a lease. Once a look found a
+    job nobody took lying free for ``backup_delay`` while the serving did not move, the
+    serving stalls: a job delivered later is looked at at once, and counts as free since
+    the serving last moved (its contest competes at once), not one ``backup_delay`` per
+    job read ahead. A look that sees the serving move again ends the stall."""
+    held = Held(0.5)
+    backlog(held, 2, 10.0)
+    assert look(held, 10.5, {"job-0": DONE, "job-1": TAKEN}) == [("job-0", Sighting(DONE))]
+    assert not held.stalled()
+    held.hold(10.6, Delivery("job-2", None))
+    # Nothing moved since 10.5: job 2 has waited out the delay since it came.
+    assert look(held, 11.1, {"job-1": TAKEN, "job-2": NEVER}) == [
+        ("job-2", Sighting(NEVER, (10.6, 0)))
+    ]
+    assert held.stalled()
+    # A job delivered now is due at once, and free since the last move (10.5).
+    held.hold(11.2, Delivery("job-3", None))
+    assert look(held, 11.2, {"job-3": NEVER}) == [("job-3", Sighting(NEVER, (10.5, 0)))]
+    # The serving moves again (job 1 done): the stall ends, a new job waits again.
+    assert look(held, 11.6, {"job-1": DONE}) == [("job-1", Sighting(DONE))]
+    assert not held.stalled()
+    held.hold(11.7, Delivery("job-4", None))
+    assert held.take(12.1, everything=False) == []  # its first look after the delay
+    assert [d.job_id for d in held.take(12.21, everything=False)] == ["job-4"]
