@@ -134,9 +134,10 @@ def _stream(runs: list[FailoverRun]) -> list[str]:
         "adds nothing), so while backups defer also when no primary is alive the rows "
         "show that crawl, and a run that stops at its time limit says how many jobs were "
         "left. Once the primary is gone the first backup (by owner) serves as the primary "
-        "and the other holds back behind it, as behind a primary: until the dead "
-        "primary's registration ends (a crash), both still defer to it, which is what the "
-        "SIGKILL rows' first second shows."
+        "and the other holds back behind it, as behind a primary. After a crash both still "
+        "defer to the dead primary until its registration ends, but a backup takes it for "
+        "stalled once a job nobody took has lain free for `backup_delay` (the SIGKILL "
+        "rows' first second), and from then serves each job at once."
     )
     add("")
     return out
