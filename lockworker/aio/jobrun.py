@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 import redis
@@ -74,6 +75,18 @@ class AsyncGate(Protocol):
         """Since when the job has been seen lying free, if a look before the run saw
         it so (:class:`lockworker.daemons.held.Sighting`)."""
         ...
+
+
+@dataclass(frozen=True, slots=True)
+class Holding:
+    """An attempt under way: the job handed to ``on_acquired``, the value held, the
+    lease, the log bound to the attempt, and its ``on_lost`` reports."""
+
+    job: Job
+    held: LockValue
+    lease: Lease
+    log: events.EventLog
+    reports: Reports
 
 
 SERVING: Lending[AsyncGate] = Lending("lockworker.aio.serve.gate")
@@ -205,6 +218,20 @@ class AsyncJobRun(RunBase):
     async def attempt(self, grant: Grant, sent_at: float) -> Outcome | None:
         """Hold the lease while ``on_acquired`` runs, then settle it (see
         :meth:`lockworker.daemons.jobrun.JobRun.attempt`)."""
+        holding = self.start(grant, sent_at)
+        try:
+            outcome = await self.held(holding)
+        except asyncio.CancelledError:
+            raise  # not held up by an on_lost: it runs on in its task
+        except BaseException:
+            await holding.reports.done()
+            raise
+        await holding.reports.done()  # on_lost has run before the attempt is over
+        return outcome
+
+    def start(self, grant: Grant, sent_at: float) -> Holding:
+        """Begin the attempt ``grant`` gives: its lease, renewed by the worker's
+        heartbeat from now on, whose loss is reported (``on_lost``) in a task."""
         w = self.w
         held, log, job = self.begin(grant)
 
@@ -227,50 +254,49 @@ class AsyncJobRun(RunBase):
         )
         self.acquired(grant, sent_at, lease, job, log)
         w._heartbeat.hold(lease)
-        try:
-            outcome = await self.held(job, held, lease, log)
-        except asyncio.CancelledError:
-            raise  # not held up by an on_lost: it runs on in its task
-        except BaseException:
-            await reports.done()
-            raise
-        await reports.done()  # on_lost has run before the attempt is over
-        return outcome
+        return Holding(job, held, lease, log, reports)
 
-    async def held(
-        self, job: Job, held: LockValue, lease: Lease, log: events.EventLog
-    ) -> Outcome | None:
-        """Run ``on_acquired`` under ``lease``, let go of it through the heartbeat's
+    async def held(self, h: Holding) -> Outcome | None:
+        """Run ``on_acquired`` under the lease, let go of it through the heartbeat's
         ``end`` (which reports a lease that ran out meanwhile), and settle."""
         w = self.w
         try:
-            await w._hooks.call_async("on_acquired", job)  # a plain one in a thread
-        except StopRequested:
-            w._heartbeat.end(lease)
-            return await self.settle_stop(job, held, log, "stopping")
-        except Exception as exc:
-            w._heartbeat.end(lease)
-            return await self.settle_failure(job, held, exc, log)
-        except asyncio.CancelledError:
-            w._heartbeat.end(lease)
-            revoke(lease)  # a plain hook may run on in its thread: job.lost is true
-            await asyncio.shield(self.settle_stop(job, held, log, "cancelled"))
-            raise
-        except BaseException:
-            w._heartbeat.end(lease)
-            with contextlib.suppress(LockworkerError, redis.RedisError):
-                await asyncio.shield(w.protocol.release(self.keys, held, w._retention_ms))
-            raise
-        w._heartbeat.end(lease)
+            await w._hooks.call_async("on_acquired", h.job)  # a plain one in a thread
+        except BaseException as exc:
+            return await self.hook_raised(h, exc)
+        w._heartbeat.end(h.lease)
         # Shielded, as every settle step: a cancellation now must not leave the lease
         # to run out; the step completes and the cancellation goes on after it.
         settled = await asyncio.shield(self.call(
-            lambda: w.protocol.complete(self.keys, held, w._retention_ms), "mark job done"
+            lambda: w.protocol.complete(self.keys, h.held, w._retention_ms), "mark job done"
         ))
+        return self.completed(h, settled)
+
+    async def hook_raised(self, h: Holding, exc: BaseException) -> Outcome | None:
+        """Let go of the lease after ``on_acquired`` raised ``exc``, and settle: a stop
+        or a cancellation releases the attempt, a failure fails it (its retry schedule,
+        ``on_failed``); anything else is raised again once the lease is released."""
+        w, job, held, log = self.w, h.job, h.held, h.log
+        w._heartbeat.end(h.lease)
+        if isinstance(exc, StopRequested):
+            return await self.settle_stop(job, held, log, "stopping")
+        if isinstance(exc, Exception):
+            return await self.settle_failure(job, held, exc, log)
+        if isinstance(exc, asyncio.CancelledError):
+            revoke(h.lease)  # a plain hook may run on in its thread: job.lost is true
+            await asyncio.shield(self.settle_stop(job, held, log, "cancelled"))
+            raise exc
+        with contextlib.suppress(LockworkerError, redis.RedisError):
+            await asyncio.shield(w.protocol.release(self.keys, held, w._retention_ms))
+        raise exc
+
+    def completed(self, h: Holding, settled: Settle) -> Outcome | None:
+        """After the complete step: DONE, or None if the server refused it (the lease
+        was lost; see :meth:`refused_lease`)."""
         if settled is Settle.DONE:
-            log.info(events.DONE)
+            h.log.info(events.DONE)
             return Outcome.DONE
-        self.refused_lease(lease, log, settled)
+        self.refused_lease(h.lease, h.log, settled)
         return None
 
     async def settle_failure(
