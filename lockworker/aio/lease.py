@@ -186,6 +186,11 @@ class Reports:
     def spawn(self, coro: Awaitable[None]) -> None:
         self._tasks.append(self._background.spawn(coro))
 
+    @property
+    def pending(self) -> bool:
+        """Whether a report was started (an ``on_lost`` the attempt must await)."""
+        return bool(self._tasks)
+
     async def done(self) -> None:
         """Wait for the reports started so far (never raises; a second cancellation
         of the caller still interrupts the wait)."""

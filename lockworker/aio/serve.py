@@ -26,17 +26,25 @@ import asyncio
 import collections
 import contextlib
 import threading
-from collections.abc import AsyncGenerator, Awaitable, Callable, Collection, Iterator
+from collections.abc import (
+    AsyncGenerator,
+    Awaitable,
+    Callable,
+    Collection,
+    Coroutine,
+)
 from typing import Any, Protocol
 
+from lockworker.aio import lane
 from lockworker.aio.defer import AsyncDeferrals
+from lockworker.aio.feed import deliveries
 from lockworker.aio.jobrun import SERVING
 from lockworker.aio.wake import wait
 from lockworker.config import count
 from lockworker.daemons import defer
 from lockworker.daemons.held import IDLE_WAIT, Sighting
 from lockworker.daemons.serve import JOB_ERROR, RESOLVED, STARTED, STOPPED, FirstLook
-from lockworker.daemons.sources import Delivery, as_source, shares_out
+from lockworker.daemons.sources import Delivery, shares_out
 from lockworker.errors import ForeignValueError, InvalidConfig
 from lockworker.model.state import Outcome
 from lockworker.runtime import events
@@ -139,99 +147,7 @@ async def serve(worker: AsyncServable, source: object, *, concurrency: int = 4) 
         worker, concurrency, blocking, getattr(source, "resolving", None),
         ranked=not shares_out(source),
     )
-    await server.run(_deliveries(source, worker, blocking))
-
-
-async def _deliveries(
-    source: object, worker: AsyncServable, blocking: bool
-) -> AsyncGenerator[Delivery, None]:
-    """The deliveries of ``source``; a ``blocking`` source is read in a worker thread.
-
-    A sync source gets a stop flag of its own, set by the worker's stop and when the
-    serving ends: a cancelled ``serve`` waits for the read in flight to see it, then
-    closes the source, so no reader thread goes on reading.
-    """
-    if hasattr(source, "__aiter__"):
-        async for item in _until_stopped(source, worker):
-            yield item if isinstance(item, Delivery) else Delivery(*item)
-        return
-    stop = threading.Event()
-    worker._source_stops.add(stop)
-    if worker.stopping:
-        stop.set()
-    sync = as_source(source).deliveries(stop)
-    hint = source if hasattr(source, "buffered") else None
-    reading: asyncio.Future[tuple[list[Delivery], bool]] | None = None
-    try:
-        while True:
-            if blocking:
-                reading = asyncio.ensure_future(asyncio.to_thread(_take, sync, hint))
-                chunk, ended = await asyncio.shield(reading)
-            else:
-                delivery = next(sync, None)
-                chunk, ended = ([], True) if delivery is None else ([delivery], False)
-            for delivery in chunk:
-                yield delivery
-            if ended:
-                return
-    finally:
-        stop.set()
-        worker._source_stops.discard(stop)
-        if reading is not None and not reading.done():
-            await asyncio.wait([reading])  # the source ends its read now it is stopped
-            if not reading.cancelled():
-                reading.exception()  # read, so never reported as unretrieved
-        close = getattr(sync, "close", None)
-        if close is not None:
-            await asyncio.to_thread(close)
-
-
-CHUNK = 64
-"""Deliveries a blocking source hands over in one hop to the loop's thread, at most."""
-
-
-def _take(sync: Iterator[Delivery], hint: Any) -> tuple[list[Delivery], bool]:
-    """In a worker thread: the next delivery (waiting for it if need be), and those the
-    source already holds (``hint.buffered``: entries read, not yet delivered), up to
-    :data:`CHUNK`; and whether the source ended. One thread hop per chunk, not per
-    delivery."""
-    taken: list[Delivery] = []
-    while len(taken) < CHUNK and (not taken or (hint is not None and hint.buffered > 0)):
-        delivery = next(sync, None)
-        if delivery is None:
-            return taken, True
-        taken.append(delivery)
-    return taken, False
-
-
-async def _until_stopped(source: Any, worker: AsyncServable) -> AsyncGenerator[Any, None]:
-    """The items of an async iterable until it ends or the worker is stopped, even while
-    it waits for its next item (an idle queue): the wait is cancelled then."""
-    items = source.__aiter__()
-    stopped = worker._stop_event()
-    try:
-        while not stopped.is_set():
-            following = asyncio.ensure_future(items.__anext__())
-            stopping = asyncio.ensure_future(stopped.wait())
-            await asyncio.wait({following, stopping}, return_when=asyncio.FIRST_COMPLETED)
-            stopping.cancel()
-            if not following.done():
-                following.cancel()
-                await asyncio.wait({following})
-                return
-            try:
-                item = following.result()
-            except StopAsyncIteration:
-                return
-            if stopped.is_set():
-                return
-            yield item
-    finally:
-        worker._stop_events.discard(stopped)
-        close = getattr(items, "aclose", None)
-        if close is not None:
-            with contextlib.suppress(Exception):
-                await close()
+    await server.run(deliveries(source, worker, blocking))
 
 
 Together = Callable[[], contextlib.AbstractContextManager[None]]
@@ -267,6 +183,9 @@ class _Server:
             AsyncDeferrals(worker, self.dispatch, self.resolved, ranked=ranked)
             if defer.wanted(worker) else None
         )
+        self.lane = lane.Lane(self) if lane.open_to(worker) else None
+        """Claims and completions in batches for the jobs a contest would take at once."""
+        self.cancelled = False
         self.log = events.logger(
             events.SERVE, worker._logger,
             namespace=worker.namespace, owner=worker.owner, run=worker.run_id,
@@ -291,15 +210,21 @@ class _Server:
         except asyncio.CancelledError:
             # Wherever serving was cancelled (reading the source, waiting for a slot),
             # so are its jobs: a running hook's lease is released at once.
+            self.cancelled = True
             for task in self.tasks:
                 task.cancel()
+            if self.lane is not None:
+                self.lane.cancel()
             raise
         finally:
             await deliveries.aclose()
             if self.deferrals is not None:
                 await self.deferrals.close()
-            if self.tasks:
-                await asyncio.gather(*list(self.tasks), return_exceptions=True)
+            while True:  # the jobs, and the lane's claims and completions
+                running = [*self.tasks, *(self.lane.busy() if self.lane else [])]
+                if not running:
+                    break
+                await asyncio.gather(*running, return_exceptions=True)
             if self.reporting is not None:  # the last resolutions reach the source
                 await asyncio.gather(self.reporting, return_exceptions=True)
             self.log.info(STOPPED, stopping=w.stopping)
@@ -320,48 +245,105 @@ class _Server:
             self.slots.give()
             return True
         self.running[delivery.job_id] = collections.deque()
-        task = asyncio.ensure_future(self.work(delivery, seen))
-        self.tasks.add(task)
-        task.add_done_callback(self.tasks.discard)
+        if seen is None and self.lane is not None and self.lane.takes() and (
+            self.lane.add(delivery)
+        ):
+            return True
+        self._track(self.work(delivery, seen))
         return True
 
-    async def work(self, delivery: Delivery, seen: Sighting | None = None) -> None:
-        current: Delivery | None = delivery
-        try:
-            while current is not None:
-                await self.run_one(current, seen)
-                seen = None
-                waiting = self.running[current.job_id]
-                if waiting and not self.worker.stopping and self.error is None:
-                    current = waiting.popleft()
-                    continue
-                del self.running[current.job_id]
-                current = None
-        finally:
-            self.slots.give()
+    def _track(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.ensure_future(work)
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+        if self.cancelled:  # started by the lane after the serving was cancelled
+            task.cancel()
 
-    async def run_one(self, delivery: Delivery, seen: Sighting | None = None) -> None:
-        gate = self.slots if seen is None else Seen(self.slots, seen)
+    async def work(
+        self, delivery: Delivery, seen: Sighting | None = None,
+        outcome: Awaitable[lane.Result] | None = None,
+    ) -> None:
+        """Run ``delivery`` (through ``process``, or to ``outcome`` for the lane), then
+        the deliveries of its job that came meanwhile; the slot is given back at the
+        end, unless the lane's settling task reports the job."""
+        kept = False
         try:
-            with SERVING.lend(
-                self.worker, gate, delivery.payload if delivery.decoded else None
-            ):
-                outcome = await self.worker.process(delivery.job_id, delivery.payload)
+            if not await self.run_one(delivery, seen, outcome):
+                kept = True
+                return
+            current = self.following(delivery)
+            while current is not None:
+                await self.run_one(current)
+                current = self.following(current)
+        finally:
+            if not kept:
+                self.slots.give()
+
+    def following(self, delivery: Delivery) -> Delivery | None:
+        """The next delivery of ``delivery``'s job that came while it ran, if serving
+        goes on; else the job is no longer running."""
+        waiting = self.running[delivery.job_id]
+        if waiting and not self.worker.stopping and self.error is None:
+            return waiting.popleft()
+        del self.running[delivery.job_id]
+        return None
+
+    async def run_one(
+        self, delivery: Delivery, seen: Sighting | None = None,
+        outcome: Awaitable[lane.Result] | None = None,
+    ) -> bool:
+        """Run ``delivery`` to its outcome and report it; False if the lane's settling
+        task reports it instead (its complete step is still to be sent)."""
+        gate = self.slots if seen is None else Seen(self.slots, seen)
+        result: lane.Result
+        try:
+            if outcome is None:
+                with SERVING.lend(
+                    self.worker, gate, delivery.payload if delivery.decoded else None
+                ):
+                    result = await self.worker.process(delivery.job_id, delivery.payload)
+            else:
+                result = await outcome
         except (InvalidConfig, ForeignValueError) as exc:
             self.log.error(
                 JOB_ERROR, job_id=delivery.job_id, error=events.describe(exc), skipped=True
             )
             await self.resolved(delivery)
-            return
+            return True
         except Exception as exc:
             self.log.error(
                 JOB_ERROR, job_id=delivery.job_id, error=events.describe(exc), skipped=False
             )
             if self.error is None:
                 self.error = exc
-            return
+            return True
+        if isinstance(result, lane.Pending):
+            return False
+        if result in RESOLVED:
+            await self.resolved(delivery)
+        return True
+
+    # -- the lane's host (lockworker.aio.lane.Host) -------------------------------------
+
+    @property
+    def ending(self) -> bool:
+        return self.worker.stopping or self.error is not None or self.cancelled
+
+    def spawn(self, delivery: Delivery, outcome: Awaitable[lane.Result]) -> None:
+        self._track(self.work(delivery, None, outcome))
+
+    async def settled(self, delivery: Delivery, outcome: Outcome) -> None:
         if outcome in RESOLVED:
             await self.resolved(delivery)
+        current = self.following(delivery)
+        if current is None:
+            self.slots.give()
+        else:  # its slot goes on to the job's next delivery
+            self._track(self.work(current))
+
+    def dropped(self, delivery: Delivery) -> None:
+        self.running.pop(delivery.job_id, None)
+        self.slots.give()
 
     async def resolved(self, delivery: Delivery) -> None:
         """Report ``delivery`` resolved. A blocking source's report may make a Redis

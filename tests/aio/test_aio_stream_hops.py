@@ -19,6 +19,7 @@ import redis.asyncio as aredis
 
 import lockworker
 import lockworker.aio
+from lockworker.aio import feed
 from lockworker.aio import serve as aio_serve
 from lockworker.daemons.sources import Delivery
 from lockworker.testing.server import RedisServer
@@ -41,20 +42,20 @@ class Buffered:
 def test_a_chunk_is_the_next_delivery_and_those_the_source_holds_already() -> None:
     source = Buffered(200, held=100)
     deliveries = iter(source)
-    chunk, ended = aio_serve._take(deliveries, source)
-    assert [d.job_id for d in chunk] == [f"j{i}" for i in range(aio_serve.CHUNK)]
+    chunk, ended = feed._take(deliveries, source)
+    assert [d.job_id for d in chunk] == [f"j{i}" for i in range(feed.CHUNK)]
     assert not ended
     source.buffered = 0  # the next delivery may block: it comes alone
-    chunk, ended = aio_serve._take(deliveries, source)
+    chunk, ended = feed._take(deliveries, source)
     assert len(chunk) == 1 and not ended
-    assert aio_serve._take(deliveries, None)[0][0].job_id == f"j{aio_serve.CHUNK + 1}"
+    assert feed._take(deliveries, None)[0][0].job_id == f"j{feed.CHUNK + 1}"
     source.buffered = 10_000
     sizes, ended = [], False
     while not ended:
-        chunk, ended = aio_serve._take(deliveries, source)
+        chunk, ended = feed._take(deliveries, source)
         sizes.append(len(chunk))
-    assert sum(sizes) == 200 - aio_serve.CHUNK - 2  # every delivery once, then the end
-    assert max(sizes) == aio_serve.CHUNK
+    assert sum(sizes) == 200 - feed.CHUNK - 2  # every delivery once, then the end
+    assert max(sizes) == feed.CHUNK
 
 
 def _worker(server: RedisServer, namespace: str, ran: collections.Counter[str],
@@ -81,7 +82,7 @@ def test_a_stream_is_read_in_chunks_and_its_resolutions_reported_together(
     stream = f"{namespace}-jobs"
     ids = [lockworker.submit(redis_client, stream, f"job-{i}") for i in range(300)]
     hops = collections.Counter[str]()
-    real_take, real_report = aio_serve._take, aio_serve._report_all
+    real_take, real_report = feed._take, aio_serve._report_all
 
     def take(*args: Any) -> Any:
         hops["take"] += 1
@@ -91,7 +92,7 @@ def test_a_stream_is_read_in_chunks_and_its_resolutions_reported_together(
         hops["report"] += 1
         real_report(deliveries, together)
 
-    monkeypatch.setattr(aio_serve, "_take", take)
+    monkeypatch.setattr(feed, "_take", take)
     monkeypatch.setattr(aio_serve, "_report_all", report)
     ran = collections.Counter[str]()
 
@@ -108,7 +109,7 @@ def test_a_stream_is_read_in_chunks_and_its_resolutions_reported_together(
     asyncio.run(main())
     assert sorted(ran) == sorted(f"job-{i}" for i in range(300))
     assert set(ran.values()) == {1}
-    assert hops["take"] <= 300 // aio_serve.CHUNK + 20  # not one hop per delivery
+    assert hops["take"] <= 300 // feed.CHUNK + 20  # not one hop per delivery
     assert 0 < hops["report"] < 300
 
 

@@ -1,0 +1,234 @@
+"""``aio`` serving's lane for jobs a contest would take at once: batched claims, and
+completions group-committed by serving, not awaited by each job.
+
+``serve`` hands each delivery to ``process``, whose contest acquires the job's lease in
+a step of its own, runs ``on_acquired``, and awaits the complete step. For a worker
+that serves through its own ``process`` (an override sees every job, so it gets every
+job) and whose contest would compete at once (a primary, or a backup while no primary
+serves), the lane takes the very same steps in bulk:
+
+- the deliveries that wait for a claim go in one round trip of acquire steps (one
+  script per job, each atomic, as ``process`` sends it), whatever their number;
+- each granted job runs its attempt in a task of its own, as in ``process``
+  (:meth:`lockworker.aio.jobrun.AsyncJobRun.start`: the lease renewed by the
+  worker's heartbeat, ``on_lost``, the same events), and the task ends with its
+  hook;
+- the complete steps of the jobs whose hook returned go together in the next round
+  trip, sent by one settling task: no job waits more than the round trip in flight
+  for its DONE, and no job's task waits on it. The settling task is never cancelled:
+  a complete step, once due, is sent, as ``process`` shields it.
+
+Everything else is the job's contest, as ``process`` runs it, in a task of its own: a
+job not granted (held by another, done, or an error: the contest looks again and
+decides), a hook that raised (its failure, stop or cancellation settled by
+:meth:`~lockworker.aio.jobrun.AsyncJobRun.hook_raised`), a complete step refused or
+answered with an error. A claim cancelled in flight hands back every grant it may have
+got (the attempt refunded), as a cancelled acquire does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Coroutine
+from typing import Any, Protocol
+
+from lockworker.aio.batcher import send
+from lockworker.aio.jobrun import AsyncGate, AsyncJobRun, Holding
+from lockworker.daemons.delivery import Delivery
+from lockworker.daemons.looked import serves_through_its_own_process, watched
+from lockworker.model import policy
+from lockworker.model.state import Ending, Grant, Outcome, Role, Settle
+from lockworker.protocol.script import acquire_step, settle_step
+
+
+class Host(Protocol):
+    """What the lane needs of the serving that owns it (:mod:`lockworker.aio.serve`)."""
+
+    worker: Any
+
+    @property
+    def slots(self) -> AsyncGate: ...
+
+    @property
+    def ending(self) -> bool:
+        """The serving stops: no job starts any more."""
+        ...
+
+    def spawn(self, delivery: Delivery, outcome: Awaitable[Result]) -> None:
+        """Finish ``delivery`` in a task of its own, with ``outcome`` (as ``process``'s
+        result: its errors handled as the serving handles those)."""
+        ...
+
+    async def settled(self, delivery: Delivery, outcome: Outcome) -> None:
+        """``delivery``'s job ended with ``outcome``: report it, free its slot."""
+        ...
+
+    def dropped(self, delivery: Delivery) -> None:
+        """``delivery`` never ran (the serving stops): free its slot, unresolved."""
+        ...
+
+
+def open_to(worker: Any) -> bool:
+    """Whether ``worker``'s serving may use a lane: it serves through its own
+    ``process``, and its protocol batches its steps (the script protocol)."""
+    return serves_through_its_own_process(worker) and (
+        getattr(worker.protocol, "sender", None) is not None
+    )
+
+
+class Lane:
+    """The batched claims and completions of one ``serve`` call (see the module)."""
+
+    def __init__(self, host: Host) -> None:
+        self.host = host
+        self.w = host.worker
+        self._claims: list[tuple[Delivery, AsyncJobRun]] = []
+        self._completes: list[tuple[Delivery, AsyncJobRun, Holding]] = []
+        self._claiming: asyncio.Task[None] | None = None
+        self._settling: asyncio.Task[None] | None = None
+
+    def takes(self) -> bool:
+        """Whether a new delivery's contest would compete at once: not a backup while a
+        primary serves (it looks first; its serving holds deliveries back)."""
+        w = self.w
+        return not (
+            w.role is Role.BACKUP
+            and policy.primary_serving(w._view.defer_until, w.clock.monotonic())
+        )
+
+    def add(self, delivery: Delivery) -> bool:
+        """Claim ``delivery``'s job in the next batch (its slot taken); False if
+        ``process`` would refuse its id or payload (the serving runs it there, to
+        report why)."""
+        found = watched(self.w, delivery)
+        if found is None:
+            return False
+        keys, payload, log = found
+        self._claims.append((delivery, AsyncJobRun(self.w, keys, payload, log, self.host.slots)))
+        if self._claiming is None or self._claiming.done():
+            self._claiming = asyncio.ensure_future(self._claim())
+        return True
+
+    def busy(self) -> list[asyncio.Task[None]]:
+        """The lane's tasks still at work (the serving waits for them at its end)."""
+        return [t for t in (self._claiming, self._settling) if t is not None and not t.done()]
+
+    def cancel(self) -> None:
+        """The serving is cancelled: no claim is sent any more (one in flight hands its
+        grants back); completions still go out."""
+        if self._claiming is not None:
+            self._claiming.cancel()
+
+    async def _claim(self) -> None:
+        w = self.w
+        while self._claims:
+            taken, self._claims = self._claims, []
+            if self.host.ending:
+                for delivery, _ in taken:
+                    self.host.dropped(delivery)
+                continue
+            steps = [
+                acquire_step(run.keys, w._who, w._lease_ms, w.max_attempts, w._retention_ms)
+                for _, run in taken
+            ]
+            sent_at = w.clock.monotonic()
+            try:
+                answers = await w._call(lambda s=steps: send(w.client, s), "claim jobs")
+            except asyncio.CancelledError:
+                await asyncio.shield(asyncio.gather(*(run.abandon() for _, run in taken)))
+                for delivery, _ in [*taken, *self._claims]:
+                    self.host.dropped(delivery)
+                self._claims = []
+                raise
+            except Exception as exc:
+                for delivery, _ in taken:
+                    self.host.spawn(delivery, _raise(exc))
+                continue
+            for (delivery, run), answer in zip(taken, answers, strict=True):
+                if isinstance(answer, Grant):
+                    self.host.spawn(delivery, self._attempt(delivery, run, answer, sent_at))
+                else:  # held by another, resolved, or an error: the contest decides
+                    self.host.spawn(delivery, run.run())
+
+    async def _attempt(
+        self, delivery: Delivery, run: AsyncJobRun, grant: Grant, sent_at: float
+    ) -> Result:
+        """The granted job's attempt up to its hook's end; a hook that returned leaves
+        the rest to the settling task (:data:`PENDING`)."""
+        h = run.start(grant, sent_at)
+        try:
+            await self.w._hooks.call_async("on_acquired", h.job)  # a plain one in a thread
+        except BaseException as exc:
+            try:
+                outcome = await run.hook_raised(h, exc)
+            except asyncio.CancelledError:
+                raise  # not held up by an on_lost: it runs on in its task
+            except BaseException:
+                await h.reports.done()
+                raise
+            await h.reports.done()
+            return outcome if outcome is not None else await run.run()
+        self.w._heartbeat.end(h.lease)
+        self._completes.append((delivery, run, h))
+        if self._settling is None or self._settling.done():
+            self._settling = asyncio.ensure_future(self._settle())
+        return PENDING
+
+    async def _settle(self) -> None:
+        w = self.w
+        while self._completes:
+            taken, self._completes = self._completes, []
+            steps = [
+                settle_step(run.keys, h.held, Ending.COMPLETE, w._retention_ms)
+                for _, run, h in taken
+            ]
+            try:
+                replies = await w._call(lambda s=steps: send(w.client, s), "mark jobs done")
+            except Exception as exc:
+                for delivery, _, _ in taken:
+                    self.host.spawn(delivery, _raise(exc))
+                continue
+            for (delivery, run, h), reply in zip(taken, replies, strict=True):
+                if isinstance(reply, Settle) and not h.reports.pending:
+                    outcome = run.completed(h, reply)
+                    if outcome is not None:
+                        await self.host.settled(delivery, outcome)
+                        continue
+                    self.host.spawn(delivery, run.run())  # the lease was lost: contest on
+                    continue
+                self.host.spawn(delivery, _after(run, h, reply))
+
+
+class Pending:
+    """An attempt's result while its complete step waits to be sent: the settling task
+    reports the job, not its attempt's task."""
+
+
+PENDING = Pending()
+
+Result = Outcome | Pending
+"""What a job's task in the lane ends with."""
+
+
+async def _after(run: AsyncJobRun, h: Holding, reply: Any) -> Outcome:
+    """A completion the batch did not settle plainly: a step answered with an error
+    goes again alone (the protocol recovers a step applied anyway, or raises), and an
+    ``on_lost`` report is awaited before the attempt is over."""
+    w = run.w
+    if not isinstance(reply, Settle):
+        reply = await asyncio.shield(run.call(
+            lambda: w.protocol.complete(run.keys, h.held, w._retention_ms), "mark job done"
+        ))
+    await h.reports.done()
+    outcome = run.completed(h, reply)
+    return outcome if outcome is not None else await run.run()
+
+
+def _raise(exc: Exception) -> Coroutine[Any, Any, Outcome]:
+    """``exc`` as the outcome of the job's step that met it (the serving handles it as
+    an error of ``process``)."""
+
+    async def raising() -> Outcome:
+        raise exc
+
+    return raising()
