@@ -1,14 +1,18 @@
 """``aio.Worker.serve``: jobs from a source, a bounded number at a time, until stopped.
 
-The rules of :mod:`lockworker.daemons.serve`, in tasks: every job goes through the
-worker's public ``process`` (a subclass's override included); at most ``concurrency`` jobs
+The rules of :mod:`lockworker.daemons.serve`, in tasks: every job is served as the
+worker's public ``process`` serves it: through ``process`` itself when a subclass
+overrides it (the override sees every job), else, for a job whose contest would compete
+at once, through the lane (:mod:`lockworker.aio.lane`: the same steps, events and
+hooks, claims in batches, completions group-committed); at most ``concurrency`` jobs
 work at once; a job waiting on another holder's lease gives its slot back (a waiting
 task costs nothing else) and takes one again, ahead of new deliveries, to look again;
 one job id runs at most once at a time; a delivery is reported resolved only when its
 job was (DONE, DONE_ELSEWHERE, GAVE_UP); a job ``process`` refuses is logged as
 ``serve.job_error`` and skipped; any other error stops the serving and is raised once
 the running jobs ended. Cancelling ``serve`` cancels its running jobs (as cancelling a
-``process`` call would: a running hook's lease is released at once), then ends.
+``process`` call would: a running hook's lease is released at once), sends the
+completions due, then ends.
 
 A source is an async iterable of ``(job_id, payload)`` pairs (or deliveries), or any
 source :class:`lockworker.Worker` serves (an iterable, a
@@ -210,26 +214,43 @@ class _Server:
         except asyncio.CancelledError:
             # Wherever serving was cancelled (reading the source, waiting for a slot),
             # so are its jobs: a running hook's lease is released at once.
-            self.cancelled = True
-            for task in self.tasks:
-                task.cancel()
-            if self.lane is not None:
-                self.lane.cancel()
+            self.cancel()
             raise
         finally:
             await deliveries.aclose()
             if self.deferrals is not None:
                 await self.deferrals.close()
-            while True:  # the jobs, and the lane's claims and completions
-                running = [*self.tasks, *(self.lane.busy() if self.lane else [])]
-                if not running:
-                    break
-                await asyncio.gather(*running, return_exceptions=True)
+            await self.drain()
             if self.reporting is not None:  # the last resolutions reach the source
                 await asyncio.gather(self.reporting, return_exceptions=True)
             self.log.info(STOPPED, stopping=w.stopping)
         if self.error is not None:
             raise self.error
+
+    def cancel(self) -> None:
+        """Cancel the running jobs and the claims; completions due are still sent."""
+        self.cancelled = True
+        for task in self.tasks:
+            task.cancel()
+        if self.lane is not None:
+            self.lane.cancel()
+
+    async def drain(self) -> None:
+        """Wait for the jobs and the lane's claims and completions. A cancellation
+        meanwhile cancels the jobs and claims, and still waits: for the jobs to hand
+        their leases back, and for the completions due to be sent; then it goes on."""
+        cancelled: asyncio.CancelledError | None = None
+        while True:
+            running = [*self.tasks, *(self.lane.busy() if self.lane else [])]
+            if not running:
+                break
+            try:
+                await asyncio.shield(asyncio.gather(*running, return_exceptions=True))
+            except asyncio.CancelledError as exc:
+                cancelled = exc
+                self.cancel()
+        if cancelled is not None:
+            raise cancelled
 
     async def dispatch(self, delivery: Delivery, seen: Sighting | None) -> bool:
         """Run ``delivery`` in a free slot (waits for one), with what a look of the job

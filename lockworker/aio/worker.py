@@ -184,8 +184,8 @@ class Worker(WorkerSettings):
     async def serve(self, source: Any, *, concurrency: int = 4) -> None:
         """Process jobs from ``source`` (an iterable or async iterable of
         ``(job_id, payload)``, or a :class:`lockworker.StreamSource`) until it is
-        exhausted or the worker is stopped, each job through :meth:`process` (a
-        subclass's override of it included); see :mod:`lockworker.aio.serve`. First
+        exhausted or the worker is stopped, each job as :meth:`process` serves it (a
+        subclass's override of it sees every job); see :mod:`lockworker.aio.serve`. First
         checks what :meth:`process` checks on first use (the Redis user's permissions)."""
         self._started()
         await ready(self.client)
