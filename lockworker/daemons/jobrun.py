@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 import redis
@@ -76,6 +77,17 @@ class Gate(Protocol):
 
 SERVING: Lending[Gate] = Lending("lockworker.serve.gate")
 """How ``serve`` lends its slots to the ``Worker.process`` call of each delivery."""
+
+
+@dataclass(frozen=True, slots=True)
+class Holding:
+    """An attempt under way: the job handed to ``on_acquired``, the value held, the
+    lease, and the log bound to the attempt."""
+
+    job: Job
+    held: LockValue
+    lease: Lease
+    log: events.EventLog
 
 
 class JobRun(RunBase):
@@ -198,6 +210,23 @@ class JobRun(RunBase):
         Returns the outcome, or None to go round the loop again (this attempt failed
         or was lost and the job is still pending).
         """
+        h = self.start(grant, sent_at)
+        # Every way out lets go of the lease through ``end``: a lease that ran out
+        # before the hook returned is reported lost there, if the heartbeat has not.
+        try:
+            self.w.on_acquired(h.job)
+        except BaseException as exc:
+            return self.hook_raised(h, exc)
+        self.w._heartbeat.end(h.lease)
+        w = self.w
+        settled = self.call(
+            lambda: w.protocol.complete(self.keys, h.held, w._retention_ms), "mark job done"
+        )
+        return self.completed(h, settled)
+
+    def start(self, grant: Grant, sent_at: float) -> Holding:
+        """Begin the attempt ``grant`` gives: its lease, renewed by the worker's
+        heartbeat from now on, whose loss is reported (``on_lost``)."""
         w = self.w
         held, log, job = self.begin(grant)
 
@@ -221,29 +250,29 @@ class JobRun(RunBase):
         lease.answer = lambda renewal: events.renewed(renewal, log)  # as ``renew`` does
         self.acquired(grant, sent_at, lease, job, log)
         w._heartbeat.hold(lease)
-        # Every way out lets go of the lease through ``end``: a lease that ran out
-        # before the hook returned is reported lost there, if the heartbeat has not.
-        try:
-            w.on_acquired(job)
-        except StopRequested:
-            w._heartbeat.end(lease)
-            return self.settle_stop(job, held, log)
-        except Exception as exc:
-            w._heartbeat.end(lease)
-            return self.settle_failure(job, held, exc, log)
-        except BaseException:
-            w._heartbeat.end(lease)
-            with contextlib.suppress(LockworkerError, redis.RedisError):
-                w.protocol.release(self.keys, held, w._retention_ms)
-            raise
-        w._heartbeat.end(lease)
-        settled = self.call(
-            lambda: w.protocol.complete(self.keys, held, w._retention_ms), "mark job done"
-        )
+        return Holding(job, held, lease, log)
+
+    def hook_raised(self, h: Holding, exc: BaseException) -> Outcome | None:
+        """Let go of the lease after ``on_acquired`` raised ``exc``, and settle: a stop
+        releases the attempt, a failure fails it (its retry schedule, ``on_failed``);
+        anything else is raised again once the lease is released."""
+        w = self.w
+        w._heartbeat.end(h.lease)
+        if isinstance(exc, StopRequested):
+            return self.settle_stop(h.job, h.held, h.log)
+        if isinstance(exc, Exception):
+            return self.settle_failure(h.job, h.held, exc, h.log)
+        with contextlib.suppress(LockworkerError, redis.RedisError):
+            w.protocol.release(self.keys, h.held, w._retention_ms)
+        raise exc
+
+    def completed(self, h: Holding, settled: Settle) -> Outcome | None:
+        """After the complete step: DONE, or None if the server refused it (the lease
+        was lost; see :meth:`refused_lease`)."""
         if settled is Settle.DONE:
-            log.info(events.DONE)
+            h.log.info(events.DONE)
             return Outcome.DONE
-        self.refused_lease(lease, log, settled)
+        self.refused_lease(h.lease, h.log, settled)
         return None
 
     def settle_failure(

@@ -4,8 +4,11 @@ The serving thread takes the next delivery from the source, then a free slot, an
 it to a pool thread that runs it through the worker's public
 :meth:`lockworker.Worker.process` (a subclass's override included: it sees every served
 job, and what it returns is the job's outcome here; without one, a backup settles a
-job its batched look saw done elsewhere without it, :mod:`lockworker.daemons.looked`).
-At most ``concurrency`` jobs work at once, so one slow job holds up only its own slot.
+job its batched look saw done elsewhere without it, :mod:`lockworker.daemons.looked`,
+and takes a job its contest would compete for at once through the lane,
+:mod:`lockworker.daemons.lane`: the same steps, events and hooks, claims in batches,
+completions group-committed). At most ``concurrency`` jobs work at once, so one slow
+job holds up only its own slot.
 
 Rules kept here:
 
@@ -35,11 +38,12 @@ from __future__ import annotations
 
 import collections
 import threading
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
 
 from lockworker.config import count
-from lockworker.daemons import defer
+from lockworker.daemons import defer, lane
 from lockworker.daemons.defer import Deferrals
 from lockworker.daemons.held import Sighting
 from lockworker.daemons.jobrun import SERVING
@@ -136,6 +140,8 @@ class _Server:
         self.deferrals = (
             Deferrals(worker, self.dispatch, ranked=ranked) if defer.wanted(worker) else None
         )
+        self.lane = lane.Lane(self) if lane.open_to(worker) else None
+        """Claims and completions in batches for the jobs a contest would take at once."""
         self.log = events.logger(
             events.SERVE, worker._logger,
             namespace=worker.namespace, owner=worker.owner, run=worker.run_id,
@@ -169,6 +175,8 @@ class _Server:
             with self.idle:
                 while self.running:
                     self.idle.wait()
+            if self.lane is not None:
+                self.lane.close()
             self.pool.shutdown(wait=True)
             self.log.info(STOPPED, stopping=w.stopping)
         if self.error is not None:
@@ -183,10 +191,11 @@ class _Server:
             self.slots.give()
             return False
         assert self.pool is not None
-        if self.claim(delivery):
-            self.pool.submit(self.work, delivery, seen)
-        else:
+        if not self.claim(delivery):
             self.slots.give()
+        elif not (seen is None and self.lane is not None and self.lane.takes()
+                  and self.lane.add(delivery)):
+            self.pool.submit(self.work, delivery, seen)
         return True
 
     def claim(self, delivery: Delivery) -> bool:
@@ -199,36 +208,56 @@ class _Server:
             self.running[delivery.job_id] = collections.deque()
             return True
 
-    def work(self, delivery: Delivery, seen: Sighting | None = None) -> None:
-        """Run ``delivery``, then any delivery of the same id queued behind it."""
+    def work(
+        self, delivery: Delivery, seen: Sighting | None = None,
+        outcome: Callable[[], lane.Result] | None = None,
+    ) -> None:
+        """Run ``delivery`` (through ``process``, or to ``outcome()`` for the lane),
+        then any delivery of the same id queued behind it; the slot is given back at
+        the end, unless the lane's settling thread reports the job."""
+        if not self.run_one(delivery, seen, outcome):
+            return
+        self.go_on(delivery)
+
+    def go_on(self, delivery: Delivery) -> None:
+        """After ``delivery``: the deliveries of its job queued behind it, then its slot."""
         current: Delivery | None = delivery
         while current is not None:
-            self.run_one(current, seen)
-            seen = None
             with self.mutex:
                 waiting = self.running[current.job_id]
                 if waiting and not self.worker.stopping and self.error is None:
                     current = waiting.popleft()
-                    continue
-                del self.running[current.job_id]
-                if not self.running:  # what ``run`` waits for at its end
-                    self.idle.notify_all()
-                current = None
+                else:
+                    del self.running[current.job_id]
+                    if not self.running:  # what ``run`` waits for at its end
+                        self.idle.notify_all()
+                    current = None
+            if current is not None:
+                self.run_one(current)
         self.slots.give()
 
-    def run_one(self, delivery: Delivery, seen: Sighting | None = None) -> None:
+    def run_one(
+        self, delivery: Delivery, seen: Sighting | None = None,
+        outcome: Callable[[], lane.Result] | None = None,
+    ) -> bool:
+        """Run ``delivery`` to its outcome and report it; False if the lane's settling
+        thread reports it instead (its complete step is still to be sent)."""
         gate = self.slots if seen is None else Seen(self.slots, seen)
+        result: lane.Result
         try:
-            with SERVING.lend(
-                self.worker, gate, delivery.payload if delivery.decoded else None
-            ):
-                outcome = self.worker.process(delivery.job_id, delivery.payload)
+            if outcome is None:
+                with SERVING.lend(
+                    self.worker, gate, delivery.payload if delivery.decoded else None
+                ):
+                    result = self.worker.process(delivery.job_id, delivery.payload)
+            else:
+                result = outcome()
         except (InvalidConfig, ForeignValueError) as exc:
             self.log.error(
                 JOB_ERROR, job_id=delivery.job_id, error=events.describe(exc), skipped=True
             )
             delivery.resolved()
-            return
+            return True
         except BaseException as exc:
             self.log.error(
                 JOB_ERROR, job_id=delivery.job_id, error=events.describe(exc), skipped=False
@@ -236,6 +265,37 @@ class _Server:
             with self.mutex:
                 if self.error is None:
                     self.error = exc
-            return
+            return True
+        if isinstance(result, lane.Pending):
+            return False
+        if result in RESOLVED:
+            delivery.resolved()
+        return True
+
+    # -- the lane's host (lockworker.daemons.lane.Host) ---------------------------------
+
+    @property
+    def ending(self) -> bool:
+        return self.worker.stopping or self.error is not None
+
+    def submit(self, delivery: Delivery, outcome: Callable[[], lane.Result]) -> None:
+        assert self.pool is not None
+        self.pool.submit(self.work, delivery, None, outcome)
+
+    def settled(self, delivery: Delivery, outcome: Outcome) -> None:
         if outcome in RESOLVED:
             delivery.resolved()
+        assert self.pool is not None
+        with self.mutex:
+            follows = bool(self.running[delivery.job_id])
+        if follows:  # the job's next deliveries, in a pool thread (they may block)
+            self.pool.submit(self.go_on, delivery)
+        else:
+            self.go_on(delivery)
+
+    def dropped(self, delivery: Delivery) -> None:
+        with self.mutex:
+            self.running.pop(delivery.job_id, None)
+            if not self.running:
+                self.idle.notify_all()
+        self.slots.give()
