@@ -24,6 +24,7 @@ contest cost about two dozen (its round trips, the batcher's hand-offs).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import threading
 from collections.abc import Callable
@@ -73,6 +74,10 @@ class Host(Protocol):
 
     def dropped(self, delivery: Delivery) -> None:
         """``delivery`` never ran (the serving stops): free its slot, unresolved."""
+        ...
+
+    def resolving(self) -> contextlib.AbstractContextManager[None]:
+        """Reports made inside go together (a group's entries in one XACK)."""
         ...
 
 
@@ -203,15 +208,16 @@ class Lane:
                 for delivery, _, _ in taken:
                     self.host.submit(delivery, functools.partial(_raise, exc))
                 continue
-            for (delivery, run, h), reply in zip(taken, replies, strict=True):
-                if not isinstance(reply, Settle):  # an error: the step again, alone
-                    self.host.submit(delivery, functools.partial(_again, run, h))
-                    continue
-                outcome = run.completed(h, reply)
-                if outcome is None:  # the lease was lost: the contest goes on
-                    self.host.submit(delivery, run.run)
-                else:
-                    self.host.settled(delivery, outcome)
+            with self.host.resolving():  # one thread reports them all: together
+                for (delivery, run, h), reply in zip(taken, replies, strict=True):
+                    if not isinstance(reply, Settle):  # an error: the step again, alone
+                        self.host.submit(delivery, functools.partial(_again, run, h))
+                        continue
+                    outcome = run.completed(h, reply)
+                    if outcome is None:  # the lease was lost: the contest goes on
+                        self.host.submit(delivery, run.run)
+                    else:
+                        self.host.settled(delivery, outcome)
 
 
 def _again(run: JobRun, h: Holding) -> Outcome:

@@ -37,6 +37,7 @@ Rules kept here:
 from __future__ import annotations
 
 import collections
+import contextlib
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -122,14 +123,22 @@ def serve(worker: Servable, source: object, *, concurrency: int = 4) -> None:
         attach(worker)
     deliveries = chosen.deliveries(worker._stop)
     worker._install_signal_handlers()
-    _Server(worker, concurrency, ranked=not shares_out(chosen)).run(deliveries)
+    _Server(
+        worker, concurrency, ranked=not shares_out(chosen),
+        together=getattr(chosen, "resolving", None),
+    ).run(deliveries)
 
 
 class _Server:
     """One ``serve`` call: the slots, the running job ids, the first fatal error."""
 
-    def __init__(self, worker: Servable, concurrency: int, *, ranked: bool = True) -> None:
+    def __init__(
+        self, worker: Servable, concurrency: int, *, ranked: bool = True,
+        together: Callable[[], contextlib.AbstractContextManager[None]] | None = None,
+    ) -> None:
         self.worker = worker
+        self.together = together
+        """The source's ``resolving()``, if any: reports made together go inside it."""
         self.concurrency = concurrency
         self.slots = Slots(concurrency)
         self.mutex = threading.Lock()
@@ -292,6 +301,9 @@ class _Server:
             self.pool.submit(self.go_on, delivery)
         else:
             self.go_on(delivery)
+
+    def resolving(self) -> contextlib.AbstractContextManager[None]:
+        return self.together() if self.together is not None else contextlib.nullcontext()
 
     def dropped(self, delivery: Delivery) -> None:
         with self.mutex:
