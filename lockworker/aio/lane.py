@@ -35,9 +35,9 @@ from typing import Any, Protocol
 from lockworker.aio.batcher import send
 from lockworker.aio.jobrun import AsyncGate, AsyncJobRun, Holding
 from lockworker.daemons.delivery import Delivery
-from lockworker.daemons.looked import serves_through_its_own_process, watched
-from lockworker.model import policy
-from lockworker.model.state import Ending, Grant, Outcome, Role, Settle
+from lockworker.daemons.lane import competes_at_once
+from lockworker.daemons.looked import watched
+from lockworker.model.state import Ending, Grant, Outcome, Settle
 from lockworker.protocol.script import acquire_step, settle_step
 
 
@@ -68,14 +68,6 @@ class Host(Protocol):
         ...
 
 
-def open_to(worker: Any) -> bool:
-    """Whether ``worker``'s serving may use a lane: it serves through its own
-    ``process``, and its protocol batches its steps (the script protocol)."""
-    return serves_through_its_own_process(worker) and (
-        getattr(worker.protocol, "sender", None) is not None
-    )
-
-
 class Lane:
     """The batched claims and completions of one ``serve`` call (see the module)."""
 
@@ -88,13 +80,8 @@ class Lane:
         self._settling: asyncio.Task[None] | None = None
 
     def takes(self) -> bool:
-        """Whether a new delivery's contest would compete at once: not a backup while a
-        primary serves (it looks first; its serving holds deliveries back)."""
-        w = self.w
-        return not (
-            w.role is Role.BACKUP
-            and policy.primary_serving(w._view.defer_until, w.clock.monotonic())
-        )
+        """Whether a new delivery goes in the lane (:func:`competes_at_once`)."""
+        return competes_at_once(self.w)
 
     def add(self, delivery: Delivery) -> bool:
         """Claim ``delivery``'s job in the next batch (its slot taken); False if

@@ -47,6 +47,7 @@ from lockworker.aio.wake import wait
 from lockworker.config import count
 from lockworker.daemons import defer
 from lockworker.daemons.held import IDLE_WAIT, Sighting
+from lockworker.daemons.lane import open_to
 from lockworker.daemons.serve import JOB_ERROR, RESOLVED, STARTED, STOPPED, FirstLook
 from lockworker.daemons.sources import Delivery, shares_out
 from lockworker.errors import ForeignValueError, InvalidConfig
@@ -187,7 +188,7 @@ class _Server:
             AsyncDeferrals(worker, self.dispatch, self.resolved, ranked=ranked)
             if defer.wanted(worker) else None
         )
-        self.lane = lane.Lane(self) if lane.open_to(worker) else None
+        self.lane = lane.Lane(self) if open_to(worker) else None
         """Claims and completions in batches for the jobs a contest would take at once."""
         self.cancelled = False
         self.log = events.logger(

@@ -82,11 +82,20 @@ class Host(Protocol):
 
 
 def open_to(worker: Any) -> bool:
-    """Whether ``worker``'s serving may use a lane: it serves through its own
-    ``process``, and its protocol batches its steps (the script protocol with a
-    sender; a WATCH/MULTI/EXEC or replicated step is sent alone)."""
+    """Whether ``worker``'s serving may use a lane (sync or asyncio): it serves through
+    its own ``process``, and its protocol batches its steps (the script protocol with
+    a sender; a WATCH/MULTI/EXEC or replicated step is sent alone)."""
     return serves_through_its_own_process(worker) and (
         getattr(worker.protocol, "sender", None) is not None
+    )
+
+
+def competes_at_once(worker: Any) -> bool:
+    """Whether a new delivery's contest would compete at once, as the lane does: not a
+    backup while a primary serves (it looks first; its serving holds deliveries back)."""
+    return not (
+        worker.role is Role.BACKUP
+        and policy.primary_serving(worker._view.defer_until, worker.clock.monotonic())
     )
 
 
@@ -103,13 +112,8 @@ class Lane:
         self._threads: list[threading.Thread] = []
 
     def takes(self) -> bool:
-        """Whether a new delivery's contest would compete at once: not a backup while a
-        primary serves (it looks first; its serving holds deliveries back)."""
-        w = self.w
-        return not (
-            w.role is Role.BACKUP
-            and policy.primary_serving(w._view.defer_until, w.clock.monotonic())
-        )
+        """Whether a new delivery goes in the lane (:func:`competes_at_once`)."""
+        return competes_at_once(self.w)
 
     def add(self, delivery: Delivery) -> bool:
         """Claim ``delivery``'s job in the next batch (its slot taken); False if
