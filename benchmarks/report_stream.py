@@ -325,8 +325,10 @@ def section(s: StreamSection | None, chart: str | None = None) -> list[str]:
     add(
         "lockworker runs its default `protocol=\"script\"`, whose steps batch: the "
         "grants, completions and renewals of a process's jobs share round trips (group "
-        "commit of the per-job scripts), and a backup behind a live primary looks at its "
-        "held-back deliveries in one round trip per batch (docs/protocol.md, \"Batches\"). "
+        "commit of the per-job scripts; a serving primary claims the jobs it reads in "
+        "batches and group-commits their DONE through its lane), and a backup behind a "
+        "live primary looks at its held-back deliveries in one round trip per batch "
+        "(docs/protocol.md, \"Batches\"). "
         "`protocol=\"txn\"` (WATCH/MULTI/EXEC) sends each step alone and is not measured "
         "here."
     )
