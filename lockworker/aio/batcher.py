@@ -109,7 +109,14 @@ async def send(client: Any, steps: list[Step[Any]]) -> list[Any]:
     EVAL, which loads its script as :meth:`~lockworker.protocol.luacall.LuaScript.acall`
     does."""
     await ready(client)
-    return await adrive(batch.sending(client, steps, lambda calls: _execute(client, calls)))
+    try:
+        return await adrive(batch.sending(client, steps, lambda calls: _execute(client, calls)))
+    except (redis.ConnectionError, redis.TimeoutError):
+        if len(steps) == 1 or not batch.is_cluster(client):
+            raise
+    # A cluster node is unreachable: step by step, routed by key, as the sync side
+    # does (lockworker.protocol.batch.send), so redis-py refreshes its slot map.
+    return [(await send(client, [step]))[0] for step in steps]
 
 
 async def _execute(client: Any, calls: list[batch.Call]) -> list[Any]:

@@ -165,15 +165,6 @@ def spread(calls: Sequence[Call], replies: Sequence[Any], n: int) -> list[Any]:
     return out
 
 
-def missing_scripts(calls: Sequence[Call], replies: Sequence[Any]) -> list[LuaScript]:
-    """The scripts the server did not know (NOSCRIPT), each once."""
-    found: dict[str, LuaScript] = {}
-    for call, reply in zip(calls, replies, strict=True):
-        if isinstance(reply, NoScriptError):
-            found[call.script.sha] = call.script
-    return list(found.values())
-
-
 def outcome(step: Step[Any], reply: Any) -> Any:
     """What ``reply`` means for ``step``: its result, or the exception it stands for.
 
@@ -214,21 +205,31 @@ def send(client: redis.Redis, steps: Sequence[Step[Any]]) -> list[Any]:
     """Send ``steps`` in one round trip; per step, its result or the exception it
     stands for. A connection error fails the whole batch (raised): every step is safe
     to send again (docs/protocol.md, "Every step is safe to retry after a lost reply")."""
-    return drive(sending(client, steps, lambda calls: _answered(client, calls)))
+    try:
+        return drive(sending(client, steps, lambda calls: _answered(client, calls)))
+    except (redis.ConnectionError, redis.TimeoutError):
+        if len(steps) == 1 or not is_cluster(client):
+            raise
+    # A cluster node is unreachable (crashed, failing over). redis-py refreshes its
+    # slot map reliably after a failed command routed by its key, not after a failed
+    # pipeline or a command sent to a chosen node: so the steps go one by one, routed
+    # by key, until the map is right again. Each step is safe to send again.
+    return [send(client, [step])[0] for step in steps]
 
 
 def _answered(client: redis.Redis, calls: Sequence[Call]) -> list[Any]:
     """Each call's reply; a call the server's empty script cache refused (NOSCRIPT: it
-    did nothing, after a restart or SCRIPT FLUSH) is sent again once its script is
-    loaded."""
+    did nothing, after a restart, SCRIPT FLUSH or a failover to a replica) is sent
+    again by its source, routed as it was (:meth:`LuaScript.evaluate`), which caches
+    the script there."""
     replies = _execute(client, calls)
-    missing = missing_scripts(calls, replies)
-    if missing:
-        for script in missing:
-            client.script_load(script.source)
-        again = [i for i, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
-        for i, reply in zip(again, _execute(client, [calls[i] for i in again]), strict=True):
-            replies[i] = reply
+    for i, reply in enumerate(replies):
+        if isinstance(reply, NoScriptError):
+            call = calls[i]
+            try:
+                replies[i] = call.script.evaluate(client, call.keys, call.args, node=call.node)
+            except redis.ResponseError as exc:
+                replies[i] = exc
     return replies
 
 

@@ -54,12 +54,21 @@ class LuaScript:
                 "EVALSHA", self.sha, len(keys), *keys, *args, **target
             )
         except NoScriptError:
-            # The server's script cache is empty (a restart, SCRIPT FLUSH, a new
-            # server): load it once and call again.
-            client.script_load(self.source)
-            return client.execute_command(  # type: ignore[no-untyped-call]
-                "EVALSHA", self.sha, len(keys), *keys, *args, **target
-            )
+            # The server's script cache is empty (a restart, SCRIPT FLUSH, a promoted
+            # replica): send the source, routed like the EVALSHA, which caches it there.
+            # Not SCRIPT LOAD: on a cluster that goes to every master the client knows,
+            # and after a failover that may be the crashed one, which fails the call.
+            return self.evaluate(client, keys, args, node)
+
+    def evaluate(
+        self, client: redis.Redis, keys: Sequence[str], args: Sequence[Any], node: Any = None
+    ) -> Any:
+        """Run the script by its source (EVAL), routed like :meth:`__call__`: for a
+        server whose script cache lacks it, which then caches it."""
+        target = {} if node is None else {"target_nodes": node}
+        return client.execute_command(  # type: ignore[no-untyped-call]
+            "EVAL", self.source, len(keys), *keys, *args, **target
+        )
 
     async def acall(
         self, client: Any, keys: Sequence[str], args: Sequence[Any], node: Any = None

@@ -112,14 +112,21 @@ def test_every_step_of_a_batch_gives_what_it_gives_alone(
 def test_a_batch_after_the_script_cache_was_flushed_runs_every_step_once(
     redis_client: redis.Redis, namespace: str
 ) -> None:
-    """NOSCRIPT means a step did nothing: the batch loads the script and sends those
-    steps again, each once (a second grant would be a re-entry, never a new attempt)."""
+    """NOSCRIPT means a step did nothing: the batch sends those steps again, each once
+    (a second grant would be a re-entry, never a new attempt), by the script's source,
+    routed as the refused command was. Not by SCRIPT LOAD, which a cluster client sends
+    to every master it knows: after a failover that includes the crashed one, and the
+    batch would fail until its retries ran out."""
     keys = [JobKeys.of(namespace, f"j{i}") for i in range(5)]
     redis_client.script_flush()
+    redis_client.config_resetstat()
     results = protocol_batch.send(
         redis_client, [acquire_step(k, who("me"), LEASE_MS, MAX, RETENTION_MS) for k in keys]
     )
     assert all(isinstance(r, Grant) and r.attempt == 1 and not r.reentered for r in results)
+    stats = redis_client.info("commandstats")
+    assert "cmdstat_script|load" not in stats
+    assert stats["cmdstat_eval"]["calls"] == 1  # the looped command, by its source
 
 
 class CountingBatcher(Batcher):
