@@ -146,15 +146,21 @@ class Lane:
         for thread in self._threads:
             thread.join(timeout=10.0)
 
+    def _take(self, which: str) -> list[Any] | None:
+        """Everything queued in ``which`` (``_claims`` or ``_completes``), waiting for
+        some; None once the lane is closed and nothing is left."""
+        with self._cond:
+            while not getattr(self, which) and not self._closed:
+                self._cond.wait()
+            taken: list[Any] = getattr(self, which)
+            if not taken:
+                return None
+            setattr(self, which, [])
+            return taken
+
     def _claiming(self) -> None:
         w = self.w
-        while True:
-            with self._cond:
-                while not self._claims and not self._closed:
-                    self._cond.wait()
-                if not self._claims:
-                    return
-                taken, self._claims = self._claims, []
+        while (taken := self._take("_claims")) is not None:
             if self.host.ending:
                 for delivery, _ in taken:
                     self.host.dropped(delivery)
@@ -195,13 +201,7 @@ class Lane:
 
     def _settling(self) -> None:
         w = self.w
-        while True:
-            with self._cond:
-                while not self._completes and not self._closed:
-                    self._cond.wait()
-                if not self._completes:
-                    return
-                taken, self._completes = self._completes, []
+        while (taken := self._take("_completes")) is not None:
             steps = [
                 settle_step(run.keys, h.held, Ending.COMPLETE, w._retention_ms)
                 for _, run, h in taken
