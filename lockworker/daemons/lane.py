@@ -105,7 +105,12 @@ class Lane:
     def __init__(self, host: Host) -> None:
         self.host = host
         self.w = host.worker
-        self._cond = threading.Condition()
+        lock = threading.Lock()
+        # One lock, a condition per thread: a claim wakes the claiming thread only,
+        # a hook's end the settling thread only (a needless wake-up is a switch).
+        self._conds = {
+            "_claims": threading.Condition(lock), "_completes": threading.Condition(lock),
+        }
         self._claims: list[tuple[Delivery, JobRun]] = []
         self._completes: list[tuple[Delivery, JobRun, Holding]] = []
         self._closed = False
@@ -124,9 +129,10 @@ class Lane:
             return False
         keys, payload, log = found
         run = JobRun(self.w, keys, payload, log, self.host.slots)
-        with self._cond:
+        cond = self._conds["_claims"]
+        with cond:
             self._claims.append((delivery, run))
-            self._cond.notify_all()
+            cond.notify()
             if not self._threads:
                 self._threads = [
                     threading.Thread(target=self._claiming, name="lockworker-lane-claim",
@@ -140,18 +146,20 @@ class Lane:
 
     def close(self) -> None:
         """End the threads, once no job of the serving runs any more."""
-        with self._cond:
-            self._closed = True
-            self._cond.notify_all()
+        for cond in self._conds.values():
+            with cond:
+                self._closed = True
+                cond.notify_all()
         for thread in self._threads:
             thread.join(timeout=10.0)
 
     def _take(self, which: str) -> list[Any] | None:
         """Everything queued in ``which`` (``_claims`` or ``_completes``), waiting for
         some; None once the lane is closed and nothing is left."""
-        with self._cond:
+        cond = self._conds[which]
+        with cond:
             while not getattr(self, which) and not self._closed:
-                self._cond.wait()
+                cond.wait()
             taken: list[Any] = getattr(self, which)
             if not taken:
                 return None
@@ -194,9 +202,10 @@ class Lane:
             outcome = run.hook_raised(h, exc)
             return outcome if outcome is not None else run.run()
         self.w._heartbeat.end(h.lease)
-        with self._cond:
+        cond = self._conds["_completes"]
+        with cond:
             self._completes.append((delivery, run, h))
-            self._cond.notify_all()
+            cond.notify()
         return PENDING
 
     def _settling(self) -> None:
