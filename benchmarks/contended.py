@@ -23,20 +23,19 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import multiprocessing
 import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
-from multiprocessing.context import SpawnProcess
+from multiprocessing.process import BaseProcess
 from typing import Any
 
 import redis
 
 import lockworker
 from benchmarks import aio_contended
-from benchmarks.common import installed, quiet_logging, server_cpu
+from benchmarks.common import installed, processes, quiet_logging, server_cpu
 
 LEASE = 5.0
 """Seconds: the lease every contender asks for (as in the peers' baselines)."""
@@ -241,9 +240,9 @@ class Pool:
     def __init__(
         self, ports: list[int], size: int, target: Callable[..., None] | None = None
     ) -> None:
-        ctx = multiprocessing.get_context("spawn")
+        ctx = processes()
         self.pipes: list[Connection] = []
-        self.procs: list[SpawnProcess] = []
+        self.procs: list[BaseProcess] = []
         for _ in range(size):
             ours, theirs = ctx.Pipe()
             proc = ctx.Process(target=target or child_main, args=(ports, theirs), daemon=True)

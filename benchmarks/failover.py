@@ -19,7 +19,6 @@ times taken in different processes can be subtracted. Processes are started with
 from __future__ import annotations
 
 import contextlib
-import multiprocessing
 import os
 import random
 import signal
@@ -28,14 +27,14 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
-from multiprocessing.context import SpawnProcess
+from multiprocessing.process import BaseProcess
 from multiprocessing.synchronize import Event as EventType
 from typing import Any
 
 import redis
 
 import lockworker
-from benchmarks.common import median, quiet_logging
+from benchmarks.common import median, processes, quiet_logging
 from lockworker.model.keys import JobKeys
 
 SETTLE = 0.05
@@ -257,13 +256,13 @@ class Pair:
     """Two long-lived child processes, ``a`` and ``b``, sharing one ``waiting`` event."""
 
     def __init__(self, port: int, namespace: str) -> None:
-        ctx = multiprocessing.get_context("spawn")
+        ctx = processes()
         self.ctx = ctx
         self.port = port
         self.namespace = namespace
         self.waiting = ctx.Event()
         self.pipes: list[Connection] = []
-        self.procs: list[SpawnProcess] = []
+        self.procs: list[BaseProcess] = []
         for _ in range(2):
             ours, theirs = ctx.Pipe()
             proc = ctx.Process(

@@ -115,7 +115,7 @@ def one_round(name: str, port: int, client: redis.Redis, seconds: float,
               processes: int = 4) -> tuple[float, float, float, bool]:
     """(handovers/s, sections/s, client CPU µs per section, exclusive) of one run."""
     key = f"outsider-{uuid.uuid4().hex[:10]}"
-    procs, pipes = spawn(child, [(name, port, key, seconds)] * processes)
+    procs, pipes = spawn(child, [(name, port, key, seconds)] * processes, fresh=True)
     try:
         for pipe in pipes:
             if not pipe.poll(REPLY_TIMEOUT) or pipe.recv() != "ready":
