@@ -52,12 +52,13 @@ from lockworker.daemons.serve import JOB_ERROR, RESOLVED, STARTED, STOPPED, Firs
 from lockworker.daemons.sources import Delivery, shares_out
 from lockworker.errors import ForeignValueError, InvalidConfig
 from lockworker.model.state import Outcome
-from lockworker.runtime import events
+from lockworker.runtime import events, pools
 
 
 class AsyncServable(Protocol):
     """What serving needs of the worker; :class:`lockworker.aio.Worker` is one."""
 
+    client: Any
     namespace: str
     owner: str
     run_id: str
@@ -199,6 +200,7 @@ class _Server:
     async def run(self, deliveries: AsyncGenerator[Delivery, None]) -> None:
         w = self.worker
         self.log.info(STARTED, concurrency=self.concurrency)
+        pools.say_if_short(self.log, w.client, self.concurrency)
         try:
             async for delivery in deliveries:
                 if w.stopping or self.error is not None:

@@ -124,21 +124,23 @@ def timeouts(socket_timeout: float) -> dict[str, Any]:
             "socket_connect_timeout": min(socket_timeout, 3.0)}
 
 
-def connect(url: str, *, socket_timeout: float = 5.0) -> redis.Redis:
+def connect(
+    url: str, *, socket_timeout: float = 5.0, options: dict[str, Any] | None = None
+) -> redis.Redis:
     """A client of ``url`` that answered PING, or :class:`CliError` saying why not.
 
     Checked before anything starts, so a wrong URL or a down server is one clear line
-    at start-up rather than a retry loop that gives up later.
+    at start-up rather than a retry loop that gives up later. ``options``: more client
+    options (a pool sized for a serving's concurrency).
     """
+    extra = {**timeouts(socket_timeout), **(options or {})}
     try:
         if topology_urls.is_topology(url):
             client = topology_urls.client(
-                topology_urls.parse(url), decode_responses=True, **timeouts(socket_timeout)
+                topology_urls.parse(url), decode_responses=True, **extra
             )
         else:
-            client = redis.Redis.from_url(
-                url, decode_responses=True, **timeouts(socket_timeout)
-            )
+            client = redis.Redis.from_url(url, decode_responses=True, **extra)
     except UNREACHABLE as exc:  # a cluster client connects at once
         raise CliError(f"cannot reach Redis at {safe_url(url)}: {exc}", EXIT_FAILURE) from exc
     except ValueError as exc:

@@ -37,6 +37,7 @@ from lockworker.cli.run_common import (
 )
 from lockworker.cli.target import is_asyncio, is_leader, load
 from lockworker.daemons.leader import Leader
+from lockworker.runtime import pools
 
 __all__ = ["main", "socket_timeout"]
 
@@ -52,7 +53,10 @@ def main(args: argparse.Namespace) -> int:
     url = redis_url(args.redis)
     if is_asyncio(cls):
         return run_aio.main(cls, args, url, metrics)
-    client = connect(url, socket_timeout=socket_timeout(args.lock_timeout))
+    client = connect(
+        url, socket_timeout=socket_timeout(args.lock_timeout),
+        options=pools.client_options(args.concurrency or 4),
+    )
     try:
         require_safe(client, args)
         daemon = build(cls, client, args)

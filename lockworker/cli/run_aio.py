@@ -56,7 +56,7 @@ from lockworker.clock import SystemClock
 from lockworker.daemons.sources import StreamSource
 from lockworker.errors import InvalidConfig
 from lockworker.model.state import ProtocolKind
-from lockworker.runtime import events, servercheck
+from lockworker.runtime import events, pools, servercheck
 
 
 def main(cls: Any, args: argparse.Namespace, url: str, metrics: ModuleType | None) -> int:
@@ -76,18 +76,19 @@ def check(cls: Any, args: argparse.Namespace) -> None:
         raise CliError(f"--durability: {exc}; {args.target} is a {describe_kind(cls)}") from exc
 
 
-async def connect_async(url: str, *, socket_timeout: float) -> Any:
+async def connect_async(
+    url: str, *, socket_timeout: float, options: dict[str, Any] | None = None
+) -> Any:
     """A ``redis.asyncio`` client of ``url`` that answered PING, or :class:`CliError`
     saying why not (the same lines as :func:`lockworker.cli.common.connect`)."""
+    extra = {**timeouts(socket_timeout), **(options or {})}
     try:
         if topology_urls.is_topology(url):
             client = topology_urls.async_client(
-                topology_urls.parse(url), decode_responses=True, **timeouts(socket_timeout)
+                topology_urls.parse(url), decode_responses=True, **extra
             )
         else:
-            client = redis.asyncio.Redis.from_url(
-                url, decode_responses=True, **timeouts(socket_timeout)
-            )
+            client = redis.asyncio.Redis.from_url(url, decode_responses=True, **extra)
     except ValueError as exc:
         raise CliError(f"invalid Redis URL {safe_url(url)!r}: {exc}") from exc
     try:
@@ -102,7 +103,11 @@ async def _run(
     cls: Any, args: argparse.Namespace, url: str, metrics: ModuleType | None
 ) -> None:
     timeout = socket_timeout(args.lock_timeout)
-    client = await connect_async(url, socket_timeout=timeout)
+    client = await connect_async(
+        url, socket_timeout=timeout, options=pools.client_options(
+            args.concurrency or 4, redis.asyncio.ConnectionPool
+        ),
+    )
     # A sync client of the same URL: a Worker's stream, and the server's checks (the
     # asyncio classes leave those to the command).
     sync_client: redis.Redis | None = None

@@ -52,7 +52,7 @@ from lockworker.daemons.sources import Delivery, as_source, shares_out
 from lockworker.errors import ForeignValueError, InvalidConfig
 from lockworker.model.policy import FreeClock
 from lockworker.model.state import Outcome, Snapshot
-from lockworker.runtime import events
+from lockworker.runtime import events, pools
 from lockworker.runtime.park import Slots
 
 
@@ -61,6 +61,7 @@ class Servable(Protocol):
     one. Spelled out here, so this module depends on an interface, not on the worker's
     module (no import cycle)."""
 
+    client: Any
     namespace: str
     owner: str
     run_id: str
@@ -159,6 +160,7 @@ class _Server:
     def run(self, deliveries: Any) -> None:
         w = self.worker
         self.log.info(STARTED, concurrency=self.concurrency)
+        pools.say_if_short(self.log, w.client, self.concurrency)
         # A thread per working or parked job: parked ones sleep without a slot.
         self.pool = ThreadPoolExecutor(
             self.concurrency + self.slots.park_limit, thread_name_prefix="lockworker-serve"

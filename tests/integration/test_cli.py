@@ -6,6 +6,7 @@ subprocesses for ``run`` (signals, exit codes, stderr) and for bad input.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
@@ -274,6 +275,57 @@ def test_run_serves_a_stream_and_exits_0_on_sigterm(
     assert events[-1] == "run.stopped"
     assert "run.stopping" in events
     client.close()
+
+
+def test_run_sizes_its_client_pool_for_the_concurrency_asked(
+    redis_server: RedisServer, namespace: str, procs: list[subprocess.Popen[str]]
+) -> None:
+    """``--concurrency 150`` on redis-py's default pool (100) would run it out (and
+    ``serve`` would say so, ``serve.pool_small``): the command makes its client with
+    room for the hooks and the serving's own connections."""
+    client = redis_server.client(decode_responses=True)
+    stream = f"{namespace}-jobs"
+    proc = spawn(
+        procs, "run", "lockworker.cli.demo_worker:DemoWorker", "--redis", redis_server.url,
+        "--namespace", namespace, "--stream", stream, "--owner", "w1", "--lock-timeout", "2",
+        "--concurrency", "150", "--log-format", "json",
+    )
+    readers = stream_keys(stream).extra("readers")
+    wait_for(lambda: client.zscore(readers, "w1") is not None, timeout=30)
+    lockworker.submit(client, stream, "j0", {"ms": 1})
+    wait_for(lambda: client.llen(records_key(namespace)) == 1, timeout=20)
+    proc.send_signal(signal.SIGTERM)
+    _out, err = proc.communicate(timeout=20)
+    assert proc.returncode == 0, err
+    logged = [json.loads(line) for line in err.splitlines() if line.startswith("{")]
+    started = [e for e in logged if e["event"] == "serve.started"]
+    assert [e["concurrency"] for e in started] == [150]
+    assert not [e for e in logged if e["event"] == "serve.pool_small"], err
+    client.close()
+
+
+def test_connect_takes_pool_options_and_a_url_s_own_limit_wins(
+    redis_server: RedisServer,
+) -> None:
+    from lockworker.cli.common import connect
+    from lockworker.cli.run_aio import connect_async
+
+    sized = connect(redis_server.url, options={"max_connections": 182})
+    assert sized.connection_pool.max_connections == 182
+    sized.close()
+    capped = connect(redis_server.url + "?max_connections=50",
+                     options={"max_connections": 182})
+    assert capped.connection_pool.max_connections == 50
+    capped.close()
+
+    async def aio() -> int:
+        client = await connect_async(redis_server.url, socket_timeout=1.0,
+                                     options={"max_connections": 182})
+        limit = int(client.connection_pool.max_connections)
+        await client.aclose()
+        return limit
+
+    assert asyncio.run(aio()) == 182
 
 
 def test_run_exits_1_when_the_grace_period_runs_out(
