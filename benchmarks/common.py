@@ -195,16 +195,21 @@ CHILD_MODULES = [
 """What the benchmark's children import, loaded once by the fork server they start from."""
 
 
+FAST_START = False
+"""Start children from a fork server (:func:`processes`): ``--quick`` sets it."""
+
+
 def processes(*, fresh: bool = False) -> Any:
     """The ``multiprocessing`` context of the benchmark's child processes.
 
-    A ``forkserver``: a clean process that imported :data:`CHILD_MODULES` once, from
-    which each child is forked, so a child starts at once instead of paying a third of
-    a second of imports (a full run starts a few hundred). Like ``spawn``, a child
-    shares no thread, socket or lock with this process. ``fresh``: ``spawn``, for a
-    measure of processes as a user would start them (imports included).
+    A full run spawns each child (a fresh interpreter importing what it needs), as every
+    figure on the page was measured. ``--quick``, a check that the harness runs, sets
+    :data:`FAST_START`: children are then forked from a fork server that imported
+    :data:`CHILD_MODULES` once, instead of paying a third of a second of imports each
+    (a run starts about a hundred); like spawned ones, they share no thread, socket or
+    lock with this process. ``fresh``: always ``spawn``.
     """
-    if fresh:
+    if fresh or not FAST_START:
         return multiprocessing.get_context("spawn")
     ctx = multiprocessing.get_context("forkserver")
     ctx.set_forkserver_preload(CHILD_MODULES)

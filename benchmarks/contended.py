@@ -240,9 +240,7 @@ class Pool:
     def __init__(
         self, ports: list[int], size: int, target: Callable[..., None] | None = None
     ) -> None:
-        # Spawned, not forked from the fork server: what this section measures is a
-        # race between long-lived processes, and it keeps the start they always had.
-        ctx = processes(fresh=True)
+        ctx = processes()
         self.pipes: list[Connection] = []
         self.procs: list[BaseProcess] = []
         for _ in range(size):

@@ -256,9 +256,7 @@ class Pair:
     """Two long-lived child processes, ``a`` and ``b``, sharing one ``waiting`` event."""
 
     def __init__(self, port: int, namespace: str) -> None:
-        # Spawned, not forked from the fork server: what this section measures is a
-        # race between long-lived processes, and it keeps the start they always had.
-        ctx = processes(fresh=True)
+        ctx = processes()
         self.ctx = ctx
         self.port = port
         self.namespace = namespace

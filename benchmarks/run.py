@@ -27,6 +27,7 @@ from pathlib import Path
 
 from benchmarks import (
     charts,
+    common,
     contended,
     cycle,
     failover,
@@ -257,6 +258,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     settings = QUICK if args.quick else FULL
+    common.FAST_START = args.quick  # children from a fork server: a quick check only
     output = args.output if args.output is not None else (None if args.quick else DOC)
     quiet_logging()
     if args.only == "stream":
