@@ -7,24 +7,24 @@ that serves through its own ``process`` (an override sees every job, so it gets 
 job) and whose contest would compete at once (a primary, or a backup while no primary
 serves), the lane takes the very same steps in bulk:
 
-- the deliveries that wait for a claim go in one round trip of acquire steps (one
-  script per job, each atomic, as ``process`` sends it), whatever their number;
+- one sending task sends the acquire steps of every delivery that waits for a claim
+  (one script per job, each atomic, as ``process`` sends it) and the complete steps of
+  every job whose hook returned, together, in one round trip; what comes meanwhile
+  goes in the next, so no claim and no DONE waits more than the round trip in flight;
 - each granted job runs its attempt in a task of its own, as in ``process``
   (:meth:`lockworker.aio.jobrun.AsyncJobRun.start`: the lease renewed by the
   worker's heartbeat, ``on_lost``, the same events), and the task ends with its
-  hook;
-- the complete steps of the jobs whose hook returned go together in the next round
-  trip, sent by one settling task: no job waits more than the round trip in flight
-  for its DONE, and no job's task waits on it. The settling task is never cancelled:
-  a complete step, once due, is sent, as ``process`` shields it.
+  hook; its slot then serves the next job while its DONE is on the way;
+- the sending task is never cancelled: a complete step, once due, is sent, as
+  ``process`` shields it. A serving cancelled meanwhile sends no claim any more, and
+  hands back every grant of a claim in flight (the attempt refunded), as a cancelled
+  acquire does.
 
 Everything else is the job's contest, as ``process`` runs it, in a task of its own: a
 job not granted (held by another, done, or an error: the contest looks again and
 decides), a hook that raised (its failure, stop or cancellation settled by
 :meth:`~lockworker.aio.jobrun.AsyncJobRun.hook_raised`), a complete step refused or
-answered with an error. A claim cancelled in flight hands back every grant it may have
-got (the attempt refunded), as a cancelled acquire does.
-"""
+answered with an error (in a slot taken again, ahead of new jobs)."""
 
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ from typing import Any, Protocol
 from lockworker.aio.batcher import send
 from lockworker.aio.jobrun import AsyncGate, AsyncJobRun, Holding
 from lockworker.daemons.delivery import Delivery
-from lockworker.daemons.lane import competes_at_once
+from lockworker.daemons.lane import SENDS, competes_at_once
 from lockworker.daemons.looked import watched
 from lockworker.model.state import Ending, Grant, Outcome, Settle
 from lockworker.protocol.script import acquire_step, settle_step
@@ -59,8 +59,19 @@ class Host(Protocol):
         result: its errors handled as the serving handles those)."""
         ...
 
+    def hook_returned(self, delivery: Delivery) -> None:
+        """``delivery``'s hook returned: its slot serves the next job while its DONE
+        is on the way."""
+        ...
+
+    def resume(self, delivery: Delivery, outcome: Awaitable[Result]) -> None:
+        """As :meth:`spawn`, for a job whose hook returned: once it has a slot again
+        (ahead of new jobs)."""
+        ...
+
     async def settled(self, delivery: Delivery, outcome: Outcome) -> None:
-        """``delivery``'s job ended with ``outcome``: report it, free its slot."""
+        """``delivery``'s job, whose hook returned, ended with ``outcome``: report it,
+        then its id's next delivery, if any, in a slot taken again."""
         ...
 
     def dropped(self, delivery: Delivery) -> None:
@@ -76,8 +87,8 @@ class Lane:
         self.w = host.worker
         self._claims: list[tuple[Delivery, AsyncJobRun]] = []
         self._completes: list[tuple[Delivery, AsyncJobRun, Holding]] = []
-        self._claiming: asyncio.Task[None] | None = None
-        self._settling: asyncio.Task[None] | None = None
+        self._sending: asyncio.Task[None] | None = None
+        self._cancelled = False
 
     def takes(self) -> bool:
         """Whether a new delivery goes in the lane (:func:`competes_at_once`)."""
@@ -92,56 +103,75 @@ class Lane:
             return False
         keys, payload, log = found
         self._claims.append((delivery, AsyncJobRun(self.w, keys, payload, log, self.host.slots)))
-        if self._claiming is None or self._claiming.done():
-            self._claiming = asyncio.ensure_future(self._claim())
+        self._send_soon()
         return True
 
     def busy(self) -> list[asyncio.Task[None]]:
-        """The lane's tasks still at work (the serving waits for them at its end)."""
-        return [t for t in (self._claiming, self._settling) if t is not None and not t.done()]
+        """The lane's task, while at work (the serving waits for it at its end)."""
+        sending = self._sending
+        return [sending] if sending is not None and not sending.done() else []
 
     def cancel(self) -> None:
-        """The serving is cancelled: no claim is sent any more (one in flight hands its
-        grants back); completions still go out."""
-        if self._claiming is not None:
-            self._claiming.cancel()
+        """The serving is cancelled: no claim is sent any more, and the grants of one
+        in flight are handed back; completions still go out."""
+        self._cancelled = True
 
-    async def _claim(self) -> None:
+    def _send_soon(self) -> None:
+        if self._sending is None or self._sending.done():
+            self._sending = asyncio.ensure_future(self._send())
+
+    async def _send(self) -> None:
         w = self.w
-        while self._claims:
-            taken, self._claims = self._claims, []
-            if self.host.ending:
-                for delivery, _ in taken:
+        while self._claims or self._completes:
+            claims, self._claims = self._claims, []
+            completes, self._completes = self._completes, []
+            if claims and (self.host.ending or self._cancelled):
+                for delivery, _ in claims:
                     self.host.dropped(delivery)
-                continue
-            steps = [
+                claims = []
+            steps: list[Any] = [
                 acquire_step(run.keys, w._who, w._lease_ms, w.max_attempts, w._retention_ms)
-                for _, run in taken
+                for _, run in claims
             ]
+            steps += [
+                settle_step(run.keys, h.held, Ending.COMPLETE, w._retention_ms)
+                for _, run, h in completes
+            ]
+            if not steps:
+                continue
             sent_at = w.clock.monotonic()
             try:
-                answers = await w._call(lambda s=steps: send(w.client, s), "claim jobs")
-            except asyncio.CancelledError:
-                await asyncio.shield(asyncio.gather(*(run.abandon() for _, run in taken)))
-                for delivery, _ in [*taken, *self._claims]:
-                    self.host.dropped(delivery)
-                self._claims = []
-                raise
+                answers = await w._call(
+                    lambda s=steps: send(w.client, s), SENDS[bool(claims), bool(completes)]
+                )
             except Exception as exc:
-                for delivery, _ in taken:
+                for delivery, _ in claims:
                     self.host.spawn(delivery, _raise(exc))
+                for delivery, _, _ in completes:
+                    self.host.resume(delivery, _raise(exc))
                 continue
-            for (delivery, run), answer in zip(taken, answers, strict=True):
-                if isinstance(answer, Grant):
-                    self.host.spawn(delivery, self._attempt(delivery, run, answer, sent_at))
-                else:  # held by another, resolved, or an error: the contest decides
-                    self.host.spawn(delivery, run.run())
+            await self._granted(claims, answers[: len(claims)], sent_at)
+            await self._settled(completes, answers[len(claims):])
+
+    async def _granted(
+        self, claims: list[tuple[Delivery, AsyncJobRun]], answers: list[Any], sent_at: float
+    ) -> None:
+        if claims and self._cancelled:  # cancelled in flight: hand every grant back
+            await asyncio.gather(*(run.abandon() for _, run in claims))
+            for delivery, _ in claims:
+                self.host.dropped(delivery)
+            return
+        for (delivery, run), answer in zip(claims, answers, strict=True):
+            if isinstance(answer, Grant):
+                self.host.spawn(delivery, self._attempt(delivery, run, answer, sent_at))
+            else:  # held by another, resolved, or an error: the contest decides
+                self.host.spawn(delivery, run.run())
 
     async def _attempt(
         self, delivery: Delivery, run: AsyncJobRun, grant: Grant, sent_at: float
     ) -> Result:
-        """The granted job's attempt up to its hook's end; a hook that returned leaves
-        the rest to the settling task (:data:`PENDING`)."""
+        """The granted job's attempt up to its hook's end; a hook that returned gives
+        its slot back and leaves the rest to the sending task (:data:`PENDING`)."""
         h = run.start(grant, sent_at)
         try:
             await self.w._hooks.call_async("on_acquired", h.job)  # a plain one in a thread
@@ -156,38 +186,27 @@ class Lane:
             await h.reports.done()
             return outcome if outcome is not None else await run.run()
         self.w._heartbeat.end(h.lease)
+        self.host.hook_returned(delivery)
         self._completes.append((delivery, run, h))
-        if self._settling is None or self._settling.done():
-            self._settling = asyncio.ensure_future(self._settle())
+        self._send_soon()
         return PENDING
 
-    async def _settle(self) -> None:
-        w = self.w
-        while self._completes:
-            taken, self._completes = self._completes, []
-            steps = [
-                settle_step(run.keys, h.held, Ending.COMPLETE, w._retention_ms)
-                for _, run, h in taken
-            ]
-            try:
-                replies = await w._call(lambda s=steps: send(w.client, s), "mark jobs done")
-            except Exception as exc:
-                for delivery, _, _ in taken:
-                    self.host.spawn(delivery, _raise(exc))
-                continue
-            for (delivery, run, h), reply in zip(taken, replies, strict=True):
-                if isinstance(reply, Settle) and not h.reports.pending:
-                    outcome = run.completed(h, reply)
-                    if outcome is not None:
-                        await self.host.settled(delivery, outcome)
-                        continue
-                    self.host.spawn(delivery, run.run())  # the lease was lost: contest on
+    async def _settled(
+        self, completes: list[tuple[Delivery, AsyncJobRun, Holding]], replies: list[Any]
+    ) -> None:
+        for (delivery, run, h), reply in zip(completes, replies, strict=True):
+            if isinstance(reply, Settle) and not h.reports.pending:
+                outcome = run.completed(h, reply)
+                if outcome is not None:
+                    await self.host.settled(delivery, outcome)
                     continue
-                self.host.spawn(delivery, _after(run, h, reply))
+                self.host.resume(delivery, run.run())  # the lease was lost: contest on
+                continue
+            self.host.resume(delivery, _after(run, h, reply))
 
 
 class Pending:
-    """An attempt's result while its complete step waits to be sent: the settling task
+    """An attempt's result while its complete step waits to be sent: the sending task
     reports the job, not its attempt's task."""
 
 

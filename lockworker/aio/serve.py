@@ -5,8 +5,9 @@ worker's public ``process`` serves it: through ``process`` itself when a subclas
 overrides it (the override sees every job), else, for a job whose contest would compete
 at once, through the lane (:mod:`lockworker.aio.lane`: the same steps, events and
 hooks, claims in batches, completions group-committed); at most ``concurrency`` jobs
-work at once; a job waiting on another holder's lease gives its slot back (a waiting
-task costs nothing else) and takes one again, ahead of new deliveries, to look again;
+work at once; a job waiting on another holder's lease, or whose hook returned and whose
+DONE is on the way, gives its slot back (a waiting task costs nothing else) and takes
+one again, ahead of new deliveries, if it has more to do;
 one job id runs at most once at a time; a delivery is reported resolved only when its
 job was (DONE, DONE_ELSEWHERE, GAVE_UP); a job ``process`` refuses is logged as
 ``serve.job_error`` and skipped; any other error stops the serving and is raised once
@@ -115,12 +116,10 @@ class Slots:
     async def unpark(self) -> None:
         await self.take(first=True)
 
-    def first_look(self) -> None:
-        """Nothing seen beforehand (see :class:`Seen`)."""
+    def first_look(self) -> None:  # nothing seen beforehand (see :class:`Seen`)
         return None
 
-    def lain_free(self) -> None:
-        """No free clock beforehand (see :class:`Seen`)."""
+    def lain_free(self) -> None:  # no free clock beforehand (see :class:`Seen`)
         return None
 
 
@@ -185,12 +184,10 @@ class _Server:
         """Resolved deliveries of a blocking source not yet reported to it."""
         self.reporting: asyncio.Future[None] | None = None
         self.error: BaseException | None = None
-        self.deferrals = (
-            AsyncDeferrals(worker, self.dispatch, self.resolved, ranked=ranked)
-            if defer.wanted(worker) else None
-        )
-        self.lane = lane.Lane(self) if open_to(worker) else None
-        """Claims and completions in batches for the jobs a contest would take at once."""
+        self.deferrals = AsyncDeferrals(
+            worker, self.dispatch, self.resolved, ranked=ranked
+        ) if defer.wanted(worker) else None
+        self.lane = lane.Lane(self) if open_to(worker) else None  # claims, DONEs batched
         self.cancelled = False
         self.log = events.logger(
             events.SERVE, worker._logger,
@@ -289,18 +286,18 @@ class _Server:
     ) -> None:
         """Run ``delivery`` (through ``process``, or to ``outcome`` for the lane), then
         the deliveries of its job that came meanwhile; the slot is given back at the
-        end, unless the lane's settling task reports the job."""
-        kept = False
+        end, unless its hook returned in the lane (it gave it back: DONE on the way)."""
+        gave = False
         try:
             if not await self.run_one(delivery, seen, outcome):
-                kept = True
+                gave = True
                 return
             current = self.following(delivery)
             while current is not None:
                 await self.run_one(current)
                 current = self.following(current)
         finally:
-            if not kept:
+            if not gave:
                 self.slots.give()
 
     def following(self, delivery: Delivery) -> Delivery | None:
@@ -316,8 +313,8 @@ class _Server:
         self, delivery: Delivery, seen: Sighting | None = None,
         outcome: Awaitable[lane.Result] | None = None,
     ) -> bool:
-        """Run ``delivery`` to its outcome and report it; False if the lane's settling
-        task reports it instead (its complete step is still to be sent)."""
+        """Run ``delivery`` to its outcome and report it; False if the lane reports it
+        instead (its hook returned, its complete step is still to be sent)."""
         gate = self.slots if seen is None else Seen(self.slots, seen)
         result: lane.Result
         try:
@@ -356,14 +353,29 @@ class _Server:
     def spawn(self, delivery: Delivery, outcome: Awaitable[lane.Result]) -> None:
         self._track(self.work(delivery, None, outcome))
 
+    def hook_returned(self, delivery: Delivery) -> None:
+        self.slots.give()
+
+    def resume(self, delivery: Delivery, outcome: Awaitable[lane.Result]) -> None:
+        self._track(self._in_slot_again(delivery, outcome))
+
     async def settled(self, delivery: Delivery, outcome: Outcome) -> None:
         if outcome in RESOLVED:
             await self.resolved(delivery)
         current = self.following(delivery)
-        if current is None:
-            self.slots.give()
-        else:  # its slot goes on to the job's next delivery
-            self._track(self.work(current))
+        if current is not None:  # the job's next delivery, in a slot taken again
+            self._track(self._in_slot_again(current, None))
+
+    async def _in_slot_again(self, delivery: Delivery, outcome: Awaitable[Any] | None) -> None:
+        """Run ``delivery`` (to ``outcome``, if given) for a job whose hook returned,
+        once it has a slot again."""
+        try:
+            await self.slots.take(first=True)
+        except BaseException:
+            if isinstance(outcome, Coroutine):
+                outcome.close()  # never started: nothing of it to undo
+            raise
+        await self.work(delivery, None, outcome)
 
     def dropped(self, delivery: Delivery) -> None:
         self.running.pop(delivery.job_id, None)

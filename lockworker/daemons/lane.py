@@ -7,20 +7,22 @@ step of its own, runs ``on_acquired``, and waits for the complete step. For a wo
 that serves through its own ``process`` (an override sees every job) and whose contest
 would compete at once (a primary, or a backup while no primary serves):
 
-- a claiming thread sends the acquire steps of every delivery that waits for a claim
-  in one round trip (one script per job, each atomic, as ``process`` sends it);
+- the lane's thread sends the acquire steps of every delivery that waits for a claim
+  (one script per job, each atomic, as ``process`` sends it) and the complete steps of
+  every job whose hook returned, together, in one round trip; what comes meanwhile
+  goes in the next, so no claim and no DONE waits more than the round trip in flight;
 - each granted job runs its attempt in a pool thread, as in ``process``
-  (:meth:`lockworker.daemons.jobrun.JobRun.start`), and the thread is free once the
-  hook returned;
-- a settling thread sends the complete steps of the jobs whose hook returned in one
-  round trip, and reports them: no DONE waits more than the round trip in flight.
+  (:meth:`lockworker.daemons.jobrun.JobRun.start`); once its hook returned, its
+  thread and its slot serve the next job while its DONE is on the way (``serve``'s
+  concurrency bounds the hooks running at once, not the DONE records in flight);
+- the lane's thread reports the jobs its complete steps settled.
 
 Everything else is the job's contest, as ``process`` runs it, in a pool thread: a job
 not granted, a hook that raised (its failure or stop settled by
 :meth:`~lockworker.daemons.jobrun.JobRun.hook_raised`), a complete step refused or
-answered with an error. Each thread hop of a job costs a switch or two; the per-job
-contest cost about two dozen (its round trips, the batcher's hand-offs).
-"""
+answered with an error (in a slot taken again, ahead of new jobs). Each thread hop of
+a job costs a switch or two; the per-job contest cost about two dozen (its round
+trips, the batcher's hand-offs)."""
 
 from __future__ import annotations
 
@@ -40,7 +42,7 @@ from lockworker.protocol.script import acquire_step, settle_step
 
 
 class Pending:
-    """An attempt's result while its complete step waits to be sent: the settling
+    """An attempt's result while its complete step waits to be sent: the lane's
     thread reports the job, not its attempt's thread."""
 
 
@@ -48,6 +50,11 @@ PENDING = Pending()
 
 Result = Outcome | Pending
 """What a job's run in the lane ends with."""
+
+Claim = tuple[Delivery, JobRun]
+"""A delivery waiting for its job's claim, and the run that will take its grant."""
+Complete = tuple[Delivery, JobRun, Holding]
+"""A delivery whose hook returned, waiting for its job's DONE."""
 
 
 class Host(Protocol):
@@ -65,11 +72,22 @@ class Host(Protocol):
 
     def submit(self, delivery: Delivery, outcome: Callable[[], Result]) -> None:
         """Finish ``delivery`` in a pool thread with ``outcome()`` (as ``process``'s
-        result: its errors handled as the serving handles those)."""
+        result: its errors handled as the serving handles those), in its slot."""
+        ...
+
+    def hook_returned(self, delivery: Delivery) -> None:
+        """``delivery``'s hook returned: its slot serves the next job while its DONE
+        is on the way."""
+        ...
+
+    def resume(self, delivery: Delivery, outcome: Callable[[], Result]) -> None:
+        """As :meth:`submit`, for a job whose hook returned: once it has a slot again
+        (ahead of new jobs)."""
         ...
 
     def settled(self, delivery: Delivery, outcome: Outcome) -> None:
-        """``delivery``'s job ended with ``outcome``: report it, free its slot."""
+        """``delivery``'s job, whose hook returned, ended with ``outcome``: report it,
+        then its id's next delivery, if any, in a slot taken again."""
         ...
 
     def dropped(self, delivery: Delivery) -> None:
@@ -100,21 +118,16 @@ def competes_at_once(worker: Any) -> bool:
 
 
 class Lane:
-    """The batched claims and completions of one ``serve`` call, and their two threads."""
+    """The batched claims and completions of one ``serve`` call, and their thread."""
 
     def __init__(self, host: Host) -> None:
         self.host = host
         self.w = host.worker
-        lock = threading.Lock()
-        # One lock, a condition per thread: a claim wakes the claiming thread only,
-        # a hook's end the settling thread only (a needless wake-up is a switch).
-        self._conds = {
-            "_claims": threading.Condition(lock), "_completes": threading.Condition(lock),
-        }
-        self._claims: list[tuple[Delivery, JobRun]] = []
-        self._completes: list[tuple[Delivery, JobRun, Holding]] = []
+        self._cond = threading.Condition()
+        self._claims: list[Claim] = []
+        self._completes: list[Complete] = []
         self._closed = False
-        self._threads: list[threading.Thread] = []
+        self._thread: threading.Thread | None = None
 
     def takes(self) -> bool:
         """Whether a new delivery goes in the lane (:func:`competes_at_once`)."""
@@ -129,72 +142,82 @@ class Lane:
             return False
         keys, payload, log = found
         run = JobRun(self.w, keys, payload, log, self.host.slots)
-        cond = self._conds["_claims"]
-        with cond:
+        with self._cond:
             self._claims.append((delivery, run))
-            cond.notify()
-            if not self._threads:
-                self._threads = [
-                    threading.Thread(target=self._claiming, name="lockworker-lane-claim",
-                                     daemon=True),
-                    threading.Thread(target=self._settling, name="lockworker-lane-settle",
-                                     daemon=True),
-                ]
-                for thread in self._threads:
-                    thread.start()
+            self._cond.notify()
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._sending, name="lockworker-lane", daemon=True
+                )
+                self._thread.start()
         return True
 
     def close(self) -> None:
-        """End the threads, once no job of the serving runs any more."""
-        for cond in self._conds.values():
-            with cond:
-                self._closed = True
-                cond.notify_all()
-        for thread in self._threads:
-            thread.join(timeout=10.0)
+        """End the thread, once no job of the serving runs any more."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        if self._thread is not None:
+            self._thread.join(timeout=10.0)
 
-    def _take(self, which: str) -> list[Any] | None:
-        """Everything queued in ``which`` (``_claims`` or ``_completes``), waiting for
-        some; None once the lane is closed and nothing is left."""
-        cond = self._conds[which]
-        with cond:
-            while not getattr(self, which) and not self._closed:
-                cond.wait()
-            taken: list[Any] = getattr(self, which)
-            if not taken:
-                return None
-            setattr(self, which, [])
-            return taken
+    def _take(self) -> tuple[list[Claim], list[Complete]]:
+        """The claims and completions queued, waiting for some; nothing once the lane
+        is closed and nothing is left."""
+        with self._cond:
+            while not (self._claims or self._completes or self._closed):
+                self._cond.wait()
+            claims, completes = self._claims, self._completes
+            self._claims, self._completes = [], []
+            return claims, completes
 
-    def _claiming(self) -> None:
+    def _sending(self) -> None:
+        """Send what is queued, claims and completions in one round trip, until the
+        lane closes: no claim and no DONE waits more than the round trip in flight."""
         w = self.w
-        while (taken := self._take("_claims")) is not None:
-            if self.host.ending:
-                for delivery, _ in taken:
+        while True:
+            claims, completes = self._take()
+            if not (claims or completes):
+                return
+            if claims and self.host.ending:
+                for delivery, _ in claims:
                     self.host.dropped(delivery)
-                continue
-            steps = [
+                claims = []
+            steps: list[Any] = [
                 acquire_step(run.keys, w._who, w._lease_ms, w.max_attempts, w._retention_ms)
-                for _, run in taken
+                for _, run in claims
             ]
+            steps += [
+                settle_step(run.keys, h.held, Ending.COMPLETE, w._retention_ms)
+                for _, run, h in completes
+            ]
+            if not steps:
+                continue
             sent_at = w.clock.monotonic()
             try:
-                answers = w._call(lambda s=steps: send(w.client, s), "claim jobs")
+                answers = w._call(
+                    lambda s=steps: send(w.client, s), SENDS[bool(claims), bool(completes)]
+                )
             except Exception as exc:
-                for delivery, _ in taken:
+                for delivery, _ in claims:
                     self.host.submit(delivery, functools.partial(_raise, exc))
+                for delivery, _, _ in completes:
+                    self.host.resume(delivery, functools.partial(_raise, exc))
                 continue
-            for (delivery, run), answer in zip(taken, answers, strict=True):
-                if isinstance(answer, Grant):
-                    self.host.submit(delivery, functools.partial(
-                        self._attempt, delivery, run, answer, sent_at
-                    ))
-                else:  # held by another, resolved, or an error: the contest decides
-                    self.host.submit(delivery, run.run)
+            self._granted(claims, answers[: len(claims)], sent_at)
+            self._settled(completes, answers[len(claims):])
+
+    def _granted(self, claims: list[Claim], answers: list[Any], sent_at: float) -> None:
+        for (delivery, run), answer in zip(claims, answers, strict=True):
+            if isinstance(answer, Grant):
+                self.host.submit(delivery, functools.partial(
+                    self._attempt, delivery, run, answer, sent_at
+                ))
+            else:  # held by another, resolved, or an error: the contest decides
+                self.host.submit(delivery, run.run)
 
     def _attempt(self, delivery: Delivery, run: JobRun, grant: Grant, sent_at: float) -> Result:
-        """The granted job's attempt up to its hook's end; a hook that returned leaves
-        the rest to the settling thread (:data:`PENDING`)."""
+        """The granted job's attempt up to its hook's end; a hook that returned gives
+        its slot back and leaves the rest to the lane's thread (:data:`PENDING`)."""
         h = run.start(grant, sent_at)
         try:
             self.w.on_acquired(h.job)
@@ -202,35 +225,32 @@ class Lane:
             outcome = run.hook_raised(h, exc)
             return outcome if outcome is not None else run.run()
         self.w._heartbeat.end(h.lease)
-        cond = self._conds["_completes"]
-        with cond:
+        self.host.hook_returned(delivery)
+        with self._cond:
             self._completes.append((delivery, run, h))
-            cond.notify()
+            self._cond.notify()
         return PENDING
 
-    def _settling(self) -> None:
-        w = self.w
-        while (taken := self._take("_completes")) is not None:
-            steps = [
-                settle_step(run.keys, h.held, Ending.COMPLETE, w._retention_ms)
-                for _, run, h in taken
-            ]
-            try:
-                replies = w._call(lambda s=steps: send(w.client, s), "mark jobs done")
-            except Exception as exc:
-                for delivery, _, _ in taken:
-                    self.host.submit(delivery, functools.partial(_raise, exc))
-                continue
-            with self.host.resolving():  # one thread reports them all: together
-                for (delivery, run, h), reply in zip(taken, replies, strict=True):
-                    if not isinstance(reply, Settle):  # an error: the step again, alone
-                        self.host.submit(delivery, functools.partial(_again, run, h))
-                        continue
-                    outcome = run.completed(h, reply)
-                    if outcome is None:  # the lease was lost: the contest goes on
-                        self.host.submit(delivery, run.run)
-                    else:
-                        self.host.settled(delivery, outcome)
+    def _settled(self, completes: list[Complete], replies: list[Any]) -> None:
+        if not completes:
+            return
+        with self.host.resolving():  # one thread reports them all: together
+            for (delivery, run, h), reply in zip(completes, replies, strict=True):
+                if not isinstance(reply, Settle):  # an error: the step again, alone
+                    self.host.resume(delivery, functools.partial(_again, run, h))
+                    continue
+                outcome = run.completed(h, reply)
+                if outcome is None:  # the lease was lost: the contest goes on
+                    self.host.resume(delivery, run.run)
+                else:
+                    self.host.settled(delivery, outcome)
+
+
+SENDS = {
+    (True, False): "claim jobs", (False, True): "mark jobs done",
+    (True, True): "claim jobs and mark jobs done",
+}
+"""What a round trip of the lane does, by (claims, completions), for its events."""
 
 
 def _again(run: JobRun, h: Holding) -> Outcome:

@@ -225,7 +225,7 @@ class _Server:
     ) -> None:
         """Run ``delivery`` (through ``process``, or to ``outcome()`` for the lane),
         then any delivery of the same id queued behind it; the slot is given back at
-        the end, unless the lane's settling thread reports the job."""
+        the end, unless its hook returned in the lane (it gave it back: DONE on the way)."""
         if not self.run_one(delivery, seen, outcome):
             return
         self.go_on(delivery)
@@ -251,7 +251,7 @@ class _Server:
         self, delivery: Delivery, seen: Sighting | None = None,
         outcome: Callable[[], lane.Result] | None = None,
     ) -> bool:
-        """Run ``delivery`` to its outcome and report it; False if the lane's settling
+        """Run ``delivery`` to its outcome and report it; False if the lane's
         thread reports it instead (its complete step is still to be sent)."""
         gate = self.slots if seen is None else Seen(self.slots, seen)
         result: lane.Result
@@ -293,16 +293,30 @@ class _Server:
         assert self.pool is not None
         self.pool.submit(self.work, delivery, None, outcome)
 
+    def hook_returned(self, delivery: Delivery) -> None:
+        self.slots.give()
+
+    def resume(self, delivery: Delivery, outcome: Callable[[], lane.Result]) -> None:
+        assert self.pool is not None
+        self.pool.submit(self._in_slot_again, self.work, delivery, None, outcome)
+
     def settled(self, delivery: Delivery, outcome: Outcome) -> None:
         if outcome in RESOLVED:
             delivery.resolved()
         assert self.pool is not None
         with self.mutex:
             follows = bool(self.running[delivery.job_id])
+            if not follows:
+                del self.running[delivery.job_id]
+                if not self.running:  # what ``run`` waits for at its end
+                    self.idle.notify_all()
         if follows:  # the job's next deliveries, in a pool thread (they may block)
-            self.pool.submit(self.go_on, delivery)
-        else:
-            self.go_on(delivery)
+            self.pool.submit(self._in_slot_again, self.go_on, delivery)
+
+    def _in_slot_again(self, then: Callable[..., None], *args: Any) -> None:
+        """``then(*args)`` for a job whose hook returned, once it has a slot again."""
+        self.slots.retake()
+        then(*args)
 
     def resolving(self) -> contextlib.AbstractContextManager[None]:
         return self.together() if self.together is not None else contextlib.nullcontext()

@@ -95,13 +95,23 @@ class Slots:
 
     def unpark(self) -> None:
         """Take a slot again after a parked wait, ahead of new jobs."""
+        self._take_first(parked=True)
+
+    def retake(self) -> None:
+        """Take a slot again, ahead of new jobs, for a job that gave its own back when
+        its hook returned and has more to do than its group-committed DONE (the lane:
+        a lost lease's contest, a step sent again alone, a next delivery of its id)."""
+        self._take_first(parked=False)
+
+    def _take_first(self, *, parked: bool) -> None:
         with self._cond:
             self._returning += 1
             while self._free == 0:
                 self._cond.wait()
             self._free -= 1
             self._returning -= 1
-            self._parked -= 1
+            if parked:
+                self._parked -= 1
             if not self._returning:
                 self._cond.notify_all()  # new jobs may go again
 
