@@ -37,8 +37,9 @@ def client_of(server: RedisServer) -> Any:
 
 class Sends:
     """Counts the lane's round trips by what they carry (claims, completions or both)
-    and their steps by script; can hold back the next one carrying ``hold`` (its reply: the server applied it, the lane waits; or, with
-    ``before``, the round trip itself) until ``release`` is set."""
+    and their steps by script; can hold back the next one carrying ``hold`` (its
+    reply: the server applied it, the lane waits; or, with ``before``, the round trip
+    itself) until ``release`` is set."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.count: collections.Counter[str] = collections.Counter()
@@ -101,7 +102,7 @@ def test_claims_and_completions_share_round_trips_and_each_job_is_done_once(
     assert ran == collections.Counter({f"job-{i}": 1 for i in range(jobs)})
     assert sends.steps == {"claim": jobs, "settle": jobs}  # every job through the lane
     # One round trip per batch, not per job: 64 slots, so at least 5 carry claims.
-    assert 5 <= sends.count["claim"] + sends.count["both"]
+    assert sends.count["claim"] + sends.count["both"] >= 5
     assert sum(sends.count.values()) <= jobs // 4
     by_event = collections.Counter(e["event"] for e in events if "job_id" in e)
     assert by_event["job.acquired"] == jobs and by_event["job.done"] == jobs
