@@ -44,12 +44,13 @@ from lockworker.aio import lane
 from lockworker.aio.defer import AsyncDeferrals
 from lockworker.aio.feed import deliveries
 from lockworker.aio.jobrun import SERVING
+from lockworker.aio.slots import Seen, Slots
 from lockworker.aio.wake import wait
 from lockworker.config import count
 from lockworker.daemons import defer
 from lockworker.daemons.held import IDLE_WAIT, Sighting
 from lockworker.daemons.lane import open_to
-from lockworker.daemons.serve import JOB_ERROR, RESOLVED, STARTED, STOPPED, FirstLook
+from lockworker.daemons.serve import JOB_ERROR, REPORT_FAILED, RESOLVED, STARTED, STOPPED
 from lockworker.daemons.sources import Delivery, shares_out
 from lockworker.errors import ForeignValueError, InvalidConfig
 from lockworker.model.state import Outcome
@@ -78,66 +79,6 @@ class AsyncServable(Protocol):
     def process(self, job_id: str, payload: Any = None) -> Awaitable[Outcome]: ...
 
 
-class Slots:
-    """``concurrency`` slots; a parked job gives its slot back and comes first when it
-    takes one again (a waiter queue ahead of new deliveries)."""
-
-    def __init__(self, concurrency: int) -> None:
-        self.free = concurrency
-        self.returning: collections.deque[asyncio.Future[None]] = collections.deque()
-        self.arriving: collections.deque[asyncio.Future[None]] = collections.deque()
-
-    async def take(self, *, first: bool = False) -> None:
-        if self.free > 0 and not self.returning and (first or not self.arriving):
-            self.free -= 1
-            return
-        waiter = asyncio.get_running_loop().create_future()
-        (self.returning if first else self.arriving).append(waiter)
-        try:
-            await waiter
-        except asyncio.CancelledError:
-            if waiter.done() and not waiter.cancelled():
-                self.give()  # handed a slot as it was cancelled: pass it on
-            raise
-
-    def give(self) -> None:
-        for queue in (self.returning, self.arriving):
-            while queue:
-                waiter = queue.popleft()
-                if not waiter.done():
-                    waiter.set_result(None)
-                    return
-        self.free += 1
-
-    def park(self) -> bool:
-        self.give()
-        return True
-
-    async def unpark(self) -> None:
-        await self.take(first=True)
-
-    def first_look(self) -> None:  # nothing seen beforehand (see :class:`Seen`)
-        return None
-
-    def lain_free(self) -> None:  # no free clock beforehand (see :class:`Seen`)
-        return None
-
-
-class Seen(FirstLook):
-    """The slots lent to one delivery's run, with what a look just saw of its job (a
-    backup's held-back delivery, :mod:`lockworker.aio.defer`): its first look is free."""
-
-    def __init__(self, slots: Slots, seen: Sighting) -> None:
-        super().__init__(seen)
-        self.slots = slots
-
-    def park(self) -> bool:
-        return self.slots.park()
-
-    async def unpark(self) -> None:
-        await self.slots.unpark()
-
-
 async def serve(worker: AsyncServable, source: object, *, concurrency: int = 4) -> None:
     """Process every job of ``source`` with ``worker``; see the module docstring."""
     concurrency = count(concurrency, "concurrency")
@@ -159,12 +100,20 @@ Together = Callable[[], contextlib.AbstractContextManager[None]]
 """A source's ``resolving``: reports made inside it may be batched by the source."""
 
 
-def _report_all(deliveries: list[Delivery], together: Together | None) -> None:
+def _report_all(
+    deliveries: list[Delivery], together: Together | None
+) -> list[tuple[Delivery, BaseException]]:
     """Report ``deliveries`` resolved, in a worker thread: inside the source's
-    ``resolving()`` if it has one, so that it may batch their work (a group's XACK)."""
+    ``resolving()`` if it has one, so that it may batch their work (a group's XACK).
+    The reports that raised, with their errors (each report is tried)."""
+    failed: list[tuple[Delivery, BaseException]] = []
     with together() if together is not None else contextlib.nullcontext():
         for delivery in deliveries:
-            delivery.resolved()
+            try:
+                delivery.resolved()
+            except BaseException as exc:
+                failed.append((delivery, exc))
+    return failed
 
 
 class _Server:
@@ -387,7 +336,10 @@ class _Server:
         come while one hop is in flight go together in the next (:meth:`_report`). The
         job's slot does not wait for it; the serving's end does."""
         if not self.blocking:
-            delivery.resolved()
+            try:
+                delivery.resolved()
+            except BaseException as exc:
+                self.report_failed(delivery, exc)
             return
         self.unreported.append(delivery)
         if self.reporting is None or self.reporting.done():
@@ -396,4 +348,12 @@ class _Server:
     async def _report(self) -> None:
         while self.unreported:
             taken, self.unreported = self.unreported, []
-            await asyncio.to_thread(_report_all, taken, self.together)
+            for delivery, exc in await asyncio.to_thread(_report_all, taken, self.together):
+                self.report_failed(delivery, exc)
+
+    def report_failed(self, delivery: Delivery, exc: BaseException) -> None:
+        """A source's report raised (its own code): the serving stops, raising it at
+        its end, and no task of the serving ends with it (its jobs would not end)."""
+        self.log.error(REPORT_FAILED, job_id=delivery.job_id, error=events.describe(exc))
+        if self.error is None:
+            self.error = exc

@@ -109,6 +109,7 @@ class Seen(FirstLook):
 
 
 JOB_ERROR = "serve.job_error"
+REPORT_FAILED = "serve.report_failed"
 STARTED = "serve.started"
 STOPPED = "serve.stopped"
 
@@ -148,7 +149,8 @@ class _Server:
         self.error: BaseException | None = None
         self.pool: ThreadPoolExecutor | None = None
         self.deferrals = (
-            Deferrals(worker, self.dispatch, ranked=ranked) if defer.wanted(worker) else None
+            Deferrals(worker, self.dispatch, self.report, ranked=ranked)
+            if defer.wanted(worker) else None
         )
         self.lane = lane.Lane(self) if lane.open_to(worker) else None
         """Claims and completions in batches for the jobs a contest would take at once."""
@@ -267,21 +269,35 @@ class _Server:
             self.log.error(
                 JOB_ERROR, job_id=delivery.job_id, error=events.describe(exc), skipped=True
             )
-            delivery.resolved()
+            self.report(delivery)
             return True
         except BaseException as exc:
             self.log.error(
                 JOB_ERROR, job_id=delivery.job_id, error=events.describe(exc), skipped=False
             )
-            with self.mutex:
-                if self.error is None:
-                    self.error = exc
+            self.fail(exc)
             return True
         if isinstance(result, lane.Pending):
             return False
         if result in RESOLVED:
-            delivery.resolved()
+            self.report(delivery)
         return True
+
+    def report(self, delivery: Delivery) -> None:
+        """Report ``delivery`` resolved to its source. The report is the source's code:
+        an error it raises stops the serving, raised at its end, and never ends a
+        thread of the serving (whose jobs would then never end)."""
+        try:
+            delivery.resolved()
+        except BaseException as exc:
+            self.log.error(REPORT_FAILED, job_id=delivery.job_id, error=events.describe(exc))
+            self.fail(exc)
+
+    def fail(self, exc: BaseException) -> None:
+        """Stop the serving with ``exc``, unless an error stops it already."""
+        with self.mutex:
+            if self.error is None:
+                self.error = exc
 
     # -- the lane's host (lockworker.daemons.lane.Host) ---------------------------------
 
@@ -302,7 +318,7 @@ class _Server:
 
     def settled(self, delivery: Delivery, outcome: Outcome) -> None:
         if outcome in RESOLVED:
-            delivery.resolved()
+            self.report(delivery)
         assert self.pool is not None
         with self.mutex:
             follows = bool(self.running[delivery.job_id])

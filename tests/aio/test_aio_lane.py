@@ -13,11 +13,15 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import functools
+import threading
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
 import redis.asyncio
 
+import lockworker
 from lockworker import Job, Outcome
 from lockworker.aio import lane
 from lockworker.aio.worker import Worker as AsyncWorker
@@ -231,3 +235,62 @@ def test_an_override_of_process_sees_every_job_and_the_lane_stays_shut(
     seen, sends = asyncio.run(scenario())
     assert sorted(seen) == sorted(f"job-{i}" for i in range(20))
     assert sends.count == {}
+
+
+class ReportFailed(RuntimeError):
+    """A source's own bug: its report of a resolved job raises."""
+
+
+@pytest.mark.parametrize("through", ["lane", "process"])
+@pytest.mark.parametrize("read", ["on the loop", "in a thread"])
+def test_a_source_whose_report_raises_stops_the_serving_with_that_error(
+    redis_server: RedisServer, namespace: str, through: str, read: str
+) -> None:
+    """``delivery.resolved()`` is the source's code: if it raises (reported on the loop
+    for an async source, in a worker thread for a sync one), the serving stops and
+    raises that error once the running jobs ended; it is neither lost with the task
+    that reported it nor does the serving hang. The job itself is DONE."""
+
+    def report(job_id: str) -> None:
+        if job_id == "job-3":
+            raise ReportFailed(f"cannot record {job_id}")
+
+    def delivery(i: int) -> lockworker.Delivery:
+        return lockworker.Delivery(
+            f"job-{i}", None, resolved=functools.partial(report, f"job-{i}")
+        )
+
+    class AsyncSource:
+        def __aiter__(self) -> AsyncIterator[lockworker.Delivery]:
+            return self.items()
+
+        async def items(self) -> AsyncIterator[lockworker.Delivery]:
+            for i in range(8):
+                yield delivery(i)
+
+    class SyncSource:
+        def deliveries(self, stop: threading.Event) -> Iterator[lockworker.Delivery]:
+            return iter([delivery(i) for i in range(8)])
+
+    class Overriding(AsyncWorker):
+        async def process(self, job_id: str, payload: Any = None) -> Outcome:
+            return await super().process(job_id, payload)
+
+    async def scenario() -> tuple[BaseException | None, JobStatus]:
+        client = client_of(redis_server)
+        kind = AsyncWorker if through == "lane" else Overriding
+        worker = kind(client, namespace=namespace, on_acquired=nothing, handle_signals=False)
+        source = AsyncSource() if read == "on the loop" else SyncSource()
+        raised: BaseException | None = None
+        try:
+            await asyncio.wait_for(worker.serve(source, concurrency=2), 10)
+        except ReportFailed as exc:
+            raised = exc
+        status = (await worker.inspect("job-3")).status
+        await worker.close()
+        await client.aclose()
+        return raised, status
+
+    raised, status = asyncio.run(scenario())
+    assert isinstance(raised, ReportFailed)
+    assert status is JobStatus.DONE
