@@ -35,10 +35,9 @@ from typing import Any, Protocol
 from lockworker.aio.batcher import send
 from lockworker.aio.jobrun import AsyncGate, AsyncJobRun, Holding
 from lockworker.daemons.delivery import Delivery
-from lockworker.daemons.lane import SENDS, competes_at_once
+from lockworker.daemons.lane import SENDS, competes_at_once, round_trip
 from lockworker.daemons.looked import watched
-from lockworker.model.state import Ending, Grant, Outcome, Settle
-from lockworker.protocol.script import acquire_step, settle_step
+from lockworker.model.state import Grant, Outcome, Settle
 
 
 class Host(Protocol):
@@ -129,14 +128,7 @@ class Lane:
                 for delivery, _ in claims:
                     self.host.dropped(delivery)
                 claims = []
-            steps: list[Any] = [
-                acquire_step(run.keys, w._who, w._lease_ms, w.max_attempts, w._retention_ms)
-                for _, run in claims
-            ]
-            steps += [
-                settle_step(run.keys, h.held, Ending.COMPLETE, w._retention_ms)
-                for _, run, h in completes
-            ]
+            steps = round_trip(w, [run for _, run in claims], [(run, h) for _, run, h in completes])
             if not steps:
                 continue
             sent_at = w.clock.monotonic()

@@ -182,14 +182,7 @@ class Lane:
                 for delivery, _ in claims:
                     self.host.dropped(delivery)
                 claims = []
-            steps: list[Any] = [
-                acquire_step(run.keys, w._who, w._lease_ms, w.max_attempts, w._retention_ms)
-                for _, run in claims
-            ]
-            steps += [
-                settle_step(run.keys, h.held, Ending.COMPLETE, w._retention_ms)
-                for _, run, h in completes
-            ]
+            steps = round_trip(w, [run for _, run in claims], [(run, h) for _, run, h in completes])
             if not steps:
                 continue
             sent_at = w.clock.monotonic()
@@ -244,6 +237,18 @@ class Lane:
                     self.host.resume(delivery, run.run)
                 else:
                     self.host.settled(delivery, outcome)
+
+
+def round_trip(w: Any, claims: list[Any], completes: list[tuple[Any, Any]]) -> list[Any]:
+    """The steps of one of the lane's round trips (either side's): the acquire step of
+    each run waiting for a claim, then the complete step of each hook that returned."""
+    steps: list[Any] = [
+        acquire_step(run.keys, w._who, w._lease_ms, w.max_attempts, w._retention_ms)
+        for run in claims
+    ]
+    return steps + [
+        settle_step(run.keys, h.held, Ending.COMPLETE, w._retention_ms) for run, h in completes
+    ]
 
 
 SENDS = {
