@@ -1,7 +1,8 @@
 """The slots of ``Worker.serve``, and parking: a job waiting on another holder holds none.
 
 A slot is the right to work on a job: run its Redis steps and its hooks. ``serve``
-takes one for each delivery and gives it back when the job ends, so at most
+takes one for each delivery and gives it back when the job ends (or, in the lane, when
+its hook returned: its DONE is then group-committed without it), so at most
 ``concurrency`` jobs work at once. A job that finds another process holding its lease
 (alive, or dead with time left on its lease) has nothing to do until that lease ends
 or a wake message says the holder finished, failed or released it. It **parks**: it
