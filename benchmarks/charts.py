@@ -85,7 +85,8 @@ def stream_rates(section: Any, folder: Path) -> str | None:
     if not bars:
         return None
     colours = {
-        "serve": "#2b6cb0", "aio": "#4c9f70", "pool": "#718096", "cg": "#c05621",
+        "serve": "#2b6cb0", "aio": "#4c9f70", "pool": "#718096", "aiopool": "#a0aec0",
+        "cg": "#c05621",
         "cluster": "#805ad5",
     }
     fig, ax = plt.subplots(figsize=(9, 0.4 * len(bars) + 1.2))

@@ -16,6 +16,7 @@ from benchmarks.stream import (
     FANOUT_16,
     GROUP_3,
     PRIMARY_ONLY,
+    TASKS_ONLY,
     THREADS_ONLY,
     Row,
     StreamSection,
@@ -94,16 +95,20 @@ def bound(row: Row, cores: int) -> str:
 
 
 def ceiling(section: StreamSection, primary_rate: float) -> str:
-    """What the threads-only row says of the target: ``serve()`` runs each handler in a
-    pool thread, and the pool alone, with no protocol, costs this much."""
-    threads = section.row(THREADS_ONLY)
-    if threads is None or not threads.outcomes:
-        return ""
-    return (
-        f". A pool of {threads.contender.concurrency} threads running only the handler, "
-        f"no protocol at all, reaches {_n(threads.rate)} jobs/s = "
-        f"{_ratio(threads.rate, primary_rate):.2f}x: the ceiling of serving in threads here"
-    )
+    """What the threads-only and tasks-only rows say of the target: ``serve()`` runs each
+    handler in a pool thread or a task, and those alone, with no protocol, cost this
+    much."""
+    said = []
+    for name, kind in ((THREADS_ONLY, "threads"), (TASKS_ONLY, "asyncio tasks")):
+        row = section.row(name)
+        if row is None or not row.outcomes:
+            continue
+        said.append(
+            f"{row.contender.concurrency} {kind} running only the handler, no protocol at "
+            f"all, reach {_n(row.rate)} jobs/s = {_ratio(row.rate, primary_rate):.2f}x: the "
+            f"ceiling of serving in {kind} here"
+        )
+    return "".join(f". {text[0].upper()}{text[1:]}" for text in said)
 
 
 def targets(section: StreamSection) -> list[tuple[str, str, bool | None]]:
@@ -317,7 +322,10 @@ def section(s: StreamSection | None, chart: str | None = None) -> list[str]:
         "`lockworker.aio.Worker`). The consumer groups, plain redis-py: XREADGROUP COUNT "
         "100, the handler for each entry in turn, one XACK per batch; where only the "
         f"primary reads, the two backups send XAUTOCLAIM and XINFO CONSUMERS every {POLL:g} s "
-        "and read too once the primary has been idle longer than the lease. Time runs from "
+        "and read too once the primary has been idle longer than the lease. The threads-only "
+        "and tasks-only rows read as that group does and run each handler in a pool thread "
+        "or an asyncio task, as `serve()` does, with nothing else: what serving in threads "
+        "or tasks costs on this machine before any protocol. Time runs from "
         "the start signal until every job has run; jobs/s is the median over "
         f"{s.rounds} round(s), the contenders interleaved in a rotating order."
     )

@@ -11,6 +11,8 @@ ran it (:mod:`benchmarks.stream_kit`). The contenders, on the same server and ba
   processes, each entry delivered to one of them;
 - threads only: one process reads a consumer group as below and runs each handler in
   a pool of 16 threads, with no protocol at all: the ceiling of serving in threads;
+  tasks only: the same with each handler an asyncio task (64 at once) on a
+  ``redis.asyncio`` client: the ceiling of serving in tasks;
 - plain redis-py on a consumer group: only the primary reads (XREADGROUP COUNT 100,
   XACK per batch) while two backups XAUTOCLAIM entries idle longer than the lease; and
   all three processes read.
@@ -43,7 +45,7 @@ AIO_CONCURRENCY = (16, 64)
 FANOUT = ("primary", "backup", "backup")
 SHARED = 16
 """The concurrency of the asyncio, shared-group and threads-only rows."""
-GROUP_KINDS = frozenset({"cg", "pool"})
+GROUP_KINDS = frozenset({"cg", "pool", "aiopool"})
 """Kinds that read through a plain consumer group the run makes."""
 
 
@@ -78,6 +80,8 @@ CONTENDERS = (
               ("member",) * 3, group=True),
     Contender(f"threads only: the group's reads, the handler in {SHARED} threads, no lock",
               "pool", ("primary",)),
+    Contender(f"tasks only: the group's reads, the handler in {AIO_CONCURRENCY[-1]} asyncio "
+              "tasks, no lock", "aiopool", ("primary",), AIO_CONCURRENCY[-1]),
     Contender("consumer group, primary reads, 2 backups XAUTOCLAIM", "cg", FANOUT, 1),
     Contender("consumer group, all 3 read", "cg", ("member",) * 3, 1),
 )
@@ -100,6 +104,7 @@ FANOUT_16 = _one("serve", FANOUT, concurrency=16)
 GROUP_3 = _one("serve", ("member",) * 3, group=True)
 AIO_GROUP_3 = _one("aio", ("member",) * 3, group=True)
 THREADS_ONLY = _one("pool", ("primary",))
+TASKS_ONLY = _one("aiopool", ("primary",))
 KILLED = (PRIMARY_ONLY, ALL_READ, FANOUT_16, GROUP_3)
 
 

@@ -266,6 +266,43 @@ def _pool(setup: Setup, pipe: Connection) -> None:
     client.close()
 
 
+async def _aio_pool(setup: Setup, pipe: Connection) -> None:
+    """The ceiling of serving handlers in asyncio tasks, as :func:`_pool` is in threads:
+    the consumer group's reads (XREADGROUP COUNT 100) on the loop, each entry's handler
+    a task (at most ``concurrency`` at once) on a ``redis.asyncio`` client, one XACK per
+    batch once its handlers ran; no lease, no attempt, nothing else."""
+    child = Child(setup, pipe)
+    pool = redis.asyncio.ConnectionPool(
+        host="127.0.0.1", port=setup.port, socket_timeout=REPLY_TIMEOUT,
+        connection_class=AioTallyConnection,
+    )
+    client = redis.asyncio.Redis(connection_pool=pool)
+    key, group = entries_key(setup.stream), setup.group or ""
+    free = asyncio.Semaphore(setup.concurrency)
+
+    async def one(job: str) -> None:
+        try:
+            started = time.monotonic()
+            await client.rpush(child.log, f"{job} {started:.6f} {child.owner}")
+            child.handled_one(started)
+        finally:
+            free.release()
+
+    await client.xgroup_createconsumer(key, group, child.owner)
+    await asyncio.to_thread(child.go, lambda: None)
+    while not child.stopped.is_set():
+        got = await client.xreadgroup(group, child.owner, {key: ">"}, count=BATCH, block=100)
+        entries = list(got[0][1]) if got else []
+        running = []
+        for _id, fields in entries:
+            await free.acquire()
+            running.append(asyncio.ensure_future(one(fields[b"job_id"].decode())))
+        await asyncio.gather(*running)
+        if entries:
+            await client.xack(key, group, *[entry_id for entry_id, _ in entries])
+    await client.aclose()
+
+
 def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
@@ -278,5 +315,7 @@ def child_main(setup: Setup, pipe: Connection) -> None:
         _consumer_group(setup, pipe)
     elif setup.kind == "pool":
         _pool(setup, pipe)
+    elif setup.kind == "aiopool":
+        asyncio.run(_aio_pool(setup, pipe))
     else:
         _serve(setup, pipe)
