@@ -163,9 +163,13 @@ class _Server:
         w = self.worker
         self.log.info(STARTED, concurrency=self.concurrency)
         pools.say_if_short(self.log, w.client, self.concurrency)
-        # A thread per working or parked job: parked ones sleep without a slot.
+        # A thread per working job, per parked one (asleep without a slot), and per job
+        # of the lane that gave its slot back with its hook and waits for one again (a
+        # lost lease, a DONE sent again alone: at most the DONEs of two round trips, so
+        # 2 x concurrency), so that a thread waiting for a slot never keeps the job
+        # that holds it from running. Threads start only when needed.
         self.pool = ThreadPoolExecutor(
-            self.concurrency + self.slots.park_limit, thread_name_prefix="lockworker-serve"
+            3 * self.concurrency + self.slots.park_limit, thread_name_prefix="lockworker-serve"
         )
         try:
             while not w.stopping and self.error is None:

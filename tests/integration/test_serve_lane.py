@@ -22,6 +22,7 @@ import redis
 import lockworker
 from lockworker import Job, Outcome, Worker
 from lockworker.daemons import lane
+from lockworker.model.keys import JobKeys
 from lockworker.model.state import JobStatus
 from lockworker.protocol import script
 from lockworker.testing.events import capture_events
@@ -100,6 +101,44 @@ def test_a_failing_hook_in_the_lane_is_settled_as_process_settles_it(
     assert calls == [("acquired", 1), ("failed", 1), ("acquired", 2)]
     assert (seen.status, seen.attempt) == (JobStatus.DONE, 2)
     assert sends.steps["claim"] == 1  # the first attempt in the lane, the rest a contest
+
+
+def test_a_job_whose_done_is_refused_takes_a_slot_again_before_its_contest_goes_on(
+    redis_client: redis.Redis, namespace: str
+) -> None:
+    """A job gives its slot back when its hook returns, so the next job starts while
+    its DONE is on the way. If that DONE is refused (its lease was lost meanwhile),
+    the job's contest goes on, and may run its hook again: only in a slot taken again,
+    so hooks never run more than ``concurrency`` at once."""
+    lock = threading.Lock()
+    active = most = 0
+    runs: list[tuple[str, int]] = []
+
+    def work(job: Job) -> None:
+        nonlocal active, most
+        with lock:
+            active += 1
+            most = max(most, active)
+            runs.append((job.id, job.attempt))
+        if job.id == "first" and job.attempt == 1:
+            # The lease is gone before the DONE: the complete step is refused.
+            redis_client.delete(JobKeys.of(namespace, "first").lock)
+        elif job.id == "second":
+            # Holds the one slot past the moment "first"'s contest, going on after the
+            # loss (it waits about a second first), would run its hook again.
+            threading.Event().wait(1.5)
+        with lock:
+            active -= 1
+
+    worker = Worker(redis_client, namespace=namespace, on_acquired=work,
+                    handle_signals=False)
+    worker.serve([("first", None), ("second", None)], concurrency=1)
+    statuses = {job: worker.inspect(job) for job in ("first", "second")}
+    worker.close()
+    assert most == 1
+    assert sorted(runs) == [("first", 1), ("first", 2), ("second", 1)]
+    assert (statuses["first"].status, statuses["first"].attempt) == (JobStatus.DONE, 2)
+    assert statuses["second"].status is JobStatus.DONE
 
 
 def test_an_override_of_process_sees_every_job_and_the_lane_stays_shut(
