@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import os
 import shutil
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -133,3 +134,25 @@ def need_binary(name: str, package: str) -> str:
     if os.environ.get(CI_ENV):
         pytest.fail(f"{why}; ${CI_ENV} is set, so .ci/run should have installed it")
     pytest.skip(why)
+
+
+class AtOnce:
+    """Counts the hooks running at once, from any thread: ``most`` is the peak, what a
+    concurrency bound is checked against."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.active = 0
+        self.most = 0
+
+    @contextlib.contextmanager
+    def running(self) -> Iterator[None]:
+        """Around a hook's body."""
+        with self._lock:
+            self.active += 1
+            self.most = max(self.most, self.active)
+        try:
+            yield
+        finally:
+            with self._lock:
+                self.active -= 1

@@ -234,24 +234,27 @@ class _Server:
         the end, unless its hook returned in the lane (it gave it back: DONE on the way)."""
         if not self.run_one(delivery, seen, outcome):
             return
-        self.go_on(delivery)
+        self.go_on(self.following(delivery))
 
-    def go_on(self, delivery: Delivery) -> None:
-        """After ``delivery``: the deliveries of its job queued behind it, then its slot."""
-        current: Delivery | None = delivery
+    def go_on(self, current: Delivery | None) -> None:
+        """Run ``current``, if any, then the deliveries of its job queued behind it;
+        then give the slot back."""
         while current is not None:
-            with self.mutex:
-                waiting = self.running[current.job_id]
-                if waiting and not self.worker.stopping and self.error is None:
-                    current = waiting.popleft()
-                else:
-                    del self.running[current.job_id]
-                    if not self.running:  # what ``run`` waits for at its end
-                        self.idle.notify_all()
-                    current = None
-            if current is not None:
-                self.run_one(current)
+            self.run_one(current)
+            current = self.following(current)
         self.slots.give()
+
+    def following(self, delivery: Delivery) -> Delivery | None:
+        """The next delivery of ``delivery``'s job that came while it ran, if serving
+        goes on; else the job is no longer running."""
+        with self.mutex:
+            waiting = self.running[delivery.job_id]
+            if waiting and not self.worker.stopping and self.error is None:
+                return waiting.popleft()
+            del self.running[delivery.job_id]
+            if not self.running:  # what ``run`` waits for at its end
+                self.idle.notify_all()
+            return None
 
     def run_one(
         self, delivery: Delivery, seen: Sighting | None = None,
@@ -324,14 +327,9 @@ class _Server:
         if outcome in RESOLVED:
             self.report(delivery)
         assert self.pool is not None
-        with self.mutex:
-            follows = bool(self.running[delivery.job_id])
-            if not follows:
-                del self.running[delivery.job_id]
-                if not self.running:  # what ``run`` waits for at its end
-                    self.idle.notify_all()
-        if follows:  # the job's next deliveries, in a pool thread (they may block)
-            self.pool.submit(self._in_slot_again, self.go_on, delivery)
+        current = self.following(delivery)
+        if current is not None:  # the job's next delivery, in a slot taken again
+            self.pool.submit(self._in_slot_again, self.go_on, current)
 
     def _in_slot_again(self, then: Callable[..., None], *args: Any) -> None:
         """``then(*args)`` for a job whose hook returned, once it has a slot again."""

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 import redis
-from helpers import RETENTION, grant, held, wait_for
+from helpers import RETENTION, AtOnce, grant, held, wait_for
 
 import lockworker
 from lockworker import InvalidConfig, Job, JobStatus, Worker
@@ -33,26 +33,20 @@ def serve_in_thread(worker: Worker, source: Any, **kwargs: Any) -> threading.Thr
 def test_every_job_once_and_concurrency_bound_enforced(
     redis_client: redis.Redis, namespace: str
 ) -> None:
-    lock = threading.Lock()
-    active = 0
-    most = 0
+    at_once = AtOnce()
     done: list[str] = []
 
     def on_acquired(job: Job) -> None:
-        nonlocal active, most
-        with lock:
-            active += 1
-            most = max(most, active)
-        # Hold the slot for a while so that extra jobs, if the bound leaked, would pile up.
-        threading.Event().wait(0.15)
-        with lock:
-            active -= 1
+        with at_once.running():
+            # Hold the slot for a while so that extra jobs, if the bound leaked, would
+            # pile up.
+            threading.Event().wait(0.15)
             done.append(job.id)
 
     with make_worker(redis_client, namespace, on_acquired=on_acquired) as worker:
         worker.serve([(f"job-{i}", {"n": i}) for i in range(9)], concurrency=3)
     assert sorted(done) == sorted(f"job-{i}" for i in range(9))
-    assert most == 3
+    assert at_once.most == 3
 
 
 def test_one_slow_job_does_not_hold_up_the_others(
@@ -109,20 +103,13 @@ def test_jobs_held_by_a_dead_holder_park_and_free_slots_serve_new_jobs(
     for job_id in stalled:  # a holder that never renews: a process killed mid-job
         grant(protocol, JobKeys.of(namespace, job_id), "dead", lease_ms=1500)
     lease_end = time.monotonic() + 1.5
-    lock = threading.Lock()
-    active = 0
-    most = 0
+    at_once = AtOnce()
     ran: list[tuple[str, float]] = []
 
     def on_acquired(job: Job) -> None:
-        nonlocal active, most
-        with lock:
-            active += 1
-            most = max(most, active)
+        with at_once.running():
             ran.append((job.id, time.monotonic()))
-        threading.Event().wait(0.02)
-        with lock:
-            active -= 1
+            threading.Event().wait(0.02)
 
     fresh = [f"new-{i}" for i in range(4)]
     # stalled-0 twice: the second delivery waits behind the parked first one.
@@ -140,7 +127,7 @@ def test_jobs_held_by_a_dead_holder_park_and_free_slots_serve_new_jobs(
         worker.close()
     assert sorted(j for j, _ in ran) == sorted(stalled + fresh)  # each once
     assert all(t >= lease_end - 0.05 for j, t in ran if j in stalled)
-    assert most <= 2
+    assert at_once.most <= 2
     for job_id in stalled:
         seen = worker.inspect(job_id)
         assert (seen.status, seen.owner, seen.attempt) == (JobStatus.DONE, worker.owner, 2)

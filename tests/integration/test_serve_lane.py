@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 import redis
+from helpers import AtOnce
 
 import lockworker
 from lockworker import Job, Outcome, Worker
@@ -110,32 +111,26 @@ def test_a_job_whose_done_is_refused_takes_a_slot_again_before_its_contest_goes_
     its DONE is on the way. If that DONE is refused (its lease was lost meanwhile),
     the job's contest goes on, and may run its hook again: only in a slot taken again,
     so hooks never run more than ``concurrency`` at once."""
-    lock = threading.Lock()
-    active = most = 0
+    at_once = AtOnce()
     runs: list[tuple[str, int]] = []
 
     def work(job: Job) -> None:
-        nonlocal active, most
-        with lock:
-            active += 1
-            most = max(most, active)
+        with at_once.running():
             runs.append((job.id, job.attempt))
-        if job.id == "first" and job.attempt == 1:
-            # The lease is gone before the DONE: the complete step is refused.
-            redis_client.delete(JobKeys.of(namespace, "first").lock)
-        elif job.id == "second":
-            # Holds the one slot past the moment "first"'s contest, going on after the
-            # loss (it waits about a second first), would run its hook again.
-            threading.Event().wait(1.5)
-        with lock:
-            active -= 1
+            if job.id == "first" and job.attempt == 1:
+                # The lease is gone before the DONE: the complete step is refused.
+                redis_client.delete(JobKeys.of(namespace, "first").lock)
+            elif job.id == "second":
+                # Holds the one slot past the moment "first"'s contest, going on after
+                # the loss (it waits about a second first), would run its hook again.
+                threading.Event().wait(1.5)
 
     worker = Worker(redis_client, namespace=namespace, on_acquired=work,
                     handle_signals=False)
     worker.serve([("first", None), ("second", None)], concurrency=1)
     statuses = {job: worker.inspect(job) for job in ("first", "second")}
     worker.close()
-    assert most == 1
+    assert at_once.most == 1
     assert sorted(runs) == [("first", 1), ("first", 2), ("second", 1)]
     assert (statuses["first"].status, statuses["first"].attempt) == (JobStatus.DONE, 2)
     assert statuses["second"].status is JobStatus.DONE
