@@ -156,3 +156,40 @@ class AtOnce:
         finally:
             with self._lock:
                 self.active -= 1
+
+
+class ReportFailed(RuntimeError):
+    """A source's own bug: its report of a resolved job raises."""
+
+
+class FailingReports:
+    """A source of the user's own (:class:`lockworker.daemons.delivery.Source`) whose
+    reports fail where ``fails`` says: ``resolved`` of job-3, or its ``resolving()``
+    (around reports made together) on entry or on exit."""
+
+    FAILS = ("resolved", "resolving on entry", "resolving on exit")
+
+    def __init__(self, fails: str, jobs: int = 8) -> None:
+        assert fails in self.FAILS, fails
+        self.fails = fails
+        self.ids = [f"job-{i}" for i in range(jobs)]
+
+    def delivery(self, job_id: str) -> Any:
+        from lockworker import Delivery
+
+        return Delivery(job_id, None, resolved=lambda: self.report(job_id))
+
+    def report(self, job_id: str) -> None:
+        if self.fails == "resolved" and job_id == "job-3":
+            raise ReportFailed(f"cannot record {job_id}")
+
+    @contextlib.contextmanager
+    def resolving(self) -> Iterator[None]:
+        if self.fails == "resolving on entry":
+            raise ReportFailed("cannot begin a batch of reports")
+        yield
+        if self.fails == "resolving on exit":
+            raise ReportFailed("cannot end a batch of reports")
+
+    def deliveries(self, stop: threading.Event) -> Iterator[Any]:
+        return iter([self.delivery(job_id) for job_id in self.ids])

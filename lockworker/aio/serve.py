@@ -29,12 +29,10 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import contextlib
 import threading
 from collections.abc import (
     AsyncGenerator,
     Awaitable,
-    Callable,
     Collection,
     Coroutine,
 )
@@ -48,6 +46,7 @@ from lockworker.aio.slots import Seen, Slots
 from lockworker.aio.wake import wait
 from lockworker.config import count
 from lockworker.daemons import defer
+from lockworker.daemons.delivery import Together, together
 from lockworker.daemons.held import IDLE_WAIT, Sighting
 from lockworker.daemons.lane import open_to
 from lockworker.daemons.serve import JOB_ERROR, REPORT_FAILED, RESOLVED, STARTED, STOPPED
@@ -96,23 +95,19 @@ async def serve(worker: AsyncServable, source: object, *, concurrency: int = 4) 
     await server.run(deliveries(source, worker, blocking))
 
 
-Together = Callable[[], contextlib.AbstractContextManager[None]]
-"""A source's ``resolving``: reports made inside it may be batched by the source."""
-
-
 def _report_all(
-    deliveries: list[Delivery], together: Together | None
-) -> list[tuple[Delivery, BaseException]]:
+    deliveries: list[Delivery], resolving: Together | None
+) -> list[tuple[BaseException, dict[str, str]]]:
     """Report ``deliveries`` resolved, in a worker thread: inside the source's
     ``resolving()`` if it has one, so that it may batch their work (a group's XACK).
-    The reports that raised, with their errors (each report is tried)."""
-    failed: list[tuple[Delivery, BaseException]] = []
-    with together() if together is not None else contextlib.nullcontext():
+    What raised (each report is tried; ``resolving`` too), with the failed job's id."""
+    failed: list[tuple[BaseException, dict[str, str]]] = []
+    with together(resolving, lambda exc: failed.append((exc, {}))):
         for delivery in deliveries:
             try:
                 delivery.resolved()
             except BaseException as exc:
-                failed.append((delivery, exc))
+                failed.append((exc, {"job_id": delivery.job_id}))
     return failed
 
 
@@ -339,7 +334,7 @@ class _Server:
             try:
                 delivery.resolved()
             except BaseException as exc:
-                self.report_failed(delivery, exc)
+                self.report_failed(exc, job_id=delivery.job_id)
             return
         self.unreported.append(delivery)
         if self.reporting is None or self.reporting.done():
@@ -348,12 +343,12 @@ class _Server:
     async def _report(self) -> None:
         while self.unreported:
             taken, self.unreported = self.unreported, []
-            for delivery, exc in await asyncio.to_thread(_report_all, taken, self.together):
-                self.report_failed(delivery, exc)
+            for exc, fields in await asyncio.to_thread(_report_all, taken, self.together):
+                self.report_failed(exc, **fields)
 
-    def report_failed(self, delivery: Delivery, exc: BaseException) -> None:
+    def report_failed(self, exc: BaseException, **fields: Any) -> None:
         """A source's report raised (its own code): the serving stops, raising it at
         its end, and no task of the serving ends with it (its jobs would not end)."""
-        self.log.error(REPORT_FAILED, job_id=delivery.job_id, error=events.describe(exc))
+        self.log.error(REPORT_FAILED, error=events.describe(exc), **fields)
         if self.error is None:
             self.error = exc

@@ -3,6 +3,7 @@ how a stream entry's fields become a job (shared by fan-out and group delivery).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import threading
@@ -33,6 +34,35 @@ class Source(Protocol):
     """What ``serve`` needs of a source: deliveries until exhausted or ``stop`` is set."""
 
     def deliveries(self, stop: threading.Event) -> Iterator[Delivery]: ...
+
+
+Together = Callable[[], contextlib.AbstractContextManager[None]]
+"""A source's ``resolving``: reports made inside it may be batched by the source."""
+
+
+@contextlib.contextmanager
+def together(
+    resolving: Together | None, failed: Callable[[BaseException], None]
+) -> Iterator[None]:
+    """Reports made inside go inside the source's ``resolving()``, if it has one.
+
+    ``resolving`` is the source's code, as ``resolved`` is: an error it raises on entry
+    or on exit goes to ``failed`` (which stops the serving), never up through the thread
+    or task making the reports, whose jobs would then never end. If entering fails, the
+    reports are made all the same, one by one."""
+    stack = contextlib.ExitStack()
+    if resolving is not None:
+        try:
+            stack.enter_context(resolving())
+        except BaseException as exc:
+            failed(exc)
+    try:
+        yield
+    finally:
+        try:
+            stack.close()
+        except BaseException as exc:
+            failed(exc)
 
 
 def job_of(fields: dict[str, str]) -> tuple[str, Any] | None:

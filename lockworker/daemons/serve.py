@@ -46,6 +46,7 @@ from typing import Any, Protocol
 from lockworker.config import count
 from lockworker.daemons import defer, lane
 from lockworker.daemons.defer import Deferrals
+from lockworker.daemons.delivery import Together, together
 from lockworker.daemons.held import Sighting
 from lockworker.daemons.jobrun import SERVING
 from lockworker.daemons.sources import Delivery, as_source, shares_out
@@ -136,7 +137,7 @@ class _Server:
 
     def __init__(
         self, worker: Servable, concurrency: int, *, ranked: bool = True,
-        together: Callable[[], contextlib.AbstractContextManager[None]] | None = None,
+        together: Together | None = None,
     ) -> None:
         self.worker = worker
         self.together = together
@@ -297,8 +298,13 @@ class _Server:
         try:
             delivery.resolved()
         except BaseException as exc:
-            self.log.error(REPORT_FAILED, job_id=delivery.job_id, error=events.describe(exc))
-            self.fail(exc)
+            self.report_failed(exc, job_id=delivery.job_id)
+
+    def report_failed(self, exc: BaseException, **fields: Any) -> None:
+        """A report to the source raised (its ``resolved``, or its ``resolving()``
+        around many): logged, and the serving stops with it."""
+        self.log.error(REPORT_FAILED, error=events.describe(exc), **fields)
+        self.fail(exc)
 
     def fail(self, exc: BaseException) -> None:
         """Stop the serving with ``exc``, unless an error stops it already."""
@@ -337,7 +343,7 @@ class _Server:
         then(*args)
 
     def resolving(self) -> contextlib.AbstractContextManager[None]:
-        return self.together() if self.together is not None else contextlib.nullcontext()
+        return together(self.together, self.report_failed)
 
     def dropped(self, delivery: Delivery) -> None:
         with self.mutex:

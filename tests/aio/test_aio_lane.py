@@ -13,13 +13,12 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import functools
-import threading
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 import redis.asyncio
+from helpers import FailingReports, ReportFailed
 
 import lockworker
 from lockworker import Job, Outcome
@@ -237,40 +236,29 @@ def test_an_override_of_process_sees_every_job_and_the_lane_stays_shut(
     assert sends.count == {}
 
 
-class ReportFailed(RuntimeError):
-    """A source's own bug: its report of a resolved job raises."""
-
-
 @pytest.mark.parametrize("through", ["lane", "process"])
-@pytest.mark.parametrize("read", ["on the loop", "in a thread"])
+@pytest.mark.parametrize(
+    ("read", "fails"),
+    [("on the loop", "resolved"), ("in a thread", "resolved"),
+     ("in a thread", "resolving on entry"), ("in a thread", "resolving on exit")],
+)
 def test_a_source_whose_report_raises_stops_the_serving_with_that_error(
-    redis_server: RedisServer, namespace: str, through: str, read: str
+    redis_server: RedisServer, namespace: str, through: str, read: str, fails: str
 ) -> None:
-    """``delivery.resolved()`` is the source's code: if it raises (reported on the loop
-    for an async source, in a worker thread for a sync one), the serving stops and
-    raises that error once the running jobs ended; it is neither lost with the task
-    that reported it nor does the serving hang. The job itself is DONE."""
+    """``delivery.resolved()`` is the source's code, and so is its ``resolving()``
+    (entered around the reports made together in a worker thread for a sync source):
+    if either raises (reported on the loop for an async source, in a worker thread for
+    a sync one), the serving stops and raises that error once the running jobs ended;
+    it is neither lost with the task that reported it nor does the serving hang. The
+    jobs themselves are DONE."""
 
-    def report(job_id: str) -> None:
-        if job_id == "job-3":
-            raise ReportFailed(f"cannot record {job_id}")
-
-    def delivery(i: int) -> lockworker.Delivery:
-        return lockworker.Delivery(
-            f"job-{i}", None, resolved=functools.partial(report, f"job-{i}")
-        )
-
-    class AsyncSource:
+    class AsyncSource(FailingReports):
         def __aiter__(self) -> AsyncIterator[lockworker.Delivery]:
             return self.items()
 
         async def items(self) -> AsyncIterator[lockworker.Delivery]:
-            for i in range(8):
-                yield delivery(i)
-
-    class SyncSource:
-        def deliveries(self, stop: threading.Event) -> Iterator[lockworker.Delivery]:
-            return iter([delivery(i) for i in range(8)])
+            for job_id in self.ids:
+                yield self.delivery(job_id)
 
     class Overriding(AsyncWorker):
         async def process(self, job_id: str, payload: Any = None) -> Outcome:
@@ -280,7 +268,7 @@ def test_a_source_whose_report_raises_stops_the_serving_with_that_error(
         client = client_of(redis_server)
         kind = AsyncWorker if through == "lane" else Overriding
         worker = kind(client, namespace=namespace, on_acquired=nothing, handle_signals=False)
-        source = AsyncSource() if read == "on the loop" else SyncSource()
+        source = AsyncSource(fails) if read == "on the loop" else FailingReports(fails)
         raised: BaseException | None = None
         try:
             await asyncio.wait_for(worker.serve(source, concurrency=2), 10)
@@ -293,4 +281,5 @@ def test_a_source_whose_report_raises_stops_the_serving_with_that_error(
 
     raised, status = asyncio.run(scenario())
     assert isinstance(raised, ReportFailed)
-    assert status is JobStatus.DONE
+    if fails == "resolved":
+        assert status is JobStatus.DONE

@@ -88,9 +88,9 @@ def test_a_stream_is_read_in_chunks_and_its_resolutions_reported_together(
         hops["take"] += 1
         return real_take(*args)
 
-    def report(deliveries: list[Delivery], together: Any) -> None:
+    def report(deliveries: list[Delivery], together: Any) -> Any:
         hops["report"] += 1
-        real_report(deliveries, together)
+        return real_report(deliveries, together)
 
     monkeypatch.setattr(feed, "_take", take)
     monkeypatch.setattr(aio_serve, "_report_all", report)

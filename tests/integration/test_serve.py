@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import threading
 import time
 from collections.abc import Iterator
@@ -10,7 +9,7 @@ from typing import Any
 
 import pytest
 import redis
-from helpers import RETENTION, AtOnce, grant, held, wait_for
+from helpers import RETENTION, AtOnce, FailingReports, ReportFailed, grant, held, wait_for
 
 import lockworker
 from lockworker import InvalidConfig, Job, JobStatus, Worker
@@ -289,22 +288,19 @@ def test_past_the_park_limit_jobs_wait_in_their_slot_and_every_one_is_served_onc
     assert all(worker.inspect(j).status is JobStatus.DONE for j in ids)
 
 
-class ReportFailed(RuntimeError):
-    """A source's own bug: its report of a resolved job raises."""
-
-
-@pytest.mark.parametrize("through", ["lane", "process"])
+@pytest.mark.parametrize(
+    ("through", "fails"),
+    [("lane", "resolved"), ("process", "resolved"),
+     ("lane", "resolving on entry"), ("lane", "resolving on exit")],
+)
 def test_a_source_whose_report_raises_stops_the_serving_with_that_error(
-    redis_client: redis.Redis, namespace: str, through: str
+    redis_client: redis.Redis, namespace: str, through: str, fails: str
 ) -> None:
-    """``delivery.resolved()`` is the source's code: if it raises, the serving stops
-    and raises that error once the running jobs ended, as for any error of the
-    serving, and does not hang (the lane's thread, or a pool thread, died with it
-    before). The job itself is DONE: only its report failed."""
-
-    def report(job_id: str) -> None:
-        if job_id == "job-3":
-            raise ReportFailed(f"cannot record {job_id}")
+    """``delivery.resolved()`` is the source's code, and so is its ``resolving()``,
+    which the lane enters around the reports it makes together: if either raises, the
+    serving stops and raises that error once the running jobs ended, as for any error
+    of the serving, and does not hang (the lane's thread, or a pool thread, died with
+    it before). The jobs themselves are DONE: only their report failed."""
 
     class Overriding(Worker):
         def process(self, job_id: str, payload: Any = None) -> lockworker.Outcome:
@@ -313,19 +309,12 @@ def test_a_source_whose_report_raises_stops_the_serving_with_that_error(
     kind = Worker if through == "lane" else Overriding
     worker = kind(redis_client, namespace=namespace, handle_signals=False,
                   on_acquired=lambda job: None)
-
-    class Source:  # a source of the user's own (lockworker.daemons.delivery.Source)
-        def deliveries(self, stop: threading.Event) -> Iterator[lockworker.Delivery]:
-            for i in range(8):
-                yield lockworker.Delivery(
-                    f"job-{i}", None, resolved=functools.partial(report, f"job-{i}")
-                )
-
+    source = FailingReports(fails)
     raised: list[BaseException] = []
 
     def serving() -> None:
         try:
-            worker.serve(Source(), concurrency=2)
+            worker.serve(source, concurrency=2)
         except BaseException as exc:
             raised.append(exc)
 
@@ -334,5 +323,6 @@ def test_a_source_whose_report_raises_stops_the_serving_with_that_error(
     thread.join(10.0)
     assert not thread.is_alive(), "serve hung after the source's report raised"
     assert len(raised) == 1 and isinstance(raised[0], ReportFailed)
-    assert worker.inspect("job-3").status is JobStatus.DONE
+    if fails == "resolved":
+        assert worker.inspect("job-3").status is JobStatus.DONE
     worker.close()
