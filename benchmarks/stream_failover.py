@@ -171,8 +171,10 @@ class Processes:
 
     def __exit__(self, *exc: object) -> None:
         for proc in self.procs:
-            if proc.pid is not None and proc.is_alive():
-                os.kill(proc.pid, signal.SIGTERM)
+            # ``terminate``, not ``os.kill``: a process that died (a trial killed it) may
+            # be reaped at any moment by another thread starting a process (trials run
+            # side by side), and a signal sent to its pid then fails.
+            proc.terminate()
         reap(self.procs, self.pipes)
 
 
