@@ -114,6 +114,25 @@ def test_batched_serving_under_sigkill(tmp_path: Path) -> None:
     mixed(result)
 
 
+def test_batched_serving_under_sigstop_past_the_lease(tmp_path: Path) -> None:
+    """Holders of a claimed batch SIGSTOPped past their lease, then continued: their
+    jobs are taken over, and what the paused processes send on waking is refused."""
+    result = scenarios.SCENARIOS["batch_sigstop"](tmp_path)
+    verdict(result, tmp_path)
+    assert result.extra["batches"] >= 1, result.figure()
+    mixed(result)
+
+
+def test_batched_serving_across_server_restarts_with_appendfsync_always(
+    tmp_path: Path,
+) -> None:
+    """The server restarted (its data kept) under the batched fleet: nothing lost,
+    tokens only grow."""
+    result = scenarios.SCENARIOS["batch_server_restart"](tmp_path)
+    verdict(result, tmp_path)
+    assert result.extra["batches"] >= 1, result.figure()
+
+
 def test_batched_serving_behind_a_proxy_that_drops_and_delays(tmp_path: Path) -> None:
     """A flush lost to a dropped connection, a batch whose leases are partly lost."""
     result = scenarios.SCENARIOS["batch_proxy"](tmp_path)
@@ -131,4 +150,17 @@ def test_a_consumer_group_under_sigkill(tmp_path: Path) -> None:
     # Each job went to one member (again only after a handover or a claim); served
     # fan-out, every live worker would have been delivered all 36 (over 200 here).
     assert 0 < result.extra["delivered"] < 2 * 36, result.figure()
+    mixed(result)
+
+
+def test_a_consumer_group_under_sigstop_past_the_lease(tmp_path: Path) -> None:
+    """Members of one consumer group SIGSTOPped past their lease mid-batch: the others
+    claim their entries and take their jobs over; a continued member's late steps are
+    refused."""
+    result = scenarios.SCENARIOS["group_sigstop"](tmp_path)
+    verdict(result, tmp_path)
+    assert result.extra["batches"] >= 1, result.figure()
+    # Each job went to one member (again only after a claim): served fan-out, the four
+    # workers would each have been delivered all 30 (120 deliveries or more).
+    assert 0 < result.extra["delivered"] < 3 * 30, result.figure()
     mixed(result)
