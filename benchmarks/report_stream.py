@@ -69,9 +69,20 @@ def best_serve(section: StreamSection) -> Row | None:
     return max(rows, key=lambda r: r.rate) if rows else None
 
 
+def waits(row: Row) -> str:
+    """How often the row's busiest process waited per job: its voluntary context
+    switches (a thread waiting for a reply, for another thread, or for the interpreter
+    lock), each a wake-up costing CPU and time."""
+    return f"{row.cost.per_job(row.cost.busiest_switches):.1f} waits per job"
+
+
 def bound(row: Row, cores: int) -> str:
     """What limited a row: the cores, the busiest process's one core, the handler, or the
-    round trips of the protocol."""
+    round trips of the protocol; and how often its busiest process waited per job."""
+    return f"{_bound(row, cores)} (busiest process: {waits(row)})"
+
+
+def _bound(row: Row, cores: int) -> str:
     busy, handler = row.busy_cores, row.handler_bound
     if busy >= CORES_BUSY * cores:
         return f"the cores ({busy:.1f} of {cores} busy)"
@@ -375,6 +386,18 @@ def section(s: StreamSection | None, chart: str | None = None) -> list[str]:
         f"{_label(r)}: {bound(r, s.cores)}"
         for r in _fanout(s) if r.outcomes
     ) + ".")
+    add("")
+    add(
+        "**Waits per job**: the busiest process's voluntary context switches per job: "
+        "a thread waiting for a reply, for a job handed over by another thread, or for "
+        "the interpreter lock (its Python runs one thread at a time). Each is a wake-up "
+        "that costs CPU and time; a process that runs its jobs in one thread hardly "
+        "waits. Beside the rows above: " + "; ".join(
+            f"{r.contender.name}: {waits(r)}"
+            for r in (s.row(PRIMARY_ONLY), s.row(THREADS_ONLY), s.row(TASKS_ONLY))
+            if r is not None and r.outcomes
+        ) + "."
+    )
     add("")
     add("### Where each job's commands go")
     add("")

@@ -117,6 +117,7 @@ def merge(costs: list[Costs]) -> Costs:
         total.server.update(c.server)
         total.client_cpu += c.client_cpu
         total.busiest_cpu += c.busiest_cpu
+        total.busiest_switches += c.busiest_switches
         total.server_cpu += c.server_cpu
         handled += c.handler_seconds * c.jobs
     total.handler_seconds = handled / total.jobs if total.jobs else float("nan")

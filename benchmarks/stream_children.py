@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import resource
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -84,6 +85,12 @@ def _client(setup: Setup) -> Any:
     return redis.Redis(connection_pool=pool)
 
 
+def _switches() -> int:
+    """The times this process's threads gave up the CPU to wait (voluntary context
+    switches): each hand-off of a job between two threads costs one or two."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_nvcsw
+
+
 class Child:
     """What every kind shares: the handler, the counts, the ``stop`` listener."""
 
@@ -94,6 +101,7 @@ class Child:
         self.stopped = threading.Event()
         self.lock = threading.Lock()
         self.handled, self.handler_seconds, self.cpu = 0, 0.0, 0.0
+        self.switches = 0
 
     def handled_one(self, started: float) -> None:
         spent = time.monotonic() - started
@@ -107,6 +115,7 @@ class Child:
         self.pipe.recv()
         Tally.reset()
         self.cpu = time.process_time()
+        self.switches = _switches()
 
         def listen() -> None:
             self.pipe.recv()
@@ -116,6 +125,7 @@ class Child:
             self.pipe.send({
                 "round_trips": trips, "sent": sent, "handled": self.handled,
                 "cpu": time.process_time() - self.cpu, "handler_seconds": mean,
+                "switches": _switches() - self.switches,
             })
             self.stopped.set()
             on_stop()

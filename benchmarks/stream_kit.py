@@ -205,6 +205,9 @@ class Costs:
     busiest_cpu: float = 0.0
     """CPU seconds of the busiest serving process (its share of one core is what a
     process whose Python runs one thread at a time can give at most)."""
+    busiest_switches: int = 0
+    """The busiest serving process's voluntary context switches: its threads' waits
+    for one another (and for replies), each a wake-up."""
     handler_seconds: float = 0.0
     """Mean wall time of the handler's round trip, as the processes measured it."""
 

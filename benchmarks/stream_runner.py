@@ -144,6 +144,8 @@ def run_fleet(
         costs.round_trips += answer["round_trips"]
         costs.sent.update(answer["sent"])
         costs.client_cpu += answer["cpu"]
+        if answer["cpu"] >= costs.busiest_cpu:
+            costs.busiest_switches = answer["switches"]
         costs.busiest_cpu = max(costs.busiest_cpu, answer["cpu"])
         costs.handler_seconds += answer["handler_seconds"] * answer["handled"]
         handled += answer["handled"]

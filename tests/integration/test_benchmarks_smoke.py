@@ -7,6 +7,7 @@ asserts nothing about speed (figures on a shared machine are not test material).
 from __future__ import annotations
 
 import importlib.util
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -94,6 +95,12 @@ def test_quick_benchmark_run_writes_a_report(tmp_path: Path) -> None:
         "| 1 server |",
     ):
         assert row in report
+    # Each serve() row's bound says how often its busiest process waited per job (its
+    # voluntary context switches), and so do the rows without the protocol beside them.
+    bounds = report.split("**Where the bound lies**", 1)[1].split("\n", 1)[0]
+    assert len(re.findall(r"\(busiest process: \d+\.\d waits per job\)", bounds)) == 6
+    waits = report.split("**Waits per job**", 1)[1].split("\n", 1)[0]
+    assert len(re.findall(r": \d+\.\d waits per job", waits)) == 3
     peers = {"rq": ("RQ",), "celery": ("Celery (threads)",)}  # the [bench] extra's
     for module, tools in peers.items():
         if importlib.util.find_spec(module) is not None:
