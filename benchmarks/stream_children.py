@@ -87,7 +87,7 @@ def _client(setup: Setup) -> Any:
 
 def _switches() -> int:
     """The times this process's threads gave up the CPU to wait (voluntary context
-    switches): each hand-off of a job between two threads costs one or two."""
+    switches): for a reply, for another of its threads, or for the interpreter lock."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_nvcsw
 
 

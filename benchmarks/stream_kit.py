@@ -207,7 +207,7 @@ class Costs:
     process whose Python runs one thread at a time can give at most)."""
     busiest_switches: int = 0
     """The busiest serving process's voluntary context switches: its threads' waits
-    for one another (and for replies), each a wake-up."""
+    for a reply, for one another, or for the interpreter lock, each a wake-up."""
     handler_seconds: float = 0.0
     """Mean wall time of the handler's round trip, as the processes measured it."""
 

@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 
 import pytest
 
+from lockworker.daemons.delivery import Delivery
 from lockworker.model.codec import Holder, LockValue
 from lockworker.model.keys import JobKeys
 from lockworker.model.state import Grant
@@ -174,9 +175,7 @@ class FailingReports:
         self.fails = fails
         self.ids = [f"job-{i}" for i in range(jobs)]
 
-    def delivery(self, job_id: str) -> Any:
-        from lockworker import Delivery
-
+    def delivery(self, job_id: str) -> Delivery:
         return Delivery(job_id, None, resolved=lambda: self.report(job_id))
 
     def report(self, job_id: str) -> None:
@@ -191,5 +190,5 @@ class FailingReports:
         if self.fails == "resolving on exit":
             raise ReportFailed("cannot end a batch of reports")
 
-    def deliveries(self, stop: threading.Event) -> Iterator[Any]:
+    def deliveries(self, stop: threading.Event) -> Iterator[Delivery]:
         return iter([self.delivery(job_id) for job_id in self.ids])

@@ -114,11 +114,11 @@ def _report_all(
 class _Server:
     def __init__(
         self, worker: AsyncServable, concurrency: int, blocking: bool,
-        together: Together | None = None, *, ranked: bool = True,
+        source_resolving: Together | None = None, *, ranked: bool = True,
     ) -> None:
         self.worker = worker
         self.blocking = blocking
-        self.together = together
+        self.source_resolving = source_resolving
         """The source's ``resolving()``, if any: reports made together go inside it."""
         self.concurrency = concurrency
         self.slots = Slots(concurrency)
@@ -343,7 +343,7 @@ class _Server:
     async def _report(self) -> None:
         while self.unreported:
             taken, self.unreported = self.unreported, []
-            for exc, fields in await asyncio.to_thread(_report_all, taken, self.together):
+            for exc, fields in await asyncio.to_thread(_report_all, taken, self.source_resolving):
                 self.report_failed(exc, **fields)
 
     def report_failed(self, exc: BaseException, **fields: Any) -> None:

@@ -128,7 +128,7 @@ def serve(worker: Servable, source: object, *, concurrency: int = 4) -> None:
     worker._install_signal_handlers()
     _Server(
         worker, concurrency, ranked=not shares_out(chosen),
-        together=getattr(chosen, "resolving", None),
+        source_resolving=getattr(chosen, "resolving", None),
     ).run(deliveries)
 
 
@@ -137,10 +137,10 @@ class _Server:
 
     def __init__(
         self, worker: Servable, concurrency: int, *, ranked: bool = True,
-        together: Together | None = None,
+        source_resolving: Together | None = None,
     ) -> None:
         self.worker = worker
-        self.together = together
+        self.source_resolving = source_resolving
         """The source's ``resolving()``, if any: reports made together go inside it."""
         self.concurrency = concurrency
         self.slots = Slots(concurrency)
@@ -343,7 +343,7 @@ class _Server:
         then(*args)
 
     def resolving(self) -> contextlib.AbstractContextManager[None]:
-        return together(self.together, self.report_failed)
+        return together(self.source_resolving, self.report_failed)
 
     def dropped(self, delivery: Delivery) -> None:
         with self.mutex:
