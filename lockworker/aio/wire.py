@@ -26,14 +26,13 @@ redis-py's path (:func:`direct` says which).
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Sequence
 from typing import Any
 
 import redis.asyncio
 from redis.exceptions import ResponseError
 
-from lockworker.protocol import resp
+from lockworker.protocol import resp, wire
 
 
 def direct(client: Any) -> bool:
@@ -72,17 +71,8 @@ async def exchange(client: Any, commands: Sequence[Sequence[Any]]) -> list[Any]:
         await pool.release(conn)
 
 
-_NAMELESS: dict[type, bool] = {}
-
-
 async def _connection(pool: Any) -> Any:
-    """A connection from ``pool``: redis-py 5.3 and later take no command name (and
-    warn when given one); earlier 5.x require one."""
-    kind = type(pool)
-    nameless = _NAMELESS.get(kind)
-    if nameless is None:
-        param = inspect.signature(kind.get_connection).parameters.get("command_name")
-        nameless = _NAMELESS[kind] = param is None or param.default is not param.empty
-    if nameless:
+    """A connection from ``pool`` (:func:`lockworker.protocol.wire.nameless`)."""
+    if wire.nameless(pool):
         return await pool.get_connection()
     return await pool.get_connection("EVALSHA")  # pragma: no cover - redis-py < 5.3

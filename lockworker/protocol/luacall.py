@@ -1,11 +1,14 @@
-"""One Lua script, called in one command: EVALSHA, and SCRIPT LOAD once on NOSCRIPT.
+"""One Lua script, called in one command: EVALSHA, and EVAL of its source on NOSCRIPT.
 
 redis-py's ``Script`` objects are bound to a client and, on every call, look at the
 client's type and re-pack their arguments; a lock step pays that on its hot path
 twice per cycle. A :class:`LuaScript` is built once per process (its SHA1 computed at
-import) and shared by every object on every client: a call is one ``execute_command``.
-Cluster clients route it by its keys as they route ``Script`` calls. :meth:`LuaScript.acall`
-is the same call awaited on a ``redis.asyncio`` client: one source, one SHA, both sides.
+import) and shared by every object on every client: a call is one command. On a plain
+pooled client it is written on a connection of the pool (:mod:`lockworker.protocol.wire`,
+without redis-py's per-command client layer); other clients get one
+``execute_command``, and cluster clients route it by its keys as they route ``Script``
+calls. :meth:`LuaScript.acall` is the same call awaited on a ``redis.asyncio`` client:
+one source, one SHA, both sides.
 """
 
 from __future__ import annotations
@@ -16,6 +19,8 @@ from typing import Any
 
 import redis
 from redis.exceptions import NoScriptError
+
+from lockworker.protocol import wire
 
 _ASYNC_CLUSTER = "redis.asyncio.cluster"
 """The module of redis-py's asyncio ``RedisCluster`` (compared, not imported: the sync
@@ -50,6 +55,11 @@ class LuaScript:
         over keys of several slots of that node), instead of the node of its keys."""
         target = {} if node is None else {"target_nodes": node}
         try:
+            if node is None and wire.direct(client):
+                try:
+                    return wire.call(client, ("EVALSHA", self.sha, len(keys), *keys, *args))
+                except (redis.ConnectionError, redis.TimeoutError):
+                    pass  # sent again below, under the client's own retry policy
             return client.execute_command(  # type: ignore[no-untyped-call]
                 "EVALSHA", self.sha, len(keys), *keys, *args, **target
             )

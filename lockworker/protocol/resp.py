@@ -19,6 +19,7 @@ Pure: no I/O. The asyncio side writes the buffer (:mod:`lockworker.aio.wire`).
 from __future__ import annotations
 
 import codecs
+import functools
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -33,8 +34,12 @@ _CRLF = b"\r\n"
 
 def hiredis_packs(encoding: str, errors: str) -> bool:
     """Whether hiredis packs text as this encoder would: strict UTF-8 only."""
-    if _hiredis_pack is None or errors != "strict":
-        return False
+    return _hiredis_pack is not None and errors == "strict" and _utf8(encoding)
+
+
+@functools.lru_cache(maxsize=64)
+def _utf8(encoding: str) -> bool:
+    """Whether ``encoding`` names UTF-8 (asked of every command sent: remembered)."""
     try:
         return codecs.lookup(encoding).name == "utf-8"
     except LookupError:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import redis
 from helpers import LEASE, RETENTION, grant, held, wait_for, who
@@ -202,23 +204,24 @@ def commands(client: redis.Redis) -> int:
 def test_the_uncontended_job_cycle_is_two_round_trips_with_scripts(
     redis_client: redis.Redis, keys: JobKeys
 ) -> None:
-    """Counts the commands the client sends (an EVALSHA is one round trip)."""
+    """Counts the commands the client writes (an EVALSHA is one round trip)."""
     protocol = ScriptProtocol(redis_client)
     grant(protocol, JobKeys.of(keys.namespace, "warm-up"), "a")  # load the scripts
-    sent: list[tuple[object, ...]] = []
+    sent: list[bytes] = []
     pool = redis_client.connection_pool
     conn = pool.get_connection()
-    original = conn.send_command
+    original = conn.send_packed_command
 
-    def counting(*args: object, **kwargs: object) -> None:
-        sent.append(args)
-        original(*args, **kwargs)
+    def counting(command: Any, *args: object, **kwargs: object) -> None:
+        packed = command if isinstance(command, bytes) else b"".join(command)
+        sent.append(packed.split(b"\r\n")[2])  # *<n>, $<len>, then the command's name
+        original(command, *args, **kwargs)
 
-    conn.send_command = counting  # type: ignore[method-assign]
+    conn.send_packed_command = counting  # type: ignore[method-assign]
     pool.release(conn)
     try:
         g = grant(protocol, keys, "a")
         assert protocol.complete(keys, held(g, "a"), RETENTION) is Settle.DONE
     finally:
-        conn.send_command = original  # type: ignore[method-assign]
-    assert [args[0] for args in sent] == ["EVALSHA", "EVALSHA"]
+        conn.send_packed_command = original  # type: ignore[method-assign]
+    assert sent == [b"EVALSHA", b"EVALSHA"]
