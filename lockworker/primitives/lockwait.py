@@ -32,6 +32,7 @@ from redis.exceptions import NoScriptError
 from lockworker.model.state import Grant, Snapshot
 from lockworker.primitives.common import ScriptStep
 from lockworker.primitives.lockqueue import MARKER, LockSteps, pushed_grant
+from lockworker.protocol import wire
 from lockworker.protocol.decode import foreign_on_wrongtype, text
 
 HINTS = 4096
@@ -96,11 +97,9 @@ def _read(steps: LockSteps, step: ScriptStep[Any], look: Any, key: str, popped: 
 
 
 def look_and_pop(steps: LockSteps, step: ScriptStep[Any], key: str, timeout: float) -> Looked:
-    """Send ``step`` (a look with ``pop_ms``) and a pop of ``key`` in one pipeline."""
-    pipe = steps.client.pipeline(transaction=False)
-    pipe.execute_command(*_command(step))
-    pipe.blpop([key], timeout=timeout)
-    look, popped = pipe.execute(raise_on_error=False)
+    """Send ``step`` (a look with ``pop_ms``) and a pop of ``key`` in one round trip
+    (:func:`lockworker.protocol.wire.pipelined`)."""
+    look, popped = wire.pipelined(steps.client, [_command(step), ("BLPOP", key, timeout)])
     if isinstance(look, NoScriptError):
         # The server lost its scripts (a restart, SCRIPT FLUSH): the pop waited for
         # nothing. Look alone, which loads the script.

@@ -34,7 +34,7 @@ from typing import Any
 import redis
 from redis.exceptions import NoScriptError
 
-from lockworker.protocol import many
+from lockworker.protocol import many, wire
 from lockworker.protocol.decode import foreign_on_wrongtype
 from lockworker.protocol.luacall import LuaScript
 from lockworker.protocol.script import Step
@@ -235,7 +235,7 @@ def _answered(client: redis.Redis, calls: Sequence[Call]) -> list[Any]:
 
 def _execute(client: redis.Redis, calls: Sequence[Call]) -> list[Any]:
     """Each call's reply (an error reply returned, not raised): a cluster's looped
-    commands one per node, the rest in one pipeline (no pipeline for one command)."""
+    commands one per node, the rest in one round trip (:func:`.wire.pipelined`)."""
     replies: list[Any] = [None] * len(calls)
     routed = []
     for n, call in enumerate(calls):
@@ -246,17 +246,8 @@ def _execute(client: redis.Redis, calls: Sequence[Call]) -> list[Any]:
             replies[n] = call.script(client, call.keys, call.args, node=call.node)
         except redis.ResponseError as exc:
             replies[n] = exc
-    if len(routed) == 1:  # one command: no pipeline to build
-        try:
-            replies[routed[0]] = client.execute_command(  # type: ignore[no-untyped-call]
-                *calls[routed[0]].command()
-            )
-        except redis.ResponseError as exc:
-            replies[routed[0]] = exc
-    elif routed:
-        pipe = client.pipeline(transaction=False)
-        for n in routed:
-            pipe.execute_command(*calls[n].command())  # type: ignore[no-untyped-call]
-        for n, reply in zip(routed, pipe.execute(raise_on_error=False), strict=True):
+    if routed:
+        sent = wire.pipelined(client, [calls[n].command() for n in routed])
+        for n, reply in zip(routed, sent, strict=True):
             replies[n] = reply
     return replies

@@ -18,8 +18,9 @@ again through ``execute_command``, so the client's own retry policy still govern
 failures. Any failure other than an error reply drops the connection before it goes
 back to the pool, so no later command reads a stale reply. A cluster client, one bound
 to a single connection, a pipeline, or a subclass with commands of its own takes
-redis-py's path (:func:`direct` says which). :mod:`lockworker.aio.wire` is the asyncio
-side, for batches.
+redis-py's path (:func:`direct` says which). :func:`exchange` writes several commands
+at once the same way, and reads their replies in turn, where a pipeline would
+(:func:`pipelined`). :mod:`lockworker.aio.wire` is the asyncio side, for batches.
 """
 
 from __future__ import annotations
@@ -62,10 +63,58 @@ def call(client: redis.Redis, command: Sequence[Any]) -> Any:
         conn.disconnect()
         raise
     finally:
-        moved = getattr(conn, "should_reconnect", None)  # redis-py 6 and later
-        if moved is not None and moved():  # the server announced a move, as redis-py
-            conn.disconnect()
-        pool.release(conn)
+        _give_back(pool, conn)
+
+
+def exchange(client: redis.Redis, commands: Sequence[Sequence[Any]]) -> list[Any]:
+    """Send ``commands`` in one write on a pooled connection of ``client``; each one's
+    reply, an error reply as its ``ResponseError`` in its place (a pipeline's
+    ``raise_on_error=False``). Replies are the server's, not redis-py's response
+    callbacks' (a BLPOP's is a list, not a tuple)."""
+    pool = client.connection_pool
+    conn: Any = pool.get_connection() if nameless(pool) else pool.get_connection("EVALSHA")
+    try:
+        conn.send_packed_command([resp.packer(conn.encoder)(commands)])
+        replies: list[Any] = []
+        for _ in commands:
+            try:
+                replies.append(conn.read_response())
+            except ResponseError as exc:  # read whole: the connection stays in step
+                replies.append(exc)
+        return replies
+    except BaseException:
+        conn.disconnect()
+        raise
+    finally:
+        _give_back(pool, conn)
+
+
+def pipelined(client: Any, commands: Sequence[Sequence[Any]]) -> list[Any]:
+    """Each command's reply (an error reply in its place), all sent in one round trip:
+    by :func:`exchange` on a plain client, else (and after its connection broke: sent
+    again under the client's retry policy) as a redis-py pipeline, or one
+    ``execute_command`` for one command (a cluster client routes it by its keys)."""
+    if direct(client):
+        try:
+            return exchange(client, commands)
+        except (redis.ConnectionError, redis.TimeoutError):
+            pass
+    if len(commands) == 1:  # one command: no pipeline to build
+        try:
+            return [client.execute_command(*commands[0])]
+        except ResponseError as exc:
+            return [exc]
+    pipe = client.pipeline(transaction=False)
+    for command in commands:
+        pipe.execute_command(*command)
+    return list(pipe.execute(raise_on_error=False))
+
+
+def _give_back(pool: Any, conn: Any) -> None:
+    moved = getattr(conn, "should_reconnect", None)  # redis-py 6 and later
+    if moved is not None and moved():  # the server announced a move, as redis-py
+        conn.disconnect()
+    pool.release(conn)
 
 
 def nameless(pool: Any) -> bool:

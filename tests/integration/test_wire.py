@@ -150,3 +150,43 @@ def test_a_traced_client_still_sees_every_step(
     finally:
         client.close()
     assert Traced.seen.count("EVALSHA") + Traced.seen.count("EVAL") >= 6
+
+
+def test_commands_written_at_once_reply_in_their_places(client: Any, namespace: str) -> None:
+    key = f"{namespace}:list"
+    client.rpush(key, "x")
+    client.ping()
+    Counted.writes = Counted.packed = 0
+    replies = wire.exchange(client, [
+        ("EVAL", "return ARGV[1]", 0, "first"),
+        ("INCR", key),  # WRONGTYPE: its error in its place
+        ("BLPOP", key, 1),
+    ])
+    assert replies[0] == b"first" and replies[2] == [key.encode(), b"x"]
+    assert isinstance(replies[1], ResponseError) and "WRONGTYPE" in str(replies[1])
+    assert (Counted.writes, Counted.packed) == (1, 0)
+    assert client.echo("after") == b"after"  # the pool's only connection, read whole
+
+
+@pytest.mark.parametrize("kind", ["plain", "traced", "broken"])
+def test_pipelined_commands_answer_alike_on_every_path(
+    redis_server: RedisServer, client: Any, namespace: str, kind: str
+) -> None:
+    """Written at once (plain), as redis-py's pipeline (a traced client), or written
+    at once, its connection broken after the server ran them, then as a pipeline."""
+    key = f"{namespace}:n"
+    if kind == "broken":
+        Counted.lose_next_reply = redis.ConnectionError("broken mid-read")
+        target = client
+    else:
+        target = client if kind == "plain" else Traced.from_url(redis_server.url)
+    try:
+        replies = wire.pipelined(target, [("INCR", key), ("LPUSH", key, "x"), ("INCR", key)])
+        last = wire.pipelined(target, [("GET", key)])
+    finally:
+        if target is not client:
+            target.close()
+    first = 3 if kind == "broken" else 1  # the lost round trip's two INCRs ran already
+    assert (replies[0], replies[2]) == (first, first + 1)
+    assert isinstance(replies[1], ResponseError)
+    assert last == [str(first + 1).encode()]
