@@ -4,12 +4,12 @@ Every step of a lock and of a job is one script call, and a cycle makes two. red
 8's ``Redis.execute_command`` wraps each command in a retry closure, observability
 records, an event dispatch and a second packing pass (it re-checks every argument's
 type before hiredis packs them); on this machine that is about 12 µs of the client's
-CPU per command, a quarter of an uncontended ``Lock`` cycle, measured against the same
-``EVALSHA`` written on a connection of the same pool. :func:`call` does what is left:
-it takes a connection from the client's own pool, packs the command in one pass
-(:mod:`lockworker.protocol.resp`, the same bytes), writes it, reads its reply and
-gives the connection back; the connection's own health check, decoding and error
-replies are redis-py's.
+CPU per command (an uncontended ``Lock`` cycle makes two: a fifth of its client CPU),
+measured against the same ``EVALSHA`` written on a connection of the same pool.
+:func:`call` does what is left: it takes a connection from the client's own pool,
+packs the command in one pass (:mod:`lockworker.protocol.resp`, the same bytes),
+writes it, reads its reply and gives the connection back; the connection's own health
+check, decoding and error replies are redis-py's.
 
 What is not applied is redis-py's client layer: its per-command observability hooks,
 and its retry of a broken connection. A call that fails on a broken connection is not
