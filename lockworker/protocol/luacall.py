@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import redis
-from redis.exceptions import NoScriptError
+from redis.exceptions import NoScriptError, ResponseError
 
 from lockworker.protocol import wire
 
@@ -53,15 +53,15 @@ class LuaScript:
     ) -> Any:
         """Run the script; ``node``: on a cluster, the node to send it to (a script
         over keys of several slots of that node), instead of the node of its keys."""
-        target = {} if node is None else {"target_nodes": node}
+        command = ("EVALSHA", self.sha, len(keys), *keys, *args)
         try:
-            if node is None and wire.direct(client):
-                try:
-                    return wire.call(client, ("EVALSHA", self.sha, len(keys), *keys, *args))
-                except (redis.ConnectionError, redis.TimeoutError):
-                    pass  # sent again below, under the client's own retry policy
+            if node is None:  # written at once on a plain client (wire.pipelined)
+                reply = wire.pipelined(client, [command])[0]
+                if isinstance(reply, ResponseError):
+                    raise reply
+                return reply
             return client.execute_command(  # type: ignore[no-untyped-call]
-                "EVALSHA", self.sha, len(keys), *keys, *args, **target
+                *command, target_nodes=node
             )
         except NoScriptError:
             # The server's script cache is empty (a restart, SCRIPT FLUSH, a promoted

@@ -1,4 +1,4 @@
-"""One command on a pooled connection, without redis-py's per-command client layer.
+"""Commands on a pooled connection, without redis-py's per-command client layer.
 
 Every step of a lock and of a job is one script call, and a cycle makes two. redis-py
 8's ``Redis.execute_command`` wraps each command in a retry closure, observability
@@ -6,21 +6,21 @@ records, an event dispatch and a second packing pass (it re-checks every argumen
 type before hiredis packs them); on this machine that is about 12 µs of the client's
 CPU per command (an uncontended ``Lock`` cycle makes two: a fifth of its client CPU),
 measured against the same ``EVALSHA`` written on a connection of the same pool.
-:func:`call` does what is left: it takes a connection from the client's own pool,
-packs the command in one pass (:mod:`lockworker.protocol.resp`, the same bytes),
-writes it, reads its reply and gives the connection back; the connection's own health
-check, decoding and error replies are redis-py's.
+:func:`exchange` does what is left: it takes a connection from the client's own pool,
+packs its commands in one pass (:mod:`lockworker.protocol.resp`, the same bytes),
+writes them at once, reads each reply in its place and gives the connection back; the
+connection's own health check, decoding and error replies are redis-py's.
 
 What is not applied is redis-py's client layer: its per-command observability hooks,
 and its retry of a broken connection. A call that fails on a broken connection is not
-retried here; the caller (:class:`~lockworker.protocol.luacall.LuaScript`) sends it
-again through ``execute_command``, so the client's own retry policy still governs
-failures. Any failure other than an error reply drops the connection before it goes
-back to the pool, so no later command reads a stale reply. A cluster client, one bound
+retried here; :func:`pipelined`, through which every caller sends (a script call,
+a batch), sends it again through ``execute_command`` or a pipeline, so the client's
+own retry policy still governs failures. Any failure other than an error reply drops
+the connection before it goes back to the pool, so no later command reads a stale
+reply. A cluster client, one bound
 to a single connection, a pipeline, or a subclass with commands of its own takes
-redis-py's path (:func:`direct` says which). :func:`exchange` writes several commands
-at once the same way, and reads their replies in turn, where a pipeline would
-(:func:`pipelined`). :mod:`lockworker.aio.wire` is the asyncio side, for batches.
+redis-py's path (:func:`direct` says which). :mod:`lockworker.aio.wire` is the asyncio
+side, for batches.
 """
 
 from __future__ import annotations
@@ -47,23 +47,6 @@ def direct(client: Any) -> bool:
         and type(client).execute_command is redis.Redis.execute_command
         and client.connection is None
     )
-
-
-def call(client: redis.Redis, command: Sequence[Any]) -> Any:
-    """Send ``command`` on a pooled connection of ``client`` and return its reply; an
-    error reply is raised as redis-py raises it (see the module docstring)."""
-    pool = client.connection_pool
-    conn: Any = pool.get_connection() if nameless(pool) else pool.get_connection("EVALSHA")
-    try:
-        conn.send_packed_command([resp.packer(conn.encoder)((command,))])
-        return conn.read_response()
-    except ResponseError:  # read whole: the connection stays in step
-        raise
-    except BaseException:
-        conn.disconnect()
-        raise
-    finally:
-        _give_back(pool, conn)
 
 
 def exchange(client: redis.Redis, commands: Sequence[Sequence[Any]]) -> list[Any]:
