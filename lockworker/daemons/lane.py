@@ -70,9 +70,10 @@ class Host(Protocol):
         """The serving stops: no job starts any more."""
         ...
 
-    def submit(self, delivery: Delivery, outcome: Callable[[], Result]) -> None:
+    def submit(self, delivery: Delivery, outcome: Callable[[], Result] | None) -> None:
         """Finish ``delivery`` in a pool thread with ``outcome()`` (as ``process``'s
-        result: its errors handled as the serving handles those), in its slot."""
+        result: its errors handled as the serving handles those; None: ``process``
+        itself), in its slot."""
         ...
 
     def hook_returned(self, delivery: Delivery) -> None:
@@ -145,12 +146,16 @@ class Lane:
         with self._cond:
             self._claims.append((delivery, run))
             self._cond.notify()
-            if self._thread is None:
-                self._thread = threading.Thread(
-                    target=self._sending, name="lockworker-lane", daemon=True
-                )
-                self._thread.start()
+            self._start()
         return True
+
+    def _start(self) -> None:
+        """Start the lane's thread, if not yet (called holding ``_cond``)."""
+        if self._thread is None:
+            self._thread = threading.Thread(
+                target=self._sending, name="lockworker-lane", daemon=True
+            )
+            self._thread.start()
 
     def close(self) -> None:
         """End the thread, once no job of the serving runs any more."""
@@ -185,19 +190,31 @@ class Lane:
             steps = round_trip(w, [run for _, run in claims], [(run, h) for _, run, h in completes])
             if not steps:
                 continue
-            sent_at = w.clock.monotonic()
-            try:
-                answers = w._call(
-                    lambda s=steps: send(w.client, s), SENDS[bool(claims), bool(completes)]
-                )
-            except Exception as exc:
-                for delivery, _ in claims:
-                    self.host.submit(delivery, functools.partial(_raise, exc))
-                for delivery, _, _ in completes:
-                    self.host.resume(delivery, functools.partial(_raise, exc))
-                continue
-            self._granted(claims, answers[: len(claims)], sent_at)
-            self._settled(completes, answers[len(claims):])
+            sent = self._trip(claims, completes, steps)
+            if sent is not None:
+                answers, sent_at = sent
+                self._granted(claims, answers[: len(claims)], sent_at)
+                self._settled(completes, answers[len(claims):])
+
+    def _trip(
+        self, claims: list[Claim], completes: list[Complete], steps: list[Any]
+    ) -> tuple[list[Any], float] | None:
+        """Send one round trip's ``steps``: their answers and when they were sent; None
+        if the round trip failed (every job of it then meets the error in a pool
+        thread, as its step alone would)."""
+        w = self.w
+        sent_at = w.clock.monotonic()
+        try:
+            answers = w._call(
+                lambda: send(w.client, steps), SENDS[bool(claims), bool(completes)]
+            )
+        except Exception as exc:
+            for delivery, _ in claims:
+                self._unclaimed(delivery, functools.partial(_raise, exc))
+            for delivery, _, _ in completes:
+                self.host.resume(delivery, functools.partial(_raise, exc))
+            return None
+        return answers, sent_at
 
     def _granted(self, claims: list[Claim], answers: list[Any], sent_at: float) -> None:
         for (delivery, run), answer in zip(claims, answers, strict=True):
@@ -206,23 +223,41 @@ class Lane:
                     self._attempt, delivery, run, answer, sent_at
                 ))
             else:  # held by another, resolved, or an error: the contest decides
-                self.host.submit(delivery, run.run)
+                self._unclaimed(delivery, run.run)
+
+    def _unclaimed(self, delivery: Delivery, outcome: Callable[[], Result] | None) -> None:
+        """A delivery whose claim was not granted: ``outcome()`` in a pool thread, in
+        the slot the delivery took."""
+        self.host.submit(delivery, outcome)
 
     def _attempt(self, delivery: Delivery, run: JobRun, grant: Grant, sent_at: float) -> Result:
         """The granted job's attempt up to its hook's end; a hook that returned gives
         its slot back and leaves the rest to the lane's thread (:data:`PENDING`)."""
-        h = run.start(grant, sent_at)
+        return self._hook(delivery, run, run.start(grant, sent_at))
+
+    def _hook(self, delivery: Delivery, run: JobRun, h: Holding) -> Result:
+        """Run the hook of the attempt ``h`` holds; one that returned gives its slot back
+        and queues its DONE (:data:`PENDING`); one that raised settles as ``process``
+        would, then the contest goes on if the job is still pending."""
         try:
             self.w.on_acquired(h.job)
         except BaseException as exc:
             outcome = run.hook_raised(h, exc)
-            return outcome if outcome is not None else run.run()
+            return outcome if outcome is not None else self._contest(delivery, run)
         self.w._heartbeat.end(h.lease)
         self.host.hook_returned(delivery)
-        with self._cond:
-            self._completes.append((delivery, run, h))
-            self._cond.notify()
+        self._queue((delivery, run, h))
         return PENDING
+
+    def _contest(self, delivery: Delivery, run: JobRun) -> Result:
+        """The job's contest after its attempt, in the calling (pool) thread."""
+        return run.run()
+
+    def _queue(self, complete: Complete) -> None:
+        """A DONE for the lane's thread to send in its next round trip."""
+        with self._cond:
+            self._completes.append(complete)
+            self._cond.notify()
 
     def _settled(self, completes: list[Complete], replies: list[Any]) -> None:
         if not completes:

@@ -38,13 +38,14 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import functools
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
 
 from lockworker.config import count
-from lockworker.daemons import defer, lane
+from lockworker.daemons import defer, inline, lane
 from lockworker.daemons.defer import Deferrals
 from lockworker.daemons.delivery import Together, together
 from lockworker.daemons.held import Sighting
@@ -129,6 +130,7 @@ def serve(worker: Servable, source: object, *, concurrency: int = 4) -> None:
     _Server(
         worker, concurrency, ranked=not shares_out(chosen),
         source_resolving=getattr(chosen, "resolving", None),
+        buffered=lambda: bool(getattr(chosen, "buffered", 0)),
     ).run(deliveries)
 
 
@@ -138,8 +140,11 @@ class _Server:
     def __init__(
         self, worker: Servable, concurrency: int, *, ranked: bool = True,
         source_resolving: Together | None = None,
+        buffered: Callable[[], bool] = lambda: False,
     ) -> None:
         self.worker = worker
+        self.buffered = buffered
+        """Whether the source has deliveries read already (the next comes at once)."""
         self.source_resolving = source_resolving
         """The source's ``resolving()``, if any: reports made together go inside it."""
         self.concurrency = concurrency
@@ -153,8 +158,15 @@ class _Server:
             Deferrals(worker, self.dispatch, self.report, ranked=ranked)
             if defer.wanted(worker) else None
         )
-        self.lane = lane.Lane(self) if lane.open_to(worker) else None
+        self.lane: lane.Lane | None = None
         """Claims and completions in batches for the jobs a contest would take at once."""
+        self.inline: inline.Inline | None = None
+        """At concurrency 1, that lane in the serving thread (:mod:`.inline`)."""
+        if lane.open_to(worker):
+            if concurrency == 1:
+                self.lane = self.inline = inline.Inline(self)
+            else:
+                self.lane = lane.Lane(self)
         self.log = events.logger(
             events.SERVE, worker._logger,
             namespace=worker.namespace, owner=worker.owner, run=worker.run_id,
@@ -179,6 +191,10 @@ class _Server:
                     break
                 if self.deferrals is not None and self.deferrals.deferring():
                     self.deferrals.add(delivery)  # a backup while a primary serves
+                elif self.inline is not None and self.inline.takes():
+                    self.inline.serve(
+                        delivery, functools.partial(next, deliveries, None), self.inline_ready
+                    )
                 elif not self.dispatch(delivery, None):
                     break
         finally:
@@ -190,6 +206,8 @@ class _Server:
                     while len(self.deferrals) and not w.stopping and self.error is None:
                         self.idle.wait(0.05)
                 self.deferrals.close()
+            if self.inline is not None:
+                self.inline.hurry()
             with self.idle:
                 while self.running:
                     self.idle.wait()
@@ -199,6 +217,15 @@ class _Server:
             self.log.info(STOPPED, stopping=w.stopping)
         if self.error is not None:
             raise self.error
+
+    def inline_ready(self) -> bool:
+        """Whether the next delivery is read already and goes in the same claims as
+        those before it (:mod:`.inline`)."""
+        return (
+            self.buffered() and not self.ending and self.inline is not None
+            and self.inline.takes()
+            and not (self.deferrals is not None and self.deferrals.deferring())
+        )
 
     def dispatch(self, delivery: Delivery, seen: Sighting | None) -> bool:
         """Run ``delivery`` in a free slot (waits for one), with what a look of the
@@ -318,7 +345,7 @@ class _Server:
     def ending(self) -> bool:
         return self.worker.stopping or self.error is not None
 
-    def submit(self, delivery: Delivery, outcome: Callable[[], lane.Result]) -> None:
+    def submit(self, delivery: Delivery, outcome: Callable[[], lane.Result] | None) -> None:
         assert self.pool is not None
         self.pool.submit(self.work, delivery, None, outcome)
 

@@ -16,6 +16,7 @@ store must refuse once a newer holder has written. The configuration keys are re
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -23,7 +24,7 @@ import random
 import sys
 import threading
 import time
-from collections.abc import Awaitable, Callable, Generator
+from collections.abc import Awaitable, Callable, Generator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,7 @@ from redis.retry import Retry
 
 import lockworker
 from lockworker import aio
+from lockworker.testing.events import capture_events
 
 from .history import JOB, Recorder
 from .store import AsyncFencedStore, FencedStore, Write
@@ -175,6 +177,7 @@ def note_batches(rec: Recorder) -> None:
     """Note every round trip that carries more than one protocol step (sync and
     asyncio), so a scenario can tell its steps were batched (not vacuously)."""
     from lockworker.aio import batcher as aio_batcher
+    from lockworker.daemons import lane
     from lockworker.protocol import batch
 
     sync_send, async_send = batch.send, aio_batcher.send
@@ -188,6 +191,7 @@ def note_batches(rec: Recorder) -> None:
         return await async_send(client, steps)
 
     batch.send = send  # type: ignore[assignment]
+    lane.send = send  # type: ignore[assignment]  # serve's lane: claims and DONEs
     aio_batcher.send = asend  # type: ignore[assignment]
 
 
@@ -228,9 +232,10 @@ def run_worker(config: dict[str, Any], rec: Recorder, work: Work) -> None:
             raise SectionEnded(result)
 
     concurrency = int(config.get("concurrency", 1))
-    if concurrency > 1:
+    own = bool(config.get("own_process"))
+    if concurrency > 1 or own:
         note_batches(rec)
-    worker = recording(lockworker.Worker, rec)(
+    worker = (lockworker.Worker if own else recording(lockworker.Worker, rec))(
         redis_client(config, config["urls"][0]),
         namespace=config["namespace"],
         owner=config.get("owner"),
@@ -253,7 +258,8 @@ def run_worker(config: dict[str, Any], rec: Recorder, work: Work) -> None:
             target=stop_once_resolved, args=(worker, config["jobs"]), daemon=True
         )
         watcher.start()
-        worker.serve(source, concurrency=concurrency)
+        with done_events(rec) if own else contextlib.nullcontext():
+            worker.serve(source, concurrency=concurrency)
     elif concurrency > 1:
         worker.serve([(job_id, None) for job_id in first + rest], concurrency=concurrency)
     else:
@@ -268,6 +274,19 @@ GROUP_DONE = frozenset({lockworker.JobStatus.DONE, lockworker.JobStatus.GAVE_UP}
 def group_stream(config: dict[str, Any]) -> str:
     """The stream a group scenario's jobs are submitted to (one per namespace)."""
     return f"{config['namespace']}-jobs"
+
+
+@contextlib.contextmanager
+def done_events(rec: Recorder) -> Iterator[None]:
+    """Record each job's DONE from its ``job.done`` event (a worker that serves
+    through lockworker's own ``process``, which no override records)."""
+    with capture_events() as events:
+        try:
+            yield
+        finally:
+            for event in events:
+                if event.get("event") == "job.done" and "job_id" in event:
+                    rec.outcome(str(event["job_id"]), "done")
 
 
 def group_source(config: dict[str, Any], owner: str) -> lockworker.StreamSource:

@@ -170,10 +170,16 @@ class Mix:
     group: bool = False
     """Workers serve the jobs from a stream through one consumer group
     (``StreamSource(group=)``): each entry goes to one member."""
+    own_process: bool = False
+    """Workers serve through lockworker's own ``process`` (no override records their
+    outcomes: their ``job.done`` events do), so ``serve`` takes its lane: at
+    concurrency 1, claims of the entries read ahead in one round trip and hooks in the
+    serving thread."""
 
     def settings(self) -> dict[str, Any]:
         out = {"steps": self.steps, "step": self.step, "fail_rate": self.fail_rate,
-               "gap": self.gap, "concurrency": self.concurrency, "backup_delay": 0.05}
+               "gap": self.gap, "concurrency": self.concurrency, "backup_delay": 0.05,
+               "own_process": self.own_process}
         return {**out, "group": "g"} if self.group else out
 
     def spawn(
@@ -625,6 +631,10 @@ def _batch_proxy(workdir: Path, **kw: Any) -> Result:
 GROUPED = replace(BATCHED, group=True)
 """The batched fleet, its workers members of one consumer group on a stream of the jobs."""
 
+INLINE = replace(GROUPED, concurrency=1, own_process=True)
+"""The group's fleet serving one job at a time in the serving thread: each member
+claims the entries it read ahead in one round trip and runs their hooks in turn."""
+
 
 def _batch_restart(workdir: Path, **kw: Any) -> Result:
     result = server_restart(workdir, durable=True, mix=BATCHED, **kw)
@@ -651,4 +661,6 @@ SCENARIOS: dict[str, Scenario] = {
     "batch_server_restart": _batch_restart,
     "group_sigkill": _killed(GROUPED, "group_sigkill"),
     "group_sigstop": _paused(GROUPED, "group_sigstop"),
+    "inline_sigkill": _killed(INLINE, "inline_sigkill"),
+    "inline_sigstop": _paused(INLINE, "inline_sigstop"),
 }

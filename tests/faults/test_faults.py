@@ -164,3 +164,24 @@ def test_a_consumer_group_under_sigstop_past_the_lease(tmp_path: Path) -> None:
     # workers would each have been delivered all 30 (120 deliveries or more).
     assert 0 < result.extra["delivered"] < 3 * 30, result.figure()
     mixed(result)
+
+
+def test_serving_in_the_serving_thread_under_sigkill(tmp_path: Path) -> None:
+    """Members of one consumer group serving one job at a time in the serving thread,
+    each claiming the entries it read ahead in one round trip: members SIGKILLed with
+    granted jobs waiting for their turn; those jobs are taken over at their lease's
+    end, every job done once."""
+    result = scenarios.SCENARIOS["inline_sigkill"](tmp_path)
+    verdict(result, tmp_path)
+    assert result.extra["batches"] >= 1, result.figure()
+    mixed(result)
+
+
+def test_serving_in_the_serving_thread_under_sigstop_past_the_lease(tmp_path: Path) -> None:
+    """The same members SIGSTOPped past their lease with a claimed batch: the others
+    take its jobs over; a continued member runs no hook on a lease it no longer
+    trusts, and its late steps are refused."""
+    result = scenarios.SCENARIOS["inline_sigstop"](tmp_path)
+    verdict(result, tmp_path)
+    assert result.extra["batches"] >= 1, result.figure()
+    mixed(result)
