@@ -76,6 +76,8 @@ CONTENDERS = (
       for c in AIO_CONCURRENCY),
     *(Contender(f"serve(group=), {_processes(n)}, concurrency {SHARED}", "serve",
                 ("member",) * n, group=True) for n in (1, 2, 3)),
+    Contender("serve(group=), 3 processes, concurrency 1", "serve", ("member",) * 3, 1,
+              group=True),
     Contender(f"aio serve(group=), 3 processes, concurrency {SHARED}", "aio",
               ("member",) * 3, group=True),
     Contender(f"threads only: the group's reads, the handler in {SHARED} threads, no lock",
@@ -101,7 +103,9 @@ def _one(kind: str, roles: tuple[str, ...], **fields: object) -> str:
 PRIMARY_ONLY = _one("cg", FANOUT)
 ALL_READ = _one("cg", ("member",) * 3)
 FANOUT_16 = _one("serve", FANOUT, concurrency=16)
-GROUP_3 = _one("serve", ("member",) * 3, group=True)
+GROUP_3 = _one("serve", ("member",) * 3, group=True, concurrency=SHARED)
+GROUP_3_ONE = _one("serve", ("member",) * 3, group=True, concurrency=1)
+"""Each member serving in its serving thread (:mod:`lockworker.daemons.inline`)."""
 AIO_GROUP_3 = _one("aio", ("member",) * 3, group=True)
 THREADS_ONLY = _one("pool", ("primary",))
 TASKS_ONLY = _one("aiopool", ("primary",))

@@ -123,6 +123,12 @@ class Inline(Lane):
             self.inline_host.slots.take()
             self.inline_host.work(delivery, None, functools.partial(self._turn, delivery, run, h))
 
+    def add(self, delivery: Delivery) -> bool:
+        """Never: this lane's claims are sent by the serving thread (:meth:`serve`); a
+        delivery dispatched to a slot (a role that changed since it was read) goes
+        through ``process`` instead."""
+        return False
+
     def _turn(self, delivery: Delivery, run: JobRun, h: Holding) -> Result:
         """A granted job's turn: its hook, unless the serving stops (released, its
         attempt not spent) or its lease is no longer valid (its contest decides)."""

@@ -50,6 +50,8 @@ SOAK: dict[str, dict[str, Any]] = {
     "batch_server_restart": {"rounds": 20},
     "group_sigkill": {"rounds": 30},
     "group_sigstop": {"rounds": 12},
+    "inline_sigkill": {"rounds": 30},
+    "inline_sigstop": {"rounds": 12},
 }
 """Soak sizes per scenario (the battery's sizes are the scenarios' defaults)."""
 
