@@ -78,8 +78,8 @@ class AsyncWakeHub:
                     self._pubsub = self._client.pubsub()
                 try:
                     await self._pubsub.subscribe(channel)
-                except (redis.RedisError, OSError, RuntimeError) as exc:
-                    if isinstance(exc, RuntimeError) and not _read_clash(exc):
+                except (redis.RedisError, OSError, RuntimeError, AttributeError) as exc:
+                    if isinstance(exc, (RuntimeError, AttributeError)) and not _clash(exc):
                         raise
                     # Not listening: the caller re-reads, and its own retries report;
                     # the reader subscribes the channel with the others it lacks.
@@ -213,11 +213,15 @@ class AsyncWakeHub:
             await _own_task(_close(pubsub))
 
 
-def _read_clash(exc: RuntimeError) -> bool:
-    """True for asyncio's refusal of a second reader on one stream: a subscribe that
-    reconnected the pub/sub (the server restarted) reads the handshake's reply while the
-    reader task waits for messages on the same connection. Not the caller's failure."""
-    return "another coroutine is already waiting" in str(exc)
+def _clash(exc: RuntimeError | AttributeError) -> bool:
+    """True when a subscribe that reconnects the pub/sub (the server restarted) meets
+    the reader task on the same connection, which is not the caller's failure: asyncio
+    refuses a second reader on one stream (RuntimeError), or the reader dropped the
+    connection while the subscribe was writing its handshake, and redis-py writes to
+    the stream it no longer has (AttributeError on ``None``)."""
+    if isinstance(exc, RuntimeError):
+        return "another coroutine is already waiting" in str(exc)
+    return "'NoneType' object has no attribute" in str(exc)
 
 
 class AsyncWakeEvent(KeepsMessage, asyncio.Event):

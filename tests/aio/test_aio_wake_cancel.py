@@ -47,13 +47,24 @@ def test_asyncio_run_ends_at_once_after_a_leader_and_its_client_are_closed(
     assert time.monotonic() - returned < 1.0
 
 
+CLASHES = {
+    "second reader": RuntimeError(
+        "read() called while another coroutine is already waiting for incoming data"
+    ),
+    "stream dropped": AttributeError("'NoneType' object has no attribute 'writelines'"),
+}
+
+
+@pytest.mark.parametrize("clash", CLASHES.values(), ids=CLASHES.keys())
 def test_a_subscribe_that_clashes_with_the_readers_read_is_left_to_the_reader(
-    redis_server: RedisServer,
+    redis_server: RedisServer, clash: Exception
 ) -> None:
-    """After a server restart, a listen's SUBSCRIBE reconnects the shared pub/sub and
-    reads the handshake's reply while the reader task waits on the same stream: asyncio
-    refuses the second read with a RuntimeError. It used to escape from ``listen`` (and
-    from ``Worker.process``, ending a daemon); now the caller re-reads at once and the
+    """After a server restart, a listen's SUBSCRIBE reconnects the shared pub/sub while
+    the reader task uses the same connection: asyncio refuses the second read with a
+    RuntimeError, or the reader drops the connection while the subscribe writes its
+    handshake, and redis-py writes to the stream it no longer has (an AttributeError,
+    seen in the fault battery). Either used to escape from ``listen`` (and from
+    ``Worker.process``, ending a daemon); now the caller re-reads at once and the
     reader subscribes the channel, which a PUBLISH then reaches."""
     from lockworker.aio.wake import hub_for
 
@@ -71,10 +82,7 @@ def test_a_subscribe_that_clashes_with_the_readers_read_is_left_to_the_reader(
                 nonlocal clashes
                 if clashes:
                     clashes -= 1
-                    raise RuntimeError(
-                        "read() called while another coroutine is already waiting for "
-                        "incoming data"
-                    )
+                    raise clash
                 await subscribe(*channels)
 
             ps.subscribe = clashing  # type: ignore[method-assign]
@@ -94,3 +102,33 @@ def test_a_subscribe_that_clashes_with_the_readers_read_is_left_to_the_reader(
         return woken
 
     assert asyncio.run(scenario())
+
+
+def test_an_attribute_error_of_another_kind_in_a_subscribe_is_raised(
+    redis_server: RedisServer,
+) -> None:
+    """Only the dropped stream is a clash: any other AttributeError is a bug, raised."""
+    from lockworker.aio.wake import hub_for
+
+    async def scenario() -> None:
+        client = aredis.Redis.from_url(redis_server.url)
+        real = client.pubsub
+
+        def pubsub() -> object:
+            ps = real()
+
+            async def broken(*channels: str) -> None:
+                raise AttributeError("'Connection' object has no attribute 'nope'")
+
+            ps.subscribe = broken  # type: ignore[method-assign]
+            return ps
+
+        client.pubsub = pubsub  # type: ignore[method-assign]
+        try:
+            with pytest.raises(AttributeError, match="nope"):
+                async with hub_for(client).listen("other-channel"):
+                    pass
+        finally:
+            await client.aclose()
+
+    asyncio.run(scenario())
