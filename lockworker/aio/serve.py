@@ -21,7 +21,9 @@ source :class:`lockworker.Worker` serves (an iterable, a
 on the loop; any other sync source (a generator, a stream) is read, and its deliveries
 acknowledged, in a worker thread, so a blocking read never stalls the event loop. The
 deliveries resolved while one such hop is in flight are reported in the next, together,
-inside the source's ``resolving()`` if it has one (a group's entries in one XACK).
+inside the source's ``resolving()`` if it has one (a group's entries in one XACK); a
+hop waits :data:`REPORT_WAIT` before it starts, so that one job at a time (concurrency
+1) does not pay a thread switch per job.
 ``stop()`` ends the serving also while an async source waits for its next item.
 """
 
@@ -54,6 +56,10 @@ from lockworker.daemons.sources import Delivery, shares_out
 from lockworker.errors import ForeignValueError, InvalidConfig
 from lockworker.model.state import Outcome
 from lockworker.runtime import events, pools
+
+REPORT_WAIT = 0.002
+"""Seconds a hop of reports to a worker thread waits before it starts, for the reports
+of the next jobs to share it (a stream saves its position every 50 ms at most anyway)."""
 
 
 class AsyncServable(Protocol):
@@ -341,6 +347,7 @@ class _Server:
             self.reporting = asyncio.ensure_future(self._report())
 
     async def _report(self) -> None:
+        await asyncio.sleep(REPORT_WAIT)  # the next jobs' reports share the hop
         while self.unreported:
             taken, self.unreported = self.unreported, []
             for exc, fields in await asyncio.to_thread(_report_all, taken, self.source_resolving):

@@ -136,3 +136,39 @@ def test_a_stop_leaves_what_was_read_ahead_unresolved_and_a_restart_serves_it(
     asyncio.run(serve_once(stop_after=None))
     assert sorted(ran) == sorted(f"job-{i}" for i in range(200))
     assert set(ran.values()) == {1}  # none lost, none run twice
+
+
+def test_one_job_at_a_time_shares_its_report_hops(
+    redis_server: RedisServer, redis_client: redis.Redis, namespace: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """At concurrency 1 each job resolves alone, and each report used to start a hop to
+    a worker thread of its own. A hop now waits ``REPORT_WAIT`` first: the reports of
+    the jobs resolved meanwhile go with it (made long here, so that every job of this
+    short stream shares a few hops whatever the machine's speed)."""
+    stream = f"{namespace}-jobs"
+    ids = [lockworker.submit(redis_client, stream, f"job-{i}") for i in range(40)]
+    hops: list[int] = []
+    real_report = aio_serve._report_all
+
+    def report(deliveries: list[Delivery], together: Any) -> Any:
+        hops.append(len(deliveries))
+        return real_report(deliveries, together)
+
+    monkeypatch.setattr(aio_serve, "_report_all", report)
+    monkeypatch.setattr(aio_serve, "REPORT_WAIT", 0.5)
+    ran = collections.Counter[str]()
+
+    async def main() -> None:
+        worker = _worker(redis_server, namespace, ran)
+        source = lockworker.StreamSource(redis_client, stream, owner="reader", block=0.05)
+        serving = asyncio.ensure_future(worker.serve(source, concurrency=1))
+        await until(lambda: source.position() == ids[-1], timeout=20)
+        worker.stop()
+        await asyncio.wait_for(serving, 10)
+        await worker.close()
+
+    asyncio.run(main())
+    assert set(ran.values()) == {1} and len(ran) == 40
+    assert sum(hops) == 40  # every job reported once
+    assert len(hops) < 40 // 4  # together, not one hop per job
