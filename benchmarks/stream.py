@@ -6,9 +6,11 @@ ran it (:mod:`benchmarks.stream_kit`). The contenders, on the same server and ba
 
 - ``serve()`` fan-out: a primary and two backups (``role="backup"``,
   ``backup_delay=0.5``), each reading every entry with its own ``StreamSource``, at
-  concurrency 1, 4, 16 and 64, and the asyncio twin (``lockworker.aio``) at 16;
+  concurrency 1, 4, 16 and 64, and the asyncio twin (``lockworker.aio``) at 1, 16
+  and 64;
 - ``serve()`` through a shared group (``StreamSource(..., group=...)``): 1, 2 and 3
-  processes, each entry delivered to one of them;
+  processes at concurrency 16, and 3 at concurrency 1, each entry delivered to one of
+  them;
 - threads only: one process reads a consumer group as below and runs each handler in
   a pool of 16 threads, with no protocol at all: the ceiling of serving in threads;
   tasks only: the same with each handler an asyncio task (64 at once) on a
@@ -41,7 +43,7 @@ LEASE = 10.0
 """Seconds: the lease of the jobs/s rows (no process fails there)."""
 GROUP = "bench"
 CONCURRENCY = (1, 4, 16, 64)
-AIO_CONCURRENCY = (16, 64)
+AIO_CONCURRENCY = (1, 16, 64)
 FANOUT = ("primary", "backup", "backup")
 SHARED = 16
 """The concurrency of the asyncio, shared-group and threads-only rows."""

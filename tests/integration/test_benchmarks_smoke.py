@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks import stream as stream_bench
+
 ROOT = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.processes
@@ -98,7 +100,8 @@ def test_quick_benchmark_run_writes_a_report(tmp_path: Path) -> None:
     # Each serve() row's bound says how often its busiest process waited per job (its
     # voluntary context switches), and so do the rows without the protocol beside them.
     bounds = report.split("**Where the bound lies**", 1)[1].split("\n", 1)[0]
-    assert len(re.findall(r"\(busiest process: \d+\.\d waits per job\)", bounds)) == 6
+    fanout = len(stream_bench.CONCURRENCY) + len(stream_bench.AIO_CONCURRENCY)
+    assert len(re.findall(r"\(busiest process: \d+\.\d waits per job\)", bounds)) == fanout
     waits = report.split("**Waits per job**", 1)[1].split("\n", 1)[0]
     assert len(re.findall(r": \d+\.\d waits per job", waits)) == 3
     peers = {"rq": ("RQ",), "celery": ("Celery (threads)",)}  # the [bench] extra's
