@@ -145,6 +145,7 @@ def test_an_overridden_process_sees_every_served_job_and_its_result_is_honoured(
     source = StreamSource(redis_client, stream, owner="traced", block=0.05)
     side.serve(source, concurrency=1)  # one slot: the jobs come in order
     wait_for(lambda: side.ran == ["first", "last"], timeout=20)
+    side.stop()  # its end makes the last reports and saves the position
     assert side.seen == ["first", "veto", "last"]
     # "last" is resolved, but the override said "veto" was not: the position stays.
     assert source.position() == first
