@@ -75,6 +75,20 @@ def _worker(server: RedisServer, namespace: str, ran: collections.Counter[str],
     return worker
 
 
+async def _serve_until_saved(
+    server: RedisServer, client: redis.Redis, namespace: str, ids: list[str],
+    ran: collections.Counter[str], *, concurrency: int,
+) -> None:
+    """Serve the namespace's stream until its position is saved past its last entry."""
+    worker = _worker(server, namespace, ran)
+    source = lockworker.StreamSource(client, f"{namespace}-jobs", owner="reader", block=0.05)
+    serving = asyncio.ensure_future(worker.serve(source, concurrency=concurrency))
+    await until(lambda: source.position() == ids[-1], timeout=20)
+    worker.stop()
+    await asyncio.wait_for(serving, 10)
+    await worker.close()
+
+
 def test_a_stream_is_read_in_chunks_and_its_resolutions_reported_together(
     redis_server: RedisServer, redis_client: redis.Redis, namespace: str,
     monkeypatch: pytest.MonkeyPatch,
@@ -95,18 +109,8 @@ def test_a_stream_is_read_in_chunks_and_its_resolutions_reported_together(
     monkeypatch.setattr(feed, "_take", take)
     monkeypatch.setattr(aio_serve, "_report_all", report)
     ran = collections.Counter[str]()
-
-    async def main() -> None:
-        worker = _worker(redis_server, namespace, ran)
-        source = lockworker.StreamSource(redis_client, stream, owner="reader", block=0.05)
-        serving = asyncio.ensure_future(worker.serve(source, concurrency=16))
-        # Saved while serving, not only at its end: the reports reach the source.
-        await until(lambda: source.position() == ids[-1], timeout=20)
-        worker.stop()
-        await asyncio.wait_for(serving, 10)
-        await worker.close()
-
-    asyncio.run(main())
+    # Saved while serving, not only at its end: the reports reach the source.
+    asyncio.run(_serve_until_saved(redis_server, redis_client, namespace, ids, ran, concurrency=16))
     assert sorted(ran) == sorted(f"job-{i}" for i in range(300))
     assert set(ran.values()) == {1}
     assert hops["take"] <= 300 // feed.CHUNK + 20  # not one hop per delivery
@@ -158,17 +162,7 @@ def test_one_job_at_a_time_shares_its_report_hops(
     monkeypatch.setattr(aio_serve, "_report_all", report)
     monkeypatch.setattr(aio_serve, "REPORT_WAIT", 0.5)
     ran = collections.Counter[str]()
-
-    async def main() -> None:
-        worker = _worker(redis_server, namespace, ran)
-        source = lockworker.StreamSource(redis_client, stream, owner="reader", block=0.05)
-        serving = asyncio.ensure_future(worker.serve(source, concurrency=1))
-        await until(lambda: source.position() == ids[-1], timeout=20)
-        worker.stop()
-        await asyncio.wait_for(serving, 10)
-        await worker.close()
-
-    asyncio.run(main())
+    asyncio.run(_serve_until_saved(redis_server, redis_client, namespace, ids, ran, concurrency=1))
     assert set(ran.values()) == {1} and len(ran) == 40
     assert sum(hops) == 40  # every job reported once
     assert len(hops) < 40 // 4  # together, not one hop per job
