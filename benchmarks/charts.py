@@ -86,7 +86,7 @@ def stream_rates(section: Any, folder: Path) -> str | None:
         return None
     colours = {
         "serve": "#2b6cb0", "aio": "#4c9f70", "pool": "#718096", "aiopool": "#a0aec0",
-        "cg": "#c05621",
+        "cg": "#c05621", "keys": "#d69e2e",
         "cluster": "#805ad5",
     }
     fig, ax = plt.subplots(figsize=(9, 0.4 * len(bars) + 1.2))

@@ -17,7 +17,10 @@ ran it (:mod:`benchmarks.stream_kit`). The contenders, on the same server and ba
   ``redis.asyncio`` client: the ceiling of serving in tasks;
 - plain redis-py on a consumer group: only the primary reads (XREADGROUP COUNT 100,
   XACK per batch) while two backups XAUTOCLAIM entries idle longer than the lease; and
-  all three processes read.
+  all three processes read;
+- the floor of any protocol that keeps a lease and a state key per job, in plain
+  redis-py (fan-out: a primary and two backups; and 3 processes sharing a group): the
+  ceiling of the targets for a protocol that keeps per-job keys at all.
 
 Rounds interleave the contenders in a rotating order; jobs/s is the median over the
 rounds. Then a SIGKILL run of each family: the primary (or one member) is killed once
@@ -49,6 +52,9 @@ SHARED = 16
 """The concurrency of the asyncio, shared-group and threads-only rows."""
 GROUP_KINDS = frozenset({"cg", "pool", "aiopool"})
 """Kinds that read through a plain consumer group the run makes."""
+FLOOR = "keys"
+"""The kind of the per-job-keys floor; it reads through a group the run makes when its
+contender says ``group``."""
 
 
 @dataclass(frozen=True)
@@ -86,6 +92,10 @@ CONTENDERS = (
               "pool", ("primary",)),
     Contender(f"tasks only: the group's reads, the handler in {AIO_CONCURRENCY[-1]} asyncio "
               "tasks, no lock", "aiopool", ("primary",), AIO_CONCURRENCY[-1]),
+    Contender("floor: a lease and a state key per job, plain redis-py, primary + 2 backups",
+              FLOOR, FANOUT, 1),
+    Contender("floor: a lease and a state key per job, plain redis-py, 3 processes share "
+              "a group", FLOOR, ("member",) * 3, 1, group=True),
     Contender("consumer group, primary reads, 2 backups XAUTOCLAIM", "cg", FANOUT, 1),
     Contender("consumer group, all 3 read", "cg", ("member",) * 3, 1),
 )
@@ -109,6 +119,8 @@ GROUP_3 = _one("serve", ("member",) * 3, group=True, concurrency=SHARED)
 GROUP_3_ONE = _one("serve", ("member",) * 3, group=True, concurrency=1)
 """Each member serving in its serving thread (:mod:`lockworker.daemons.inline`)."""
 AIO_GROUP_3 = _one("aio", ("member",) * 3, group=True)
+FLOOR_FANOUT = _one(FLOOR, FANOUT)
+FLOOR_GROUP = _one(FLOOR, ("member",) * 3)
 THREADS_ONLY = _one("pool", ("primary",))
 TASKS_ONLY = _one("aiopool", ("primary",))
 KILLED = (PRIMARY_ONLY, ALL_READ, FANOUT_16, GROUP_3)
@@ -209,7 +221,7 @@ def run_once(port: int, contender: Contender, jobs: int, *, lease: float = LEASE
     harness = harness_client(port)
     try:
         backlog(harness, namespace, jobs)
-        if contender.kind in GROUP_KINDS:
+        if contender.kind in GROUP_KINDS or (contender.kind == FLOOR and contender.group):
             harness.xgroup_create(entries_key(namespace), GROUP, id="0")
         measured = run_fleet(
             setups(contender, port, namespace, lease), [namespace], jobs, harness, [harness],
@@ -274,11 +286,14 @@ def where(name: str) -> str:
 
 PURPOSES: dict[str, str] = {
     "rpush": "the handler's record (the job's own round trip)",
-    "evalsha": "lockworker's steps as scripts (claim, complete, look, renew, touch)",
+    "evalsha": ("steps as scripts: lockworker's (claim, complete, look, renew, touch), "
+                "the floor's (claim, DONE, look)"),
     "eval": "a script sent whole (first use, before its SHA is cached)",
     "xread": "fan-out: a StreamSource reads entries",
     "xreadgroup": "a consumer group member reads entries",
     "xack": "acknowledge entries (a batch per request)",
+    "set": "a job's lease and state: inside scripts",
+    "del": "a finished job's lease: inside scripts",
     "xautoclaim": "claim entries idle longer than the lease",
     "xinfo|consumers": "a backup looks at the primary's idle time",
     "xgroup|createconsumer": "the primary joins the group (once)",

@@ -17,6 +17,9 @@ time). Kinds:
   XINFO CONSUMERS; once the primary has been idle longer than the lease it reads new
   entries too. ``member``: reads like the primary, and XAUTOCLAIMs entries idle longer
   than the lease every :data:`POLL` s (and whenever a read comes back empty).
+- ``keys``: the floor of any protocol that keeps a lease and a state key per job, in
+  plain redis-py (:func:`_keys`): no attempt count, history, fencing, wake-up or
+  takeover, only what every such protocol must write.
 """
 
 from __future__ import annotations
@@ -109,6 +112,12 @@ class Child:
             self.handled += 1
             self.handler_seconds += spent
 
+    def record(self, client: Any, job: str) -> None:
+        """The handler: one round trip that records who ran ``job``, and when."""
+        started = time.monotonic()
+        client.rpush(self.log, f"{job} {started:.6f} {self.owner}")
+        self.handled_one(started)
+
     def go(self, on_stop: Any) -> None:
         """Say ready, wait for go, start counting, and listen for stop."""
         self.pipe.send("ready")
@@ -199,10 +208,7 @@ def _consumer_group(setup: Setup, pipe: Connection) -> None:
         if not entries:
             return
         for _id, fields in entries:
-            started = time.monotonic()
-            job = fields[b"job_id"].decode()
-            client.rpush(child.log, f"{job} {started:.6f} {child.owner}")
-            child.handled_one(started)
+            child.record(client, fields[b"job_id"].decode())
         client.xack(key, group, *[entry_id for entry_id, _ in entries])
 
     def read() -> list[Any]:
@@ -253,9 +259,7 @@ def _pool(setup: Setup, pipe: Connection) -> None:
 
     def one(job: str) -> None:
         try:
-            started = time.monotonic()
-            client.rpush(child.log, f"{job} {started:.6f} {child.owner}")
-            child.handled_one(started)
+            child.record(client, job)
         finally:
             free.release()
 
@@ -313,6 +317,106 @@ async def _aio_pool(setup: Setup, pipe: Connection) -> None:
     await client.aclose()
 
 
+# The floor's steps (:func:`_keys`). KEYS: each job's lease and state keys, in turn.
+# CLAIM: a lease for each job not DONE and not leased; ARGV[1] holder, ARGV[2] lease ms,
+# ARGV[3] retention ms; returns 1 (granted) or 0 for each job.
+_CLAIM = """
+local out = {}
+for i = 1, #KEYS / 2 do
+  local st = redis.call('GET', KEYS[2 * i])
+  out[i] = 0
+  if not (st and string.sub(st, 1, 5) == 'done|')
+      and redis.call('SET', KEYS[2 * i - 1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+    redis.call('SET', KEYS[2 * i], 'pending|' .. ARGV[1], 'PX', ARGV[3])
+    out[i] = 1
+  end
+end
+return out
+"""
+# DONE: each job whose lease the holder ARGV[1] still has is DONE (ARGV[2] retention ms).
+_DONE = """
+for i = 1, #KEYS / 2 do
+  if redis.call('GET', KEYS[2 * i - 1]) == ARGV[1] then
+    redis.call('SET', KEYS[2 * i], 'done|' .. ARGV[1], 'PX', ARGV[2])
+    redis.call('DEL', KEYS[2 * i - 1])
+  end
+end
+return 1
+"""
+# LOOK: how many of the jobs whose state keys are KEYS are not DONE yet.
+_LOOK = """
+local left = 0
+for i = 1, #KEYS do
+  local st = redis.call('GET', KEYS[i])
+  if not (st and string.sub(st, 1, 5) == 'done|') then left = left + 1 end
+end
+return left
+"""
+FLOOR_CLAIMS = 16
+"""Jobs the floor claims per script (as many as lockworker's serving thread claims)."""
+FLOOR_LOOK = 0.002
+"""Seconds a floor backup waits before it looks again at jobs not DONE yet."""
+
+
+def _keys(setup: Setup, pipe: Connection) -> None:
+    """The floor of a protocol that keeps a lease and a state key per job: what any
+    such protocol must cost here, with nothing of lockworker's own. Fan-out: the
+    primary reads every entry (XREAD COUNT 100), claims 16 at a time in one script
+    (GET state, SET lease NX PX, SET state), runs their handlers in turn and marks
+    them DONE in one script (GET lease, SET state, DEL lease); each backup reads every
+    entry too and looks at each 16 in one script (GET state), again every
+    :data:`FLOOR_LOOK` s while one is not DONE. Through a group (``setup.group``):
+    every process reads with XREADGROUP and claims as the primary does, one XACK per
+    batch. No attempt count, history, fencing token, wake-up or takeover: a process
+    killed here leaves its jobs leased for good, so this kind has no SIGKILL run."""
+    child = Child(setup, pipe)
+    client = _client(setup)
+    claim, done, look = (client.register_script(s) for s in (_CLAIM, _DONE, _LOOK))
+    key, group, lease_ms = entries_key(setup.stream), setup.group, int(setup.lease * 1000)
+    retention_ms = 600_000
+
+    def names(job: str) -> tuple[str, str]:
+        return f"{setup.stream}:floor:lease:{job}", f"{setup.stream}:floor:state:{job}"
+
+    def serve(jobs: list[str]) -> None:
+        for at in range(0, len(jobs), FLOOR_CLAIMS):
+            chunk = jobs[at:at + FLOOR_CLAIMS]
+            keys = [k for job in chunk for k in names(job)]
+            granted = claim(keys=keys, args=[child.owner, lease_ms, retention_ms])
+            mine = [job for job, ok in zip(chunk, granted, strict=True) if ok]
+            for job in mine:
+                child.record(client, job)
+            if mine:
+                done(keys=[k for job in mine for k in names(job)],
+                     args=[child.owner, retention_ms])
+
+    def watch(jobs: list[str]) -> None:
+        for at in range(0, len(jobs), FLOOR_CLAIMS):
+            states = [names(job)[1] for job in jobs[at:at + FLOOR_CLAIMS]]
+            while look(keys=states) and not child.stopped.is_set():
+                child.stopped.wait(FLOOR_LOOK)
+
+    child.go(lambda: None)
+    last = "0-0"
+    while not child.stopped.is_set():
+        if group is not None:
+            got = client.xreadgroup(group, child.owner, {key: ">"}, count=BATCH, block=100)
+        else:
+            got = client.xread({key: last}, count=BATCH, block=100)
+        entries = list(got[0][1]) if got else []
+        if not entries:
+            continue
+        jobs = [fields[b"job_id"].decode() for _id, fields in entries]
+        if group is None and setup.role == "backup":
+            watch(jobs)
+        else:
+            serve(jobs)
+        if group is not None:
+            client.xack(key, group, *[entry_id for entry_id, _ in entries])
+        last = entries[-1][0]
+    client.close()
+
+
 def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
@@ -327,5 +431,7 @@ def child_main(setup: Setup, pipe: Connection) -> None:
         _pool(setup, pipe)
     elif setup.kind == "aiopool":
         asyncio.run(_aio_pool(setup, pipe))
+    elif setup.kind == "keys":
+        _keys(setup, pipe)
     else:
         _serve(setup, pipe)

@@ -91,6 +91,8 @@ def test_quick_benchmark_run_writes_a_report(tmp_path: Path) -> None:
         "| lockworker serve(), primary + 2 backups, concurrency 64 |",
         "| lockworker aio serve(), primary + 2 backups, concurrency 16 |",
         "| lockworker serve(group=), 3 processes, concurrency 16 |",
+        "| floor: a lease and a state key per job, plain redis-py, primary + 2 backups |",
+        "| floor: a lease and a state key per job, plain redis-py, 3 processes share a group |",
         "| consumer group, primary reads, 2 backups XAUTOCLAIM |",
         "| consumer group, all 3 read |",
         "| 3-master cluster |",

@@ -116,3 +116,25 @@ def test_the_serve_target_divides_the_best_serve_row_by_the_primary_only_group()
     section.rows[1] = _row(stream.PRIMARY_ONLY, 0.0007, cpu=0.1, handler=0.001)
     found = {target.split(" >=")[0]: met for target, _, met in report_stream.targets(section)}
     assert found["`serve()` primary + 2 backups"] is False
+
+
+def test_each_target_names_the_floor_of_per_job_keys_beside_it() -> None:
+    section = stream.StreamSection(100, 1, 1.0, 10.0, 2)
+    section.rows = [
+        _row(stream.FANOUT_16, 0.002, cpu=0.1, handler=0.001),  # 500 jobs/s
+        _row(stream.PRIMARY_ONLY, 0.001, cpu=0.1, handler=0.001),  # 1,000 jobs/s
+        _row(stream.GROUP_3, 0.002, cpu=0.1, handler=0.001),  # 500 jobs/s
+        _row(stream.ALL_READ, 0.0005, cpu=0.1, handler=0.001),  # 2,000 jobs/s
+    ]
+
+    def measured() -> dict[str, str]:
+        return {target.split(" >=")[0]: text for target, text, _ in report_stream.targets(section)}
+
+    assert all("floor" not in text for text in measured().values())  # no floor row ran
+    section.rows += [
+        _row(stream.FLOOR_FANOUT, 0.00125, cpu=0.1, handler=0.001),  # 800 jobs/s
+        _row(stream.FLOOR_GROUP, 0.001, cpu=0.1, handler=0.001),  # 1,000 jobs/s
+    ]
+    found = measured()
+    assert "floor row) reach 800 jobs/s = 0.80x" in found["`serve()` primary + 2 backups"]
+    assert "floor row) reach 1,000 jobs/s = 0.50x" in found["shared group of 3 (`group=`)"]
