@@ -358,6 +358,11 @@ FLOOR_LOOK = 0.002
 """Seconds a floor backup waits before it looks again at jobs not DONE yet."""
 
 
+def floor_prefix(stream: str) -> str:
+    """The prefix of the floor's keys for ``stream`` (the run deletes them after it)."""
+    return f"{stream}:floor:"
+
+
 def _keys(setup: Setup, pipe: Connection) -> None:
     """The floor of a protocol that keeps a lease and a state key per job: what any
     such protocol must cost here, with nothing of lockworker's own. Fan-out: the
@@ -375,8 +380,10 @@ def _keys(setup: Setup, pipe: Connection) -> None:
     key, group, lease_ms = entries_key(setup.stream), setup.group, int(setup.lease * 1000)
     retention_ms = 600_000
 
+    prefix = floor_prefix(setup.stream)
+
     def names(job: str) -> tuple[str, str]:
-        return f"{setup.stream}:floor:lease:{job}", f"{setup.stream}:floor:state:{job}"
+        return f"{prefix}lease:{job}", f"{prefix}state:{job}"
 
     def serve(jobs: list[str]) -> None:
         for at in range(0, len(jobs), FLOOR_CLAIMS):
