@@ -39,7 +39,7 @@ import redis
 from benchmarks import stream_cluster, stream_memory
 from benchmarks.common import median
 from benchmarks.stream_children import Setup, floor_prefix
-from benchmarks.stream_kit import Costs, Outcome, backlog, entries_key
+from benchmarks.stream_kit import Costs, Outcome, backlog, entries_key, unlink_matching
 from benchmarks.stream_runner import group_support, harness_client, run_fleet
 
 LEASE = 10.0
@@ -229,25 +229,13 @@ def run_once(port: int, contender: Contender, jobs: int, *, lease: float = LEASE
         )
     finally:
         if contender.kind == FLOOR:  # gone at once, as the sections after it expect
-            _delete(harness, floor_prefix(namespace))
+            unlink_matching(harness, floor_prefix(namespace) + "*")
         harness.close()
     if measured.timed_out and not kill:
         raise RuntimeError(
             f"not every job ran within the time limit ({measured.outcome.distinct} of {jobs})"
         )
     return measured.outcome, measured.costs, measured.window
-
-
-def _delete(client: redis.Redis, prefix: str) -> None:
-    """Delete every key that starts with ``prefix`` (no glob character in it)."""
-    batch: list[bytes] = []
-    for key in client.scan_iter(match=f"{prefix}*", count=1000):
-        batch.append(key)
-        if len(batch) >= 1000:
-            client.unlink(*batch)
-            batch = []
-    if batch:
-        client.unlink(*batch)
 
 
 def run(

@@ -172,6 +172,19 @@ def backlog(client: Any, stream: str, jobs: int, prefix: str = "job") -> None:
         pipe.execute()
 
 
+def unlink_matching(client: redis.Redis, pattern: str) -> None:
+    """Delete every key matching the glob ``pattern``, a thousand per request: a run's
+    keys, gone before the sections after it measure memory or scan the keyspace."""
+    batch: list[Any] = []
+    for key in client.scan_iter(match=pattern, count=1000):
+        batch.append(key)
+        if len(batch) >= 1000:
+            client.unlink(*batch)
+            batch = []
+    if batch:
+        client.unlink(*batch)
+
+
 def commandstats(clients: list[Any]) -> Counter[str]:
     """Calls per command name, summed over the servers of ``clients``."""
     total: Counter[str] = Counter()

@@ -18,7 +18,7 @@ import redis
 
 from benchmarks.common import reap, spawn
 from benchmarks.stream_children import REPLY_TIMEOUT, Setup, child_main
-from benchmarks.stream_kit import backlog, log_key
+from benchmarks.stream_kit import backlog, log_key, unlink_matching
 from lockworker.model.keys import JobKeys
 
 EVERY = 0.25
@@ -108,15 +108,7 @@ def _done_record(client: redis.Redis, namespace: str, jobs: int, result: MemoryR
 
 def _forget(client: redis.Redis, namespace: str) -> None:
     """Remove the run's job keys (the following sections measure memory too)."""
-    pattern = JobKeys.of(namespace, "x").base.split("{", 1)[0] + "*"
-    batch = []
-    for key in client.scan_iter(match=pattern, count=1000):
-        batch.append(key)
-        if len(batch) >= 1000:
-            client.unlink(*batch)
-            batch = []
-    if batch:
-        client.unlink(*batch)
+    unlink_matching(client, JobKeys.of(namespace, "x").base.split("{", 1)[0] + "*")
 
 
 def run(port: int, client: redis.Redis, jobs: int, record_port: int) -> MemoryRun:

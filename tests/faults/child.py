@@ -161,6 +161,15 @@ def redis_client(config: dict[str, Any], url: str) -> redis.Redis:
     return redis.Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout)
 
 
+def retry_schedule(config: dict[str, Any]) -> Any:
+    """The workers' ``retry_delay``: the default, or seconds by failed attempt (a list,
+    the last repeated)."""
+    delays = config.get("retry_delay")
+    if not isinstance(delays, list):
+        return delays
+    return lambda attempt: delays[min(attempt, len(delays)) - 1]
+
+
 def retry_policy(config: dict[str, Any]) -> lockworker.RetryPolicy:
     return lockworker.RetryPolicy(budget=float(config.get("retry_budget", 10.0)))
 
@@ -241,7 +250,7 @@ def run_worker(config: dict[str, Any], rec: Recorder, work: Work) -> None:
         owner=config.get("owner"),
         lock_timeout=float(config["lock_timeout"]),
         max_attempts=int(config.get("max_attempts", 3)),
-        retry_delay=config.get("retry_delay"),
+        retry_delay=retry_schedule(config),
         redis_retry=retry_policy(config),
         handle_signals=False,
         on_acquired=on_acquired,
@@ -447,7 +456,7 @@ async def run_aworker(config: dict[str, Any], rec: Recorder, work: Work) -> None
         owner=config.get("owner"),
         lock_timeout=float(config["lock_timeout"]),
         max_attempts=int(config.get("max_attempts", 3)),
-        retry_delay=config.get("retry_delay"),
+        retry_delay=retry_schedule(config),
         redis_retry=retry_policy(config),
         handle_signals=False,
         on_acquired=on_acquired,

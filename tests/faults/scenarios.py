@@ -175,11 +175,18 @@ class Mix:
     outcomes: their ``job.done`` events do), so ``serve`` takes its lane: at
     concurrency 1, claims of the entries read ahead in one round trip and hooks in the
     serving thread."""
+    retry_delays: tuple[float, ...] | None = (0.0, 0.05, 0.1)
+    """Seconds before a failed job is due again, by failed attempt (the last repeated):
+    the default schedule's shape (handed over at once, then later and later), short. With
+    the default (None: 2, 4, 8 s after the second, third, fourth failure) a run would
+    last as long as its slowest job's schedule, not its faults."""
 
     def settings(self) -> dict[str, Any]:
         out = {"steps": self.steps, "step": self.step, "fail_rate": self.fail_rate,
                "gap": self.gap, "concurrency": self.concurrency, "backup_delay": 0.05,
                "own_process": self.own_process}
+        if self.retry_delays is not None:
+            out["retry_delay"] = list(self.retry_delays)
         return {**out, "group": "g"} if self.group else out
 
     def spawn(
@@ -631,9 +638,12 @@ def _batch_proxy(workdir: Path, **kw: Any) -> Result:
 GROUPED = replace(BATCHED, group=True)
 """The batched fleet, its workers members of one consumer group on a stream of the jobs."""
 
-INLINE = replace(GROUPED, concurrency=1, own_process=True)
+INLINE = replace(GROUPED, concurrency=1, own_process=True, retry_delays=None)
 """The group's fleet serving one job at a time in the serving thread: each member
-claims the entries it read ahead in one round trip and runs their hooks in turn."""
+claims the entries it read ahead in one round trip and runs their hooks in turn. On
+the default retry schedule: a run then lasts long enough that the sync members claim
+batches even when a backup read every entry first (it holds them back; a short run
+could end with no batch, and the battery asserts at least one)."""
 
 
 def _batch_restart(workdir: Path, **kw: Any) -> Result:
