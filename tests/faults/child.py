@@ -303,7 +303,7 @@ def group_source(config: dict[str, Any], owner: str) -> lockworker.StreamSource:
     dead member's entries are claimed by the others."""
     return lockworker.StreamSource(
         redis_client(config, config["urls"][0]), group_stream(config), owner=owner,
-        group=str(config["group"]), block=0.05,
+        group=str(config["group"]), block=0.05, batch=config.get("group_batch"),
     )
 
 

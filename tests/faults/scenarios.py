@@ -175,6 +175,8 @@ class Mix:
     outcomes: their ``job.done`` events do), so ``serve`` takes its lane: at
     concurrency 1, claims of the entries read ahead in one round trip and hooks in the
     serving thread."""
+    group_batch: int | None = None
+    """Entries a group member reads ahead (``StreamSource(batch=)``; None: its default)."""
     retry_delays: tuple[float, ...] | None = (0.0, 0.05, 0.1)
     """Seconds before a failed job is due again, by failed attempt (the last repeated):
     the default schedule's shape (handed over at once, then later and later), short. With
@@ -187,7 +189,7 @@ class Mix:
                "own_process": self.own_process}
         if self.retry_delays is not None:
             out["retry_delay"] = list(self.retry_delays)
-        return {**out, "group": "g"} if self.group else out
+        return {**out, "group": "g", "group_batch": self.group_batch} if self.group else out
 
     def spawn(
         self, env: Env, jobs: list[str], scale: float = 1.0, *, both: bool = True,
@@ -638,12 +640,13 @@ def _batch_proxy(workdir: Path, **kw: Any) -> Result:
 GROUPED = replace(BATCHED, group=True)
 """The batched fleet, its workers members of one consumer group on a stream of the jobs."""
 
-INLINE = replace(GROUPED, concurrency=1, own_process=True, retry_delays=None)
+INLINE = replace(GROUPED, concurrency=1, own_process=True, group_batch=4)
 """The group's fleet serving one job at a time in the serving thread: each member
-claims the entries it read ahead in one round trip and runs their hooks in turn. On
-the default retry schedule: a run then lasts long enough that the sync members claim
-batches even when a backup read every entry first (it holds them back; a short run
-could end with no batch, and the battery asserts at least one)."""
+claims the entries it read ahead in one round trip and runs their hooks in turn. Each
+member reads 4 entries ahead, not its default 16: with 16, the members that read
+first (backups hold theirs back) could take every entry, and the sync members, the
+only ones that claim read-ahead entries together, might never claim two at once
+(the battery asserts they did)."""
 
 
 def _batch_restart(workdir: Path, **kw: Any) -> Result:
