@@ -38,7 +38,7 @@ import redis
 
 from benchmarks import stream_cluster, stream_memory
 from benchmarks.common import median
-from benchmarks.stream_children import Setup, floor_prefix
+from benchmarks.stream_children import FLOOR, Setup, floor_prefix
 from benchmarks.stream_kit import Costs, Outcome, backlog, entries_key, unlink_matching
 from benchmarks.stream_runner import group_support, harness_client, run_fleet
 
@@ -52,9 +52,6 @@ SHARED = 16
 """The concurrency of the asyncio, shared-group and threads-only rows."""
 GROUP_KINDS = frozenset({"cg", "pool", "aiopool"})
 """Kinds that read through a plain consumer group the run makes."""
-FLOOR = "keys"
-"""The kind of the per-job-keys floor; it reads through a group the run makes when its
-contender says ``group``."""
 
 
 @dataclass(frozen=True)
@@ -222,6 +219,7 @@ def run_once(port: int, contender: Contender, jobs: int, *, lease: float = LEASE
     try:
         backlog(harness, namespace, jobs)
         if contender.kind in GROUP_KINDS or (contender.kind == FLOOR and contender.group):
+            # the floor reads through a group the run makes when its contender says so
             harness.xgroup_create(entries_key(namespace), GROUP, id="0")
         measured = run_fleet(
             setups(contender, port, namespace, lease), [namespace], jobs, harness, [harness],

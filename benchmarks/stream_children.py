@@ -352,6 +352,8 @@ for i = 1, #KEYS do
 end
 return left
 """
+FLOOR = "keys"
+"""The floor's kind (:func:`_keys`)."""
 FLOOR_CLAIMS = 16
 """Jobs the floor claims per script (as many as lockworker's serving thread claims)."""
 FLOOR_LOOK = 0.002
@@ -379,7 +381,6 @@ def _keys(setup: Setup, pipe: Connection) -> None:
     claim, done, look = (client.register_script(s) for s in (_CLAIM, _DONE, _LOOK))
     key, group, lease_ms = entries_key(setup.stream), setup.group, int(setup.lease * 1000)
     retention_ms = 600_000
-
     prefix = floor_prefix(setup.stream)
 
     def names(job: str) -> tuple[str, str]:
@@ -438,7 +439,7 @@ def child_main(setup: Setup, pipe: Connection) -> None:
         _pool(setup, pipe)
     elif setup.kind == "aiopool":
         asyncio.run(_aio_pool(setup, pipe))
-    elif setup.kind == "keys":
+    elif setup.kind == FLOOR:
         _keys(setup, pipe)
     else:
         _serve(setup, pipe)
