@@ -246,8 +246,9 @@ def _add_jobs(sub: argparse._SubParsersAction[Parser], common: Parser) -> None:
         "reset", parents=[common], help="make jobs pending again (one, or all in a state)",
         description="Make a done or gave_up job pending again with no attempt spent "
         "(asks first; a job held by a live process only with --force), or every job of "
-        "a namespace in one state (--state gave_up). Workers serving a stream do not "
-        "re-read old entries: submit the job again afterwards.",
+        "a namespace in one state (--state gave_up), and re-drive it: a stream's job that "
+        "gave up is added to its stream again, so the workers serving it run it; one "
+        "whose payload was not kept is named with the `lockworker submit` command to run.",
     )
     history.add_reset_options(reset)
     reset.add_argument("--namespace", required=True, help="the job's namespace (required)")

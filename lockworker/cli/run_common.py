@@ -69,11 +69,15 @@ def build(cls: Any, client: Any, args: argparse.Namespace) -> Any:
             schedule["give_up_on"] = give_up_on(args.give_up_on, args.app_dir)
         if args.retry_delay is not None:
             schedule["retry_delay"] = args.retry_delay
-        return cls(
+        worker = cls(
             client, namespace=args.namespace,
             max_attempts=args.max_attempts if args.max_attempts is not None else 5,
             **schedule, **common,
         )
+        hooks = getattr(worker, "_hooks", None)
+        if hooks is not None:  # a daemon runs jobs: say so now, not at its first job
+            hooks.require(" to run a worker")
+        return worker
     except (InvalidConfig, InvalidHook) as exc:
         raise CliError(str(exc)) from exc
     except TypeError as exc:  # a subclass whose constructor takes other arguments

@@ -27,7 +27,7 @@ from lockworker.daemons.hooks import Hooks
 from lockworker.daemons.job import Job
 from lockworker.daemons.jobrun import SERVING, JobRun
 from lockworker.daemons.serve import serve
-from lockworker.errors import InvalidConfig, JobNotFound
+from lockworker.errors import InvalidConfig
 from lockworker.model import policy
 from lockworker.model.codec import Holder, new_run, payload_view
 from lockworker.model.keys import JobKeys, check_name
@@ -46,6 +46,7 @@ from lockworker.runtime.wake import Waits
 T = TypeVar("T")
 
 DAY = 86400.0
+RUNS_JOBS = " to process jobs (a Worker built without it may inspect and reset them)"
 
 def make_protocol(
     client: redis.Redis, protocol: ProtocolKind | str | LockProtocol,
@@ -152,8 +153,9 @@ class Worker(WorkerSettings):
     """Runs jobs so that one process at a time does each, and a backup takes over.
 
     Subclass it and override ``on_acquired`` (and any other hook, see
-    :mod:`lockworker.daemons.hooks`), or pass the hooks as functions. One ``Worker`` may serve
-    many jobs, from many threads, but one job id at a time per worker.
+    :mod:`lockworker.daemons.hooks`), or pass the hooks as functions (without
+    ``on_acquired``, a worker may only inspect and reset jobs: an operator's script).
+    One ``Worker`` may serve many jobs, from many threads, one job id at a time.
 
     :param client: a ``redis.Redis`` client (give it a ``socket_timeout`` shorter than
         ``lock_timeout``, so a hung connection cannot outlast a lease).
@@ -283,6 +285,7 @@ class Worker(WorkerSettings):
         delivery counts as resolved, and an :class:`~lockworker.InvalidConfig` it
         raises skips the delivery, logged (see :mod:`lockworker.daemons.serve`).
         """
+        self._hooks.require(RUNS_JOBS)
         keys = JobKeys.of(self.namespace, job_id)
         if not SERVING.decoded(self, payload):  # a stream's payload is one already
             payload = payload_view(payload)  # what any other process would see
@@ -308,6 +311,7 @@ class Worker(WorkerSettings):
         (``server.check`` events, again every few minutes while serving:
         :mod:`lockworker.runtime.servercheck`).
         """
+        self._hooks.require(RUNS_JOBS)
         self._check_permissions(JobKeys.of(self.namespace, "-"))
         self._presence.start()
         stop_watch = servercheck.watching(self.client, self._log, SystemClock())
@@ -338,25 +342,21 @@ class Worker(WorkerSettings):
         return self._call(lambda: self.protocol.inspect(keys, history=True), "inspect job")
 
     def reset(self, job_id: str, *, force: bool = False) -> bool:
-        """Make a known job (DONE, GAVE_UP or pending) pending again, attempts cleared.
+        """Make a known job (DONE, GAVE_UP or pending) pending again, attempts cleared,
+        and re-drive it: a stream's job that gave up is added to its stream again
+        (:mod:`lockworker.daemons.redrive`; ``job.reset`` events say what was done).
 
         Refused (False) while a process holds the job, unless ``force``. Raises
         :class:`~lockworker.JobNotFound` if the server knows no such job (nothing is
         written), and :class:`~lockworker.ForeignValueError` if its keys hold values
         lockworker did not write, unless ``force`` (which replaces them). Fencing tokens
-        keep growing across a reset.
-        """
-        keys = JobKeys.of(self.namespace, job_id)
-        result = self._call(
-            lambda: self.protocol.reset(keys, self._retention_ms, force=force), "reset job"
-        )
-        if result is Reset.ABSENT:
-            raise JobNotFound(f"no job {job_id!r} in namespace {self.namespace!r}")
-        return result is Reset.RESET
+        keep growing across a reset."""
+        return deadletter.reset_one(self, job_id, force=force)
 
     def reset_all(self, state: str = "gave_up", *, force: bool = False) -> dict[str, Reset]:
         """:meth:`reset` every job of the namespace in ``state`` (pending, held, done,
-        gave_up), each only if still in it; results by job id (:mod:`.deadletter`)."""
+        gave_up), each only if still in it, and re-driven as :meth:`reset` re-drives
+        one; results by job id (:mod:`.deadletter`)."""
         return deadletter.reset_all(self, config.job_state(state), force=force)
 
     def close(self) -> None:

@@ -34,6 +34,7 @@ from typing import Any, Protocol
 
 import structlog
 
+from lockworker.model.redrive import Redrive
 from lockworker.model.state import Renewal
 
 ACQUIRED = "job.acquired"
@@ -49,6 +50,11 @@ STOPPED = "job.stopped"
 REDIS_UNAVAILABLE = "redis.unavailable"
 REDIS_RETRY = "redis.retry"
 PARKED = "job.parked"
+RESET = "job.reset"
+"""A reset made the job pending again (``Worker.reset``/``reset_all``): ``redriven``
+names the stream it was added to again, or is None; a reset job that nothing will run
+(resolved, and no payload kept to re-add it) is a WARNING with ``resubmit``, the
+command that submits it again (:mod:`lockworker.daemons.redrive`)."""
 HOOK_ERROR = "hook.error"
 STATE_LOST = "server.state_lost"
 """A lease's job state vanished while the lease was held: the server lost its data
@@ -64,6 +70,7 @@ fields ``check``, ``status``, ``server``, ``value``, ``consequence``, ``fix``.""
 ALL = (
     ACQUIRED, LOCKED, RENEWED, DONE, DONE_ELSEWHERE, FAILED, LOST, RELEASED, GAVE_UP,
     STOPPED, REDIS_UNAVAILABLE, REDIS_RETRY, HOOK_ERROR, STATE_LOST, PARKED, SERVER_CHECK,
+    RESET,
 )
 
 # Logger names: one per product, under the ``lockworker`` logger.
@@ -303,6 +310,16 @@ def logger(name: str, base: Any = None, **context: Any) -> EventLog:
     if base is not None:
         return Forwarding(name, base.bind(**context), context)
     return _root(name).bind(**context)
+
+
+def reset(log: EventLog, done: Redrive) -> None:
+    """Log what a reset did (:data:`RESET`); nothing for a reset refused."""
+    if not done.reset:
+        return
+    if done.stranded:
+        log.warning(RESET, job_id=done.job_id, redriven=None, resubmit=done.resubmit())
+    else:
+        log.info(RESET, job_id=done.job_id, redriven=done.stream)
 
 
 def describe(exc: BaseException) -> str:

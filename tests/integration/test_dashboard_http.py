@@ -164,7 +164,7 @@ def test_a_read_only_dashboard_has_no_reset_and_a_reset_needs_the_pages_csrf_and
         assert ask(base, "/reset", headers=own).status == 405  # GET changes nothing
         done = ask(base, "/reset", method="POST", form=form, cookies={"lockworker_csrf": cookie},
                    headers={"Referer": f"{base}/job?ns={namespace}&id=j1"})
-        assert done.status == 303 and "said=reset" in done.headers["location"]
+        assert done.status == 303 and "said=stranded" in done.headers["location"]
         assert state(redis_client, namespace, "j1") \
             is JobStatus.PENDING
 

@@ -30,9 +30,11 @@ from lockworker.cli import status
 from lockworker.cli.cells import natural
 from lockworker.cli.status import Row, WorkerRow
 from lockworker.clock import Clock, SystemClock, wall_time
+from lockworker.daemons.redrive import reset_job
 from lockworker.errors import ForeignValueError
 from lockworker.model.keys import JobKeys
-from lockworker.model.state import Reset, Snapshot
+from lockworker.model.redrive import Redrive
+from lockworker.model.state import Snapshot
 from lockworker.protocol import ScriptProtocol
 
 STATES = ("held", "pending", "done", "gave_up", "foreign")
@@ -260,9 +262,16 @@ class Collector:
             found[(row.namespace, row.id)] = error
         return found
 
-    def reset(self, namespace: str, job_id: str) -> Reset:
-        """Make a job that nobody holds pending again (a held one is refused)."""
+    def reset(self, namespace: str, job_id: str, expect: str | None = None) -> Redrive:
+        """Make a job that nobody holds pending again (a held one is refused), and
+        re-drive it (:mod:`lockworker.daemons.redrive`); with ``expect``, only if it is
+        still in that state."""
         keys = JobKeys.of(namespace, job_id)
-        done = ScriptProtocol(self.client).reset(keys, round(self.retention * 1000))
-        log.info("dashboard.reset", namespace=namespace, id=job_id, result=done.value)
+        done = reset_job(
+            self.client, ScriptProtocol(self.client), keys, round(self.retention * 1000),
+            expect=expect,
+        )
+        log.info("dashboard.reset", namespace=namespace, id=job_id, result=done.result.value,
+                 redriven=done.stream,
+                 resubmit=done.resubmit() if done.stranded else None)
         return done
