@@ -29,14 +29,14 @@ from redis.crc import key_slot
 from lockworker.cli.cells import aligned, duration, natural, printable
 from lockworker.cli.common import EXIT_OK, connect, redis_url
 from lockworker.cli.history import cut, history_table, last_error, record_json
+from lockworker.cli.workers import worker_rows, workers_table
 from lockworker.clock import wall_time
 from lockworker.daemons.leader import NAMESPACE as LEADERS
 from lockworker.daemons.leader import Leader
 from lockworker.errors import ForeignValueError
 from lockworker.model.codec import decode_lock, decode_state
 from lockworker.model.keys import JobKeys, Space, parse_state_key, state_pattern
-from lockworker.model.presence import MEMBERS_PATTERN, parse_members_key, presence_keys
-from lockworker.protocol import ScriptProtocol, presence, text
+from lockworker.protocol import ScriptProtocol, text
 from lockworker.protocol.decode import server_ms, snapshot_of
 
 BATCH = 200
@@ -62,42 +62,6 @@ class Row:
     """A pending job whose failed attempt set its next one ahead: seconds until due."""
     last_error: str | None = None
     """The newest ended attempt's error (``Type: message``), or ``lease lost``."""
-
-
-@dataclass(frozen=True)
-class WorkerRow:
-    """One live worker of a namespace (times in seconds)."""
-
-    namespace: str
-    owner: str
-    role: str
-    host: str
-    pid: int
-    run: str
-    last_seen: float
-    """Since it last refreshed its registration (every third of its lock_timeout)."""
-    expires_in: float
-    """Until its registration ends unless refreshed (a crashed worker's ends so)."""
-
-
-def worker_rows(client: redis.Redis, namespace: str | None) -> list[WorkerRow]:
-    """The workers registered in ``namespace`` (in every namespace if None): primaries
-    first, then by owner."""
-    if namespace is not None:
-        namespaces = [namespace]
-    else:
-        found = (parse_members_key(text(k)) for k in client.scan_iter(match=MEMBERS_PATTERN))
-        namespaces = sorted({n for n in found if n is not None}, key=natural)
-    rows = [
-        WorkerRow(
-            ns, r.member.owner, r.member.role.value, r.member.host, r.member.pid,
-            r.member.run, round(r.last_seen, 3), round(r.left, 3),
-        )
-        for ns in namespaces
-        for r in presence.read(client, presence_keys(ns))
-    ]
-    order = {ns: i for i, ns in enumerate(namespaces)}
-    return sorted(rows, key=lambda w: (order[w.namespace], w.role != "primary", natural(w.owner)))
 
 
 def state_keys(client: redis.Redis, namespace: str | None) -> Iterator[tuple[str, str, str]]:
@@ -296,21 +260,6 @@ def table(rows: list[Row], *, errors: bool = False) -> str:
             duration(r.lease_left), duration(r.age),
         ) + ((printable(cut(r.last_error or "-")),) if errors else ())
         for r in rows
-    ]
-    return aligned(cells)
-
-
-WORKERS_HEADER = ("WORKER", "NAMESPACE", "ROLE", "HOST", "PID", "LAST SEEN", "EXPIRES IN")
-
-
-def workers_table(workers: list[WorkerRow]) -> str:
-    """The live workers, aligned with a header (empty when there are none)."""
-    if not workers:
-        return ""
-    cells = [WORKERS_HEADER] + [
-        (printable(w.owner), printable(w.namespace), w.role, printable(w.host), str(w.pid),
-         duration(w.last_seen), duration(w.expires_in))
-        for w in workers
     ]
     return aligned(cells)
 

@@ -27,7 +27,7 @@ from helpers import in_thread, wait_for
 import lockworker
 from lockworker.cli.demo_worker import records_key
 from lockworker.cli.main import main
-from lockworker.cli.status import worker_rows
+from lockworker.cli.workers import worker_rows
 from lockworker.daemons.sources import stream_keys
 from lockworker.model.keys import JobKeys
 from lockworker.model.state import JobStatus

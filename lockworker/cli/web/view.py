@@ -28,7 +28,8 @@ import structlog
 
 from lockworker.cli import status
 from lockworker.cli.cells import natural
-from lockworker.cli.status import Row, WorkerRow
+from lockworker.cli.status import Row
+from lockworker.cli.workers import WorkerRow, worker_rows
 from lockworker.clock import Clock, SystemClock, wall_time
 from lockworker.daemons.redrive import reset_job
 from lockworker.errors import ForeignValueError
@@ -187,7 +188,7 @@ class Collector:
             started = self.clock.monotonic()
             try:
                 leaders = status.leader_rows(self.client) if self.namespace is None else []
-                workers = status.worker_rows(self.client, self.namespace)
+                workers = worker_rows(self.client, self.namespace)
                 keys = sorted(
                     status.state_keys(self.client, self.namespace),
                     key=lambda k: (natural(k[1]), natural(k[2])),
