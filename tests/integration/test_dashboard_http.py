@@ -207,3 +207,43 @@ def test_every_page_forbids_inline_scripts_and_framing(collector: Collector) -> 
         assert "script-src 'self'" in headers["content-security-policy"]
         assert "frame-ancestors 'none'" in headers["content-security-policy"]
         assert headers["x-content-type-options"] == "nosniff"
+
+
+def test_the_handovers_panel_starts_with_those_the_histories_record_and_a_reset_is_marked(
+    redis_client: redis.Redis, namespace: str, collector: Collector
+) -> None:
+    stopping: list[lockworker.Worker] = []
+
+    def fail(_job: lockworker.Job) -> None:
+        raise RuntimeError("boom")
+
+    def fail_and_stop(_job: lockworker.Job) -> None:
+        stopping[0].stop()  # this process goes away after its failed attempt
+        raise RuntimeError("boom")
+
+    common: dict[str, Any] = dict(namespace=namespace, handle_signals=False,
+                                  lock_timeout=2.0, retry_delay=0.0)
+    with lockworker.Worker(redis_client, owner="host-a", on_acquired=fail, max_attempts=1,
+                           **common) as a:
+        assert a.process("moved") is lockworker.Outcome.GAVE_UP
+        assert a.reset("moved")  # host-b runs it after a reset: a re-drive, no handover
+    with lockworker.Worker(redis_client, owner="host-a", on_acquired=fail_and_stop,
+                           **common) as a:
+        stopping.append(a)
+        assert a.process("handed") is lockworker.Outcome.STOPPED  # attempt 1 failed
+    with lockworker.Worker(redis_client, owner="host-b", on_acquired=lambda job: None,
+                           **common) as b:
+        assert b.process("moved") is lockworker.Outcome.DONE
+        assert b.process("handed") is lockworker.Outcome.DONE  # attempt 2: handed over
+    with serving(create_app(collector, url="redis://x")) as base:
+        page = ask(base, "/").body
+        recorded = [h for h in collector.handovers if h.recorded]
+        assert [(h.id, h.before, h.after, h.attempt) for h in recorded] == [
+            ("handed", "host-a", "host-b", 2)
+        ]
+        assert 'class="handover recorded"' in page
+        job = ask(base, f"/job?ns={namespace}&id=moved").body
+        assert job.count('class="reset-mark"') == 1
+        assert job.index('class="attempt gave_up"') < job.index('class="reset-mark"') \
+            < job.index('class="attempt done"')
+        assert 'class="reset-mark"' not in ask(base, f"/job?ns={namespace}&id=handed").body

@@ -39,6 +39,7 @@ from lockworker.cli.cells import duration
 from lockworker.cli.web import guard
 from lockworker.cli.web.view import STATES, Collector
 from lockworker.errors import InvalidConfig
+from lockworker.model.history import reset_before
 
 PAGE = 50
 """Rows per page of every list."""
@@ -186,7 +187,8 @@ class Dashboard:
             return PlainTextResponse(str(exc), status_code=400)
         records = tuple(getattr(seen, "history", ()) or ()) if seen is not None else ()
         return self.render(request, "job.html", "job_detail.html", namespace=namespace,
-                           job_id=job_id, seen=seen, records=records)
+                           job_id=job_id, seen=seen, records=records,
+                           resets=reset_before(records))
 
     async def reset(self, request: Request) -> Response:
         form = await self.form(request)

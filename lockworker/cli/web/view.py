@@ -10,7 +10,10 @@ many jobs there are.
 Between two reads it compares who held each job and each leadership: a job (or a term)
 whose holder changed to another process with a greater fencing token was handed over,
 and the :class:`Handover` is kept (the newest :data:`KEPT` of them) for the page to
-show as it happens. A job's attempt history (``Snapshot.history``, where the library
+show as it happens. So that the panel does not start empty, the first read also reads
+the attempt histories of the :data:`SEEDED` most recently written jobs (bounded: no
+walk of every job) and keeps the handovers they record (:func:`recorded_handovers`).
+A job's attempt history (``Snapshot.history``, where the library
 records one) is read when a page shows the job.
 """
 
@@ -33,6 +36,7 @@ from lockworker.cli.workers import WorkerRow, worker_rows
 from lockworker.clock import Clock, SystemClock, wall_time
 from lockworker.daemons.redrive import reset_job
 from lockworker.errors import ForeignValueError
+from lockworker.model.history import handed_over
 from lockworker.model.keys import JobKeys
 from lockworker.model.redrive import Redrive
 from lockworker.model.state import Snapshot
@@ -44,6 +48,9 @@ KEPT = 100
 """How many handovers the dashboard remembers (the newest)."""
 BUSY = 3.0
 """A read is followed by at least BUSY times its own duration of rest."""
+SEEDED = 200
+"""How many jobs' histories (the most recently written) the first read looks through
+for the handovers they record."""
 
 log = structlog.get_logger("lockworker.cli.web")
 
@@ -63,6 +70,9 @@ class Handover:
     token: int
     """The new holder's fencing token (a term's number, for a leader)."""
     attempt: int | None
+    recorded: bool = False
+    """Read from the job's attempt history at the dashboard's start (``seen_at`` is
+    when the new holder's attempt started), not seen between two reads."""
 
 
 @dataclass(frozen=True)
@@ -126,6 +136,19 @@ def handovers(seen: Seen, rows: Sequence[Row], at: float) -> tuple[list[Handover
             found.append(Handover(at, row.kind, row.namespace, row.id, before[0], row.holder,
                                   row.token, row.attempt))
     return found, now
+
+
+def recorded_handovers(row: Row, records: Sequence[Any]) -> list[Handover]:
+    """The handovers a job's attempt history records (:func:`handed_over`)."""
+    try:
+        pairs = handed_over(tuple(records))
+    except (AttributeError, TypeError):  # records of another shape: none to tell
+        return []
+    return [
+        Handover(after.started_ms / 1000.0, "job", row.namespace, row.id, before.owner,
+                 after.owner, after.token, after.attempt, recorded=True)
+        for before, after in pairs
+    ]
 
 
 def history(snapshot: Snapshot) -> tuple[Any, ...]:
@@ -216,10 +239,33 @@ class Collector:
             return view
 
     def start(self) -> None:
-        """Read once now, then keep reading in a daemon thread until :meth:`stop`."""
-        self.read()
+        """Read once now (with the handovers the recent jobs' histories record), then
+        keep reading in a daemon thread until :meth:`stop`."""
+        self.seed(self.read())
         self._thread = threading.Thread(target=self._run, name="dashboard-reader", daemon=True)
         self._thread.start()
+
+    def seed(self, view: View) -> None:
+        """Keep the handovers recorded in the histories of the :data:`SEEDED` jobs of
+        ``view`` written last, oldest first, before any seen since."""
+        recent = sorted(
+            (r for r in view.jobs if r.state != "foreign"),
+            key=lambda r: float("inf") if r.age is None else r.age,
+        )[:SEEDED]
+        found: list[Handover] = []
+        for row in recent:
+            try:
+                seen = self.inspect(row.namespace, row.id)
+            except (redis.RedisError, OSError):
+                return  # the next reads say why; the panel fills as handovers happen
+            if seen is not None:
+                found.extend(recorded_handovers(row, history(seen)))
+        found.sort(key=lambda h: h.seen_at)
+        with self._lock:
+            live = list(self._handovers)
+            self._handovers.clear()
+            self._handovers.extend(found[-KEPT:])
+            self._handovers.extend(live)
 
     def _run(self) -> None:
         while not self.clock.wait(self._stop, max(self.refresh, BUSY * self.view.read_seconds)):
