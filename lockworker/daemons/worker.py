@@ -38,6 +38,7 @@ from lockworker.protocol.replicated import ReplicatedScriptProtocol
 from lockworker.protocol.txn import TxnProtocol
 from lockworker.runtime import events, retry, servercheck
 from lockworker.runtime.batcher import batcher_for, renewals
+from lockworker.runtime.contenders import Contenders
 from lockworker.runtime.lease import Heartbeat
 from lockworker.runtime.presence import Presence
 from lockworker.runtime.signals import stop_on_signals
@@ -105,6 +106,7 @@ class WorkerSettings:
     _retention_ms: int
     _member: Member
     _view: View
+    _contenders: Contenders
 
     def _configure(
         self, base: type, *, namespace: str, lock_timeout: float, max_attempts: int,
@@ -146,6 +148,7 @@ class WorkerSettings:
         host, pid = this_process()
         w._member = Member(w.role, w.owner, w.run_id, host, pid, w._lease_ms)
         w._view = View(w.lock_timeout, watch=w.role is Role.BACKUP, me=w._member)
+        w._contenders = Contenders()
 
 
 class Worker(WorkerSettings):
@@ -153,7 +156,8 @@ class Worker(WorkerSettings):
 
     Subclass it and override ``on_acquired`` (and any other hook, see
     :mod:`lockworker.daemons.hooks`), or pass the hooks as functions. One ``Worker`` may serve
-    many jobs, from many threads, but one job id at a time per worker.
+    many jobs, from many threads or tasks: concurrent calls for one job id run its hook
+    once, the others answer as another process's worker would.
 
     :param client: a ``redis.Redis`` client (give it a ``socket_timeout`` shorter than
         ``lock_timeout``, so a hung connection cannot outlast a lease).

@@ -49,6 +49,9 @@ STOPPED = "job.stopped"
 REDIS_UNAVAILABLE = "redis.unavailable"
 REDIS_RETRY = "redis.retry"
 PARKED = "job.parked"
+HELD_HERE = "job.held_here"
+"""An acquire re-entered a lease that another call of the same worker holds (or may
+hold): this call treats the job as held by another process (debug)."""
 HOOK_ERROR = "hook.error"
 STATE_LOST = "server.state_lost"
 """A lease's job state vanished while the lease was held: the server lost its data
@@ -64,6 +67,7 @@ fields ``check``, ``status``, ``server``, ``value``, ``consequence``, ``fix``.""
 ALL = (
     ACQUIRED, LOCKED, RENEWED, DONE, DONE_ELSEWHERE, FAILED, LOST, RELEASED, GAVE_UP,
     STOPPED, REDIS_UNAVAILABLE, REDIS_RETRY, HOOK_ERROR, STATE_LOST, PARKED, SERVER_CHECK,
+    HELD_HERE,
 )
 
 # Logger names: one per product, under the ``lockworker`` logger.
