@@ -171,10 +171,14 @@ class RunBase(ContestantBase):
             ended(lease, refused=settled.refused)
 
     def failed(self, log: events.EventLog, job: Job, exc: Exception) -> None:
-        """Log ``job.failed``: once the fail step has handed the lease back (or given
-        up trying), so a backup waiting for the job does not also wait for the
-        application's log handlers to render a warning and its traceback."""
-        log.warning(events.FAILED, error=events.describe(exc), last=job.is_last_attempt)
+        """Log ``job.failed`` with the exception, as ``logging`` logs one (``exc_info``:
+        handlers and structlog renderers show its traceback): once the fail step has
+        handed the lease back (or given up trying), so a backup waiting for the job
+        does not also wait for the application's log handlers to render a warning and
+        its traceback."""
+        log.warning(
+            events.FAILED, error=events.describe(exc), last=job.is_last_attempt, exc_info=exc
+        )
 
     def failure_plan(self, job: Job, exc: Exception) -> tuple[Exception, Failure]:
         """What the failure of ``job``'s attempt with ``exc`` asks of the fail step: the

@@ -12,8 +12,10 @@ is decided when it is logged, not when the object logging it was built:
   goes through structlog's global configuration, as ``structlog.get_logger(name)``
   would send it.
 - Otherwise it goes to the standard :mod:`logging` logger of its product (:data:`LOGGERS`:
-  ``lockworker.daemons.worker``, ``lockworker.lock``, ...), with the event name as the message
-  and every field as an attribute of the ``LogRecord`` (``record.job_id``). Without
+  ``lockworker.daemons.worker``, ``lockworker.lock``, ...). The record's message is the
+  event name and its fields (``job.failed job_id=a attempt=1 ...``: :class:`Fields`),
+  so any handler shows what happened; the event name is ``record.event`` and every
+  field an attribute (``record.job_id``), for handlers that keep them apart. Without
   any logging configured nothing is printed but WARNING and above, on stderr, by
   Python's last-resort handler.
 
@@ -25,10 +27,12 @@ a module global for them.
 
 from __future__ import annotations
 
+import json
 import logging
+import re
 import threading
 from collections.abc import Callable, Mapping
-from functools import cache
+from functools import cache, lru_cache
 from types import MappingProxyType
 from typing import Any, Protocol
 
@@ -89,6 +93,63 @@ _RESERVED = frozenset(
     logging.LogRecord("", 0, "", 0, "", (), None).__dict__
 ) | {"message", "asctime", "taskName"}
 """``LogRecord`` attributes a field may not overwrite (``logging`` raises KeyError)."""
+
+FIRST = (
+    "job_id", "lock", "semaphore", "leader", "key", "stream", "namespace", "owner",
+    "attempt", "token", "error",
+)
+"""The fields a record's message shows first, in this order: what the event is about
+(a job, a lock...), where, whose, which attempt, and what went wrong; the others follow
+in the order they were given."""
+_FIRST_RANK = {name: rank for rank, name in enumerate(FIRST)}
+_BARE = re.compile(r"[\w.:/@+,-]+").fullmatch
+"""A value shown unquoted: one word of letters, digits and ``_.:/@+,-``; no space, quote,
+``=`` or control character that could make it read as more than one field."""
+
+
+class Fields:
+    """An event's fields as its record's message shows them: ``key=value`` pairs, the
+    :data:`FIRST` ones first, rendered only when a handler asks for the message (the
+    ``event`` key, which the record carries beside them, is not a field).
+
+    A value is shown bare when it is one plain word (``job_id=a``, ``attempt=1``);
+    otherwise (a string with spaces, an ``error``, a list) it is double-quoted with
+    JSON's escapes, non-printable characters escaped too, so that no value can add a
+    field or a line to what is shown: ``error="RuntimeError('downstream said no')"``.
+    Other objects are shown by their ``repr``.
+    """
+
+    __slots__ = ("_fields",)
+
+    def __init__(self, fields: Mapping[str, Any]) -> None:
+        self._fields = fields
+
+    def __str__(self) -> str:
+        fields = self._fields
+        keys = sorted(fields, key=lambda k: _FIRST_RANK.get(k, len(FIRST)))
+        return " ".join(f"{key}={shown(fields[key])}" for key in keys if key != "event")
+
+    def __repr__(self) -> str:
+        return f"<Fields {self}>"
+
+
+def shown(value: Any) -> str:
+    """One value of a record's message (:class:`Fields`)."""
+    if isinstance(value, bool) or value is None:
+        return str(value)
+    text = value if isinstance(value, str) else repr(value)
+    if _BARE(text):
+        return text
+    quoted = json.dumps(text, ensure_ascii=False)
+    if not quoted.isprintable():  # a line or paragraph separator, a bidi control...
+        quoted = "".join(c if c.isprintable() else f"\\u{ord(c):04x}" for c in quoted)
+    return quoted
+
+
+@lru_cache(maxsize=256)
+def _template(event: str) -> str:
+    """``event`` then its fields, as a ``logging`` message template."""
+    return event.replace("%", "%%") + " %s"
 
 
 Observer = Callable[[str, str, Mapping[str, Any]], None]
@@ -228,15 +289,24 @@ class EventLogger:
         return log
 
     def _emit(self, level: int, event: str, fields: dict[str, Any]) -> None:
+        """The record: message ``event key=value ...`` (formatted only if a handler
+        shows it: :class:`Fields` is its argument), ``record.event``, and the fields
+        as attributes."""
         extra = {**self._context, **fields}
         exc_info = extra.pop("exc_info", None)
         stack_info = bool(extra.pop("stack_info", False))
+        args: tuple[Fields, ...] = (Fields(extra),) if extra else ()
         if not _RESERVED.isdisjoint(extra):
             extra = {(f"{k}_" if k in _RESERVED else k): v for k, v in extra.items()}
+        # The name alone too, as structured handlers want it: structlog's ExtraAdder
+        # makes it the ``event`` key, in place of the message with the fields it adds
+        # anyway. (Fields leaves it out of the message.)
+        extra["event"] = event
         # stacklevel 4: the record names the lockworker function that logged the event,
         # not this method or the level method that called it.
         self._std.log(
-            level, event, exc_info=exc_info, stack_info=stack_info, extra=extra, stacklevel=4
+            level, _template(event) if args else event, *args, exc_info=exc_info,
+            stack_info=stack_info, extra=extra, stacklevel=4,
         )
 
     def __repr__(self) -> str:
