@@ -35,6 +35,7 @@ from lockworker.config import (
 from lockworker.config import client as config_client
 from lockworker.errors import AlreadyHeld
 from lockworker.model.keys import JobKeys, Space, check_name
+from lockworker.primitives.turns import Turns, TurnsCore
 from lockworker.protocol.luacall import LuaScript
 from lockworker.runtime import events
 from lockworker.runtime.events import EventLog
@@ -136,9 +137,13 @@ class Primitive:
     label: ClassVar[str]
     """The field naming the object in its events (``lock``, ``semaphore``)."""
     asyncio_client: ClassVar[bool] = False
+    """Whether the client is a ``redis.asyncio`` one (:mod:`lockworker.aio`)."""
     dropped_event: ClassVar[str] = DROPPED
     """The event logged when the object is collected while it holds."""
-    """Whether the client is a ``redis.asyncio`` one (:mod:`lockworker.aio`)."""
+    shares: ClassVar[bool] = True
+    """Whether the object's threads (tasks) take turns with it (a lock), rather than a
+    second one being refused (a semaphore): :mod:`lockworker.primitives.turns`."""
+    turns_kind: ClassVar[Callable[..., TurnsCore[Any]]] = Turns
     redis_retry: RetryPolicy
     _log: EventLog
     _call: Caller
@@ -153,6 +158,7 @@ class Primitive:
     _lease: Lease | None
     _heartbeat: Heartbeat | None
     _valid_until: float
+    _turns: TurnsCore[Any]
 
     def _configure(
         self, client: object, name: str, *, namespace: str, ttl: object, auto_renew: object,
@@ -185,6 +191,9 @@ class Primitive:
         self._heartbeat = None
         self.redis_retry = redis_retry or DEFAULT
         self._valid_until = 0.0
+        self._turns = self.turns_kind(
+            f"{type(self).__name__} {self.name!r}", share=self.shares
+        )
         self._log = events.logger(
             self.log_name, logger,
             **{self.label: self.name, "namespace": self.keys.namespace, **log_fields},

@@ -126,8 +126,6 @@ class LockCore(common.Primitive, Generic[C]):
         _, wait = common.check_acquire(blocking, timeout)
         if wait is None:
             wait = self.timeout
-        if self._held is not None:
-            raise common.AlreadyHeld(f"lock {self.name!r} is already held by this Lock object")
         start = self.clock.monotonic()
         return Holder(self._base, new_run()), start, None if wait is None else start + wait
 
@@ -221,10 +219,12 @@ class LockCore(common.Primitive, Generic[C]):
     # -- release and extend ----------------------------------------------------------
 
     def _take_held(self) -> LockValue:
+        """End the hold (NotHeld if none); the next thread or task may acquire."""
         held, self._held = self._held, None
         if held is None:
             raise NotHeld(f"lock {self.name!r} is not held by this Lock object")
         self._unhold()
+        self._turns.give()
         return held
 
     def _released(self, held: LockValue, result: Settle) -> None:
