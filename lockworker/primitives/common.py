@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import uuid
 import warnings
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Generic, TypeVar
@@ -61,6 +62,7 @@ __all__ = [
     "TIMED_OUT",
     "AlreadyHeld",
     "Primitive",
+    "RoundTrips",
     "ScriptStep",
     "Steps",
     "check_acquire",
@@ -72,6 +74,7 @@ __all__ = [
     "lease",
     "new_owner",
     "positive",
+    "round_trips",
     "seconds",
 ]
 
@@ -122,6 +125,51 @@ class ScriptStep(Generic[R]):
         return self.decode(await self.script.acall(client, self.keys, self.args))
 
 
+
+
+class RoundTrips:
+    """How early a timed acquire stops waiting, so that it returns by its deadline.
+
+    After its last wait an acquire still reads that wait's answer and leaves the
+    queue: about two round trips. Waiting until the deadline and making them then
+    returned a few milliseconds late, every time; so the waits end :meth:`reserve`
+    seconds before it (twice the longest recent round trip, and a margin for
+    scheduling), and no look starts after that. The estimate is the object's own,
+    measured on its looks and on how late its waits' answers come: it follows a
+    slower link at once, and a faster one as it halves. One estimate per client (its
+    connection pool), so that a new object starts from what the others measured."""
+
+    GUESS = 0.002
+    """Seconds a round trip is taken to last before one is measured."""
+    MARGIN = 0.002
+    """Seconds kept besides the round trips, for the scheduling of the returning thread."""
+
+    __slots__ = ("rtt",)
+
+    def __init__(self) -> None:
+        self.rtt = self.GUESS
+
+    def measured(self, sent: float, answered: float) -> None:
+        self.rtt = max(answered - sent, self.rtt / 2)
+
+    def reserve(self) -> float:
+        return 2 * self.rtt + self.MARGIN
+
+    def end(self, deadline: float | None) -> float | None:
+        """When waiting must stop for an acquire due back at ``deadline``."""
+        return None if deadline is None else deadline - self.reserve()
+
+
+_trips: weakref.WeakKeyDictionary[Any, RoundTrips] = weakref.WeakKeyDictionary()
+
+
+def round_trips(client: Any) -> RoundTrips:
+    """The round-trip estimate of ``client`` (shared by the objects on its pool)."""
+    key = getattr(client, "connection_pool", client)
+    try:
+        return _trips.setdefault(key, RoundTrips())
+    except TypeError:  # not weakly referable: an estimate of the object's own
+        return RoundTrips()
 
 
 class Primitive:

@@ -101,6 +101,7 @@ class SemaphoreCore(common.Primitive, Generic[C]):
         self._heartbeat_every = min(lockqueue.SLICE, self.ttl / 3)
         """A waiter looks again at least this often, which keeps its place alive."""
         self._place_ms = lockqueue.place_ms(self._heartbeat_every)
+        self._trips = common.round_trips(client)
 
     @property
     def held(self) -> bool:
@@ -131,24 +132,28 @@ class SemaphoreCore(common.Primitive, Generic[C]):
     ) -> common.Steps[bool]:
         """The acquire loop: True once a permit is held, False if not (one try, without
         ``event``; else by the deadline). ``event`` is set by a wake message."""
+        end = self._trips.end(deadline)  # waits stop here: the deadline less the way back
         while True:
             if event is not None:
                 event.clear()
             sent = self.clock.monotonic()
             left = yield partial(self._ask, member, event is not None, deadline)
+            now = self.clock.monotonic()
+            self._trips.measured(sent, now)
             if left is None:
                 self._granted(member, sent)
                 return True
-            now = self.clock.monotonic()
-            if event is None or (deadline is not None and now >= deadline):
+            if event is None or (end is not None and now >= end):
                 return False
             # Wake on a release, when the first holder's permit (or waiter's place)
             # would expire, or in time to refresh this waiter's own place in the queue.
             beat = self._heartbeat_every
             pause = min(beat, left + MIN_WAIT if left >= 0 else beat)
-            if deadline is not None:
-                pause = min(pause, deadline - now)
+            if end is not None:
+                pause = min(pause, end - now)
             yield partial(self._wait, event, max(MIN_WAIT, pause))
+            if end is not None and self.clock.monotonic() >= end:
+                return False  # an ask now would end past the deadline
 
     def _ask(self, member: str, queue: bool, deadline: float | None) -> Any:
         """One acquire step (:meth:`_acquire_step`)."""
