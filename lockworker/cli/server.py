@@ -10,8 +10,11 @@ stops the server (SIGTERM: a clean shutdown) and removes its temporary directory
 
 Refused in one line, exit 2, before anything starts: no server binary (the extra is
 missing), a port something already listens on, an address this host cannot listen on.
-With ``--dir`` the server keeps its files there, its data included (append-only file),
-so the next ``lockworker server --dir`` with the same directory finds the jobs again.
+The server runs with the settings ``lockworker check`` asks for (:data:`SAFE_SETTINGS`:
+an append-only file synced every second, no eviction), so neither the check nor a
+daemon's start-up warns about it. With ``--dir`` the server keeps its files there, its
+data included, so the next ``lockworker server --dir`` with the same directory finds
+the jobs again.
 """
 
 from __future__ import annotations
@@ -33,6 +36,13 @@ DEFAULT_PORT = 6379
 """The port ``lockworker`` connects to when no URL is given: a server started with
 the defaults serves every command without an export."""
 WATCH = 0.5
+SAFE_SETTINGS = (
+    "--appendonly", "yes", "--appendfsync", "everysec", "--maxmemory-policy", "noeviction",
+)
+"""The settings ``lockworker check`` asks for (and every daemon checks at start): an
+append-only log synced every second, and no eviction. A server to try lockworker on
+should not teach it to ignore the warning; the log lives in the server's directory,
+removed at exit unless ``--dir`` keeps it."""
 """Seconds between two looks at whether the server still runs."""
 
 
@@ -106,9 +116,7 @@ def main(args: argparse.Namespace) -> int:
     except ServerNotFound as exc:
         raise CliError(str(exc)) from exc
     check_port(args.host, args.port)
-    extra: tuple[str, ...] = ()
-    if args.dir is not None:
-        extra += ("--appendonly", "yes")  # kept files: keep the data too
+    extra = SAFE_SETTINGS
     if not is_loopback(args.host):
         extra += ("--protected-mode", "no")  # else other hosts are refused
     server = RedisServer(binary, host=args.host, directory=args.dir, extra_args=extra)
