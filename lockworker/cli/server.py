@@ -36,7 +36,7 @@ DEFAULT_PORT = 6379
 """The port ``lockworker`` connects to when no URL is given: a server started with
 the defaults serves every command without an export."""
 WATCH = 0.5
-SAFE_SETTINGS = (
+SAFE_SETTINGS: tuple[str, ...] = (
     "--appendonly", "yes", "--appendfsync", "everysec", "--maxmemory-policy", "noeviction",
 )
 """The settings ``lockworker check`` asks for (and every daemon checks at start): an
@@ -116,7 +116,7 @@ def main(args: argparse.Namespace) -> int:
     except ServerNotFound as exc:
         raise CliError(str(exc)) from exc
     check_port(args.host, args.port)
-    extra = SAFE_SETTINGS
+    extra: tuple[str, ...] = SAFE_SETTINGS
     if not is_loopback(args.host):
         extra += ("--protected-mode", "no")  # else other hosts are refused
     server = RedisServer(binary, host=args.host, directory=args.dir, extra_args=extra)
