@@ -20,7 +20,7 @@ from typing import Any, NoReturn, TypeVar
 import redis
 
 from lockworker import __version__, config
-from lockworker.cli import check, dashboard, history, logs, schedule
+from lockworker.cli import check, dashboard, history, logs, schedule, summary
 from lockworker.cli.common import (
     DEFAULT_URL,
     ENV_URL,
@@ -223,18 +223,30 @@ def _add_jobs(sub: argparse._SubParsersAction[Parser], common: Parser) -> None:
     submit = sub.add_parser(
         "submit", parents=[common], help="add a job to a stream",
         description="Add job JOB_ID with payload PAYLOAD_JSON (JSON, default: none) to "
-        "the stream STREAM that `lockworker run` workers serve; print the entry id.",
+        "the stream STREAM that `lockworker run` workers serve; say what was added, "
+        "where (its entry id), and the command that follows the job.",
     )
     submit.add_argument("stream", metavar="STREAM")
     submit.add_argument("job_id", metavar="JOB_ID")
     submit.add_argument("payload", metavar="PAYLOAD_JSON", nargs="?", default=None)
+    submit.add_argument("--quiet", "-q", action="store_true",
+                        help="print only the entry id, for scripts")
 
     status = sub.add_parser(
         "status", parents=[common], help="jobs and leaders as a table",
-        description="Every job and leader Redis knows of, as a table (or JSON).",
+        description="Every job and leader Redis knows of: their counts by state, then "
+        "a table of the first --limit rows (or JSON: all of them).",
     )
     status.add_argument("--namespace", help="only this namespace (default: all)")
-    status.add_argument("--json", action="store_true", help="one JSON document, for scripts")
+    status.add_argument("--json", action="store_true", help="one JSON document, for "
+                        "scripts: every row (never cut) and the counts by state")
+    shown = status.add_mutually_exclusive_group()
+    shown.add_argument(
+        "--limit", type=positive_int, default=summary.DEFAULT_LIMIT, metavar="N",
+        help="the table's rows shown, after the counts by state; a last line says how "
+        "many more there are",
+    )
+    shown.add_argument("--all", action="store_true", help="every row in the table")
     status.add_argument(
         "--retention", type=positive_float, default=86400.0, metavar="SECONDS",
         help="the workers' retention, to tell a job's age from its key's time to live "
