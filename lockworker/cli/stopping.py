@@ -11,7 +11,9 @@ just after the command line is read until the daemon's replace them:
 - the first signal raises :class:`StoppedWhileStarting` in the main thread, wherever
   it is (as Ctrl-C raises KeyboardInterrupt), so the start-up unwinds, closing what it
   opened; the command logs ``run.stopped_while_starting`` and exits 0, as a stop does.
-  Nothing was taken yet, so there is nothing to hand over.
+  Nothing was taken yet, so there is nothing to hand over. Inside the event loop of an
+  asyncio class the signal cancels the start-up's task instead (:meth:`StartUp.cancelling`),
+  which unwinds at its next ``await``, and ends the same way.
 - a second signal while that unwinds (or a first one that application code swallowed,
   if the start-up is still held up) ends the process at once, exit 130 and
   ``run.interrupted``, as a second signal does later.
@@ -23,6 +25,7 @@ just after the command line is read until the daemon's replace them:
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import sys
@@ -56,16 +59,40 @@ class StartUp:
     def __init__(self) -> None:
         self.signals: list[int] = []
         self.running = False
+        self._cancel: Callable[[], object] | None = None
 
     def on_signal(self, signum: int) -> None:
-        """The handler (in the main thread): raise the first, end at once on another."""
+        """The handler (in the main thread): raise the first (or, in an event loop,
+        cancel the start-up's task), end at once on another."""
         self.signals.append(signum)
         if len(self.signals) == 1 and not self.running:
+            if self._cancel is not None:
+                self._cancel()
+                return
             raise StoppedWhileStarting(signum)
         exit_now(EXIT_INTERRUPTED, lambda: _log().warning(
             INTERRUPTED, signal=signum, exit_code=EXIT_INTERRUPTED,
             starting=not self.running,
         ))
+
+    @contextlib.contextmanager
+    def cancelling(self, task: asyncio.Task[Any]) -> Iterator[None]:
+        """While the start-up runs as ``task`` in an event loop: a signal cancels the
+        task, which unwinds at its next ``await`` (an exception raised in the loop's
+        own machinery would leave the task's clean-up to the loop's shutdown)."""
+        loop = task.get_loop()
+        self._cancel = lambda: loop.call_soon_threadsafe(task.cancel)
+        try:
+            yield
+        finally:
+            self._cancel = None
+
+    def stopped(self, cancelled: asyncio.CancelledError) -> BaseException:
+        """What a start-up cancelled by :meth:`cancelling` ends with: the stop, or
+        ``cancelled`` itself if no signal cancelled it."""
+        if self.signals:
+            return StoppedWhileStarting(self.signals[0])
+        return cancelled
 
     def handed_over(self) -> None:
         """The daemon's handlers are in place: from now on they stop it. A signal that

@@ -131,18 +131,20 @@ def test_a_second_signal_while_starting_exits_130_at_once(
     assert (last["event"], last["starting"], last["exit_code"]) == ("run.interrupted", True, 130)
 
 
+@pytest.mark.parametrize("target", ["slow_app:Slow", "slow_app:SlowAio"], ids=["sync", "aio"])
 def test_a_signal_while_it_waits_for_redis_to_answer_ends_the_start_up_cleanly(
-    tmp_path: Path,
+    tmp_path: Path, target: str
 ) -> None:
     """A server that accepts the connection and never answers the PING: the signal
-    lands while the command waits for it (up to its socket timeout)."""
+    lands while the command waits for it (up to its socket timeout; an asyncio class
+    waits inside its event loop)."""
     (tmp_path / "go").write_text("")  # the module imports at once
     with socket.socket() as mute:
         mute.bind(("127.0.0.1", 0))
         mute.listen()
         mute.settimeout(60)
         url = f"redis://127.0.0.1:{mute.getsockname()[1]}/0"
-        proc, err = start(tmp_path, url)
+        proc, err = start(tmp_path, url, target)
         connection, _ = mute.accept()  # the command is waiting for its PING's answer
         with connection:
             proc.send_signal(signal.SIGTERM)
