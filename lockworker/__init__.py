@@ -16,6 +16,7 @@ from lockworker.daemons.worker import Worker
 from lockworker.errors import (
     AcquireTimeout,
     AlreadyHeld,
+    ConcurrentUse,
     Contended,
     ExtraNotInstalled,
     ForeignValueError,
@@ -54,6 +55,7 @@ __all__ = [
     "AttemptEnd",
     "AttemptRecord",
     "Clock",
+    "ConcurrentUse",
     "Contended",
     "Delivery",
     "Durability",

@@ -115,6 +115,15 @@ class AlreadyHeld(LockworkerError, RuntimeError):
     """
 
 
+class ConcurrentUse(LockworkerError, RuntimeError):
+    """One object was used by two threads (or two asyncio tasks) at once in a way it
+    cannot share: a ``Semaphore`` object holds one permit, so a second thread's
+    ``acquire`` while it is acquiring or holding is refused; a ``Leader`` campaigns
+    once, so a second concurrent ``run()`` is refused. Nothing was done: no run, no
+    token, no place in a queue. Make one object per thread or task that competes.
+    """
+
+
 class ExtraNotInstalled(LockworkerError, ImportError):
     """An optional part of lockworker was used without the extra that installs what it
     needs; the message names the install line (``pip install 'lockworker[metrics]'``).

@@ -107,8 +107,12 @@ class AsyncJobRun(RunBase):
         self.stack = contextlib.AsyncExitStack()
 
     async def run(self) -> Outcome:
-        async with self.stack:
-            return await contend.run(self)  # type: ignore[no-any-return]
+        self.contend()
+        try:
+            async with self.stack:
+                return await contend.run(self)  # type: ignore[no-any-return]
+        finally:
+            self.ended()
 
     # -- the contest's I/O (the loop is lockworker.daemons.contend's) ----------------
 
@@ -122,17 +126,24 @@ class AsyncJobRun(RunBase):
         return await self.call(lambda: self.w.protocol.inspect(self.keys), "inspect job")
 
     async def acquire(self) -> Grant | Snapshot:
+        """Try to take the next attempt; a lease another call of this worker holds is
+        answered by a look, as another process's would be (:meth:`answered`)."""
         w = self.w
-        try:
-            return await self.call(
-                lambda: w.protocol.acquire(
-                    self.keys, w._who, w._lease_ms, w.max_attempts, w._retention_ms
-                ),
-                "acquire job",
+        sends = 0
+
+        def send() -> Awaitable[Grant | Snapshot]:
+            nonlocal sends
+            sends += 1  # a retry's send follows one whose reply was lost
+            return w.protocol.acquire(
+                self.keys, w._who, w._lease_ms, w.max_attempts, w._retention_ms
             )
+
+        try:
+            answer = self.answered(await self.call(send, "acquire job"), unread=sends > 1)
         except asyncio.CancelledError:
             await asyncio.shield(self.abandon())
             raise
+        return answer if answer is not None else await self.look()
 
     async def abandon(self) -> None:
         """After a cancelled acquire, whose grant may have landed unread: ask again (the
@@ -141,9 +152,9 @@ class AsyncJobRun(RunBase):
         runs out as a dead holder's would."""
         w = self.w
         with contextlib.suppress(LockworkerError, redis.RedisError):
-            answer = await w.protocol.acquire(
+            answer = self.answered(await w.protocol.acquire(
                 self.keys, w._who, w._lease_ms, w.max_attempts, w._retention_ms
-            )
+            ), unread=True)  # never another call's lease: that one runs on
             if isinstance(answer, Grant):
                 held = w._who.value(answer.token, answer.attempt)
                 await w.protocol.release(self.keys, held, w._retention_ms)
@@ -294,6 +305,7 @@ class AsyncJobRun(RunBase):
         """After the complete step: DONE, or None if the server refused it (the lease
         was lost; see :meth:`refused_lease`)."""
         if settled is Settle.DONE:
+            self.ended()
             h.log.info(events.DONE)
             return Outcome.DONE
         self.refused_lease(h.lease, h.log, settled)

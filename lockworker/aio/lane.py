@@ -35,7 +35,7 @@ from typing import Any, Protocol
 from lockworker.aio.batcher import send
 from lockworker.aio.jobrun import AsyncGate, AsyncJobRun, Holding
 from lockworker.daemons.delivery import Delivery
-from lockworker.daemons.lane import SENDS, competes_at_once, round_trip
+from lockworker.daemons.lane import SENDS, competes_at_once, owned, round_trip
 from lockworker.daemons.looked import watched
 from lockworker.model.state import Grant, Outcome, Settle
 
@@ -132,16 +132,21 @@ class Lane:
             if not steps:
                 continue
             sent_at = w.clock.monotonic()
+            tries = [0]
+
+            def trip(s: list[Any] = steps, tries: list[int] = tries) -> Awaitable[list[Any]]:
+                tries[0] += 1  # a retry's claims follow ones whose replies were lost
+                return send(w.client, s)
+
             try:
-                answers = await w._call(
-                    lambda s=steps: send(w.client, s), SENDS[bool(claims), bool(completes)]
-                )
+                answers = await w._call(trip, SENDS[bool(claims), bool(completes)])
             except Exception as exc:
                 for delivery, _ in claims:
                     self.host.spawn(delivery, _raise(exc))
                 for delivery, _, _ in completes:
                     self.host.resume(delivery, _raise(exc))
                 continue
+            answers = owned(claims, answers, unread=tries[0] > 1)
             await self._granted(claims, answers[: len(claims)], sent_at)
             await self._settled(completes, answers[len(claims):])
 

@@ -158,7 +158,12 @@ class Leader(LeaderSettings):
     async def run(self) -> None:
         """Campaign, lead, resign and campaign again until :meth:`stop`. First checks
         that the Redis user may do what leading needs (:class:`~lockworker.PermissionDenied`
-        naming the grant, before any hook runs)."""
+        naming the grant, before any hook runs). A second, concurrent call raises
+        :class:`~lockworker.ConcurrentUse` and leaves the first alone."""
+        with self._one_campaign():
+            await self._run_campaign()
+
+    async def _run_campaign(self) -> None:
         self._loop = asyncio.get_running_loop()
         await ready(self.client)
         try:

@@ -52,7 +52,10 @@ class Lock(AsyncPrimitive, LockCore[AsyncClient]):
     :param auto_renew: renew the lock every ``ttl / 3`` in a task of the running loop
         while it is held.
 
-    One object is one holder: use one per task that competes.
+    One object is one holder and not re-entrant (:class:`~lockworker.AlreadyHeld` for
+    the task holding it). Tasks sharing one object take turns, as with an
+    ``asyncio.Lock``: another task's acquire waits (within its timeout) for the hold
+    to end, then acquires with a run and token of its own.
     """
 
     @cached_property
@@ -76,9 +79,12 @@ class Lock(AsyncPrimitive, LockCore[AsyncClient]):
     async def acquire(self, blocking: bool = True, timeout: float | None = None) -> bool:
         """Take the lock; True if taken, False if not within ``timeout`` (None: the
         constructor's). ``blocking=False``: one try, no place in the queue."""
-        who, start, deadline = self._begin(blocking, timeout)
+        who, _, deadline = self._begin(blocking, timeout)
+        if not await self._turns.take(self.clock, blocking, deadline):
+            return False  # another task of this object kept it until the deadline
         granted = failed = False
         try:
+            start = self.clock.monotonic()
             granted = await adrive(self._acquire_steps(who, blocking, start, deadline))
             return granted
         except BaseException:
@@ -86,9 +92,13 @@ class Lock(AsyncPrimitive, LockCore[AsyncClient]):
             raise
         finally:
             # A waiter leaves its place; a cancelled or failed try, blocking or not,
-            # also passes on a grant whose reply it never read.
-            if not granted and (blocking or failed):
-                await shielded(self._leave(who))
+            # also passes on a grant whose reply it never read. The next task's turn
+            # comes once that is done.
+            if not granted:
+                if blocking or failed:
+                    await shielded(self._leave(who, give_turn=True))
+                else:
+                    self._turns.give()
 
     async def _look(
         self, who: Holder, deadline: float | None, *, queue: bool
@@ -143,10 +153,14 @@ class Lock(AsyncPrimitive, LockCore[AsyncClient]):
             with contextlib.suppress(Exception):
                 await self.client.exists(key)
 
-    async def _leave(self, who: Holder) -> None:
+    async def _leave(self, who: Holder, *, give_turn: bool = False) -> None:
         step = self._steps.leave_step(who, self._retention_ms)
-        with contextlib.suppress(LockworkerError, redis.RedisError):
-            await self._acall(lambda: self._steps.arun(step), "leave the queue")
+        try:
+            with contextlib.suppress(LockworkerError, redis.RedisError):
+                await self._acall(lambda: self._steps.arun(step), "leave the queue")
+        finally:
+            if give_turn:
+                self._turns.give()
 
     def _renewer(self, held: LockValue) -> Callable[[float], Awaitable[bool]]:
         # Not over self: the heartbeat task must not keep a dropped Lock alive.

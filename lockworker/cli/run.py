@@ -17,7 +17,9 @@ taken over by another process when their leases run out. supervisord's
 ``stopwaitsecs`` must exceed ``--grace``, or supervisord SIGKILLs first. A second
 SIGTERM or SIGINT logs ``run.interrupted`` and exits 130 at once, without waiting for
 anything: the jobs still in hand stay pending, their leases left to run out, and
-another process takes them over then (the next attempt).
+another process takes them over then (the next attempt). A signal during the start-up
+itself, before the daemon's handlers are in place, ends it cleanly, exit 0
+(:mod:`lockworker.cli.stopping`).
 """
 
 from __future__ import annotations

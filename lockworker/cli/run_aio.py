@@ -62,7 +62,13 @@ from lockworker.runtime import events, pools, servercheck
 def main(cls: Any, args: argparse.Namespace, url: str, metrics: ModuleType | None) -> int:
     """Run ``cls`` (an asyncio class, loaded and checked by the caller) until stopped."""
     check(cls, args)
-    asyncio.run(_run(cls, args, url, metrics))
+    try:
+        asyncio.run(_run(cls, args, url, metrics))
+    except asyncio.CancelledError as cancelled:
+        startup = getattr(args, "startup", None)
+        if startup is None:
+            raise
+        raise startup.stopped(cancelled) from None
     return EXIT_OK
 
 
@@ -100,6 +106,18 @@ async def connect_async(
 
 
 async def _run(
+    cls: Any, args: argparse.Namespace, url: str, metrics: ModuleType | None
+) -> None:
+    startup = getattr(args, "startup", None)
+    task = asyncio.current_task()
+    if startup is None or task is None:
+        await _start(cls, args, url, metrics)
+        return
+    with startup.cancelling(task):  # a stop signal while starting cancels this task
+        await _start(cls, args, url, metrics)
+
+
+async def _start(
     cls: Any, args: argparse.Namespace, url: str, metrics: ModuleType | None
 ) -> None:
     timeout = socket_timeout(args.lock_timeout)

@@ -13,17 +13,17 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import sys
 import threading
 from collections.abc import Callable, Iterator
 from types import ModuleType
-from typing import Any, NoReturn
+from typing import Any
 
 import redis
 
 from lockworker.cli import probes as http
 from lockworker.cli.common import EXIT_INTERRUPTED, EXIT_USAGE, CliError, safe_url
 from lockworker.cli.schedule import give_up_on
+from lockworker.cli.stopping import INTERRUPTED, exit_now
 from lockworker.cli.target import is_asyncio, is_leader
 from lockworker.daemons.sources import StreamSource
 from lockworker.errors import InvalidConfig, InvalidHook
@@ -32,14 +32,11 @@ from lockworker.runtime import events, health, servercheck
 from lockworker.runtime.signals import stop_on_signals
 
 EXIT_GRACE_EXPIRED = 1
-LAST_WORDS = 1.0
-"""Seconds the last log line of an exit may take before the process exits anyway."""
 
 STARTED = "run.started"
 STOPPING = "run.stopping"
 STOPPED = "run.stopped"
 GRACE_EXPIRED = "run.grace_expired"
-INTERRUPTED = "run.interrupted"
 NO_OWNER = "run.no_owner"
 
 WORKER_ONLY = ("max_attempts", "concurrency", "stream", "group", "retry_delay", "give_up_on")
@@ -136,27 +133,6 @@ class GraceTimer:
         ))
 
 
-def exit_now(code: int, last_words: Callable[[], None]) -> NoReturn:
-    """Log ``last_words``, flush, and end the process with ``code`` without waiting for
-    the threads (or the event loop) still running jobs (their leases run out; others
-    take the jobs over).
-
-    The line is written from a thread given :data:`LAST_WORDS` seconds, so a stalled
-    stderr (a full pipe) cannot keep the process alive.
-    """
-
-    def say() -> None:
-        last_words()
-        for stream in (sys.stderr, sys.stdout):
-            with contextlib.suppress(Exception):  # a closed stream: nothing more to say
-                stream.flush()
-
-    speaker = threading.Thread(target=say, name="lockworker-exit", daemon=True)
-    speaker.start()
-    speaker.join(LAST_WORDS)
-    os._exit(code)
-
-
 def metrics_extra(args: argparse.Namespace) -> ModuleType | None:
     """:mod:`lockworker.metrics` if ``--metrics-port`` was given, checked before any work:
     without the extra, one line naming it (exit 2). Never imported otherwise, so a run
@@ -195,7 +171,8 @@ def session(
 ) -> Iterator[Callable[[], None]]:
     """Around the daemon's run: the metrics and probes endpoint, the signal handlers
     (first signal: ``daemon.stop()`` and the grace timer; second: exit 130 at once),
-    and the command's own events. ``daemon.stop()`` is called from a courier thread,
+    and the command's own events; the start-up's handlers (``args.startup``,
+    :mod:`lockworker.cli.stopping`) end here. ``daemon.stop()`` is called from a courier thread,
     never from the signal handler itself: both kinds' ``stop`` are safe there. Yields
     what to call when the daemon begins to serve or campaign (``/readyz`` waits for it)."""
     kind = "leader" if is_leader(type(daemon)) else "worker"
@@ -222,6 +199,9 @@ def session(
             served["metrics"], probes = serve_metrics(metrics, args, daemon, url)
             started = probes.started
         with stop_on_signals(on_stop, on_again=on_again):
+            startup = getattr(args, "startup", None)
+            if startup is not None:  # the command's start-up handlers: replaced now
+                startup.handed_over()
             log.info(
                 STARTED, redis=safe_url(url), namespace=args.namespace, pid=os.getpid(),
                 asyncio=is_asyncio(type(daemon)), **served,

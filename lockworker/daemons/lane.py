@@ -204,17 +204,22 @@ class Lane:
         thread, as its step alone would)."""
         w = self.w
         sent_at = w.clock.monotonic()
+        tries = 0
+
+        def trip() -> list[Any]:
+            nonlocal tries
+            tries += 1  # a retry's claims follow ones whose replies were lost
+            return send(w.client, steps)
+
         try:
-            answers = w._call(
-                lambda: send(w.client, steps), SENDS[bool(claims), bool(completes)]
-            )
+            answers = w._call(trip, SENDS[bool(claims), bool(completes)])
         except Exception as exc:
             for delivery, _ in claims:
                 self._unclaimed(delivery, functools.partial(_raise, exc))
             for delivery, _, _ in completes:
                 self.host.resume(delivery, functools.partial(_raise, exc))
             return None
-        return answers, sent_at
+        return owned(claims, answers, unread=tries > 1), sent_at
 
     def _granted(self, claims: list[Claim], answers: list[Any], sent_at: float) -> None:
         for (delivery, run), answer in zip(claims, answers, strict=True):
@@ -284,6 +289,15 @@ def round_trip(w: Any, claims: list[Any], completes: list[tuple[Any, Any]]) -> l
     return steps + [
         settle_step(run.keys, h.held, Ending.COMPLETE, w._retention_ms) for run, h in completes
     ]
+
+
+def owned(claims: list[Any], answers: list[Any], *, unread: bool) -> list[Any]:
+    """``answers`` to a round trip that claimed ``claims`` (either side's), where a
+    lease another run of the worker holds is not a grant (None: the job's contest
+    then looks, as for another process's lease; :mod:`lockworker.runtime.contenders`)."""
+    for i, (_, run) in enumerate(claims):
+        answers[i] = run.answered(answers[i], unread=unread)
+    return answers
 
 
 SENDS = {

@@ -171,7 +171,14 @@ class Leader(LeaderSettings):
         First checks that the Redis user may do what leading needs
         (:class:`~lockworker.PermissionDenied` naming the grant, before any hook runs),
         and the server's eviction and persistence settings (``server.check`` events,
-        again every few minutes: :mod:`lockworker.runtime.servercheck`)."""
+        again every few minutes: :mod:`lockworker.runtime.servercheck`).
+
+        One object runs once at a time: a second, concurrent call raises
+        :class:`~lockworker.ConcurrentUse` and leaves the first alone."""
+        with self._one_campaign():
+            self._run_campaign()
+
+    def _run_campaign(self) -> None:
         try:
             with contextlib.ExitStack() as stack:
                 servercheck.require_permissions(self.client, self.keys)

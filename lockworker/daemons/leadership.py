@@ -6,6 +6,8 @@ the lease and the term record say of who leads. No I/O here.
 from __future__ import annotations
 
 import contextlib
+import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -14,7 +16,7 @@ from lockworker.config import default_owner, lease
 from lockworker.daemons.contend import ContestantBase
 from lockworker.daemons.hooks import Hooks
 from lockworker.daemons.term import Term
-from lockworker.errors import ForeignValueError
+from lockworker.errors import ConcurrentUse, ForeignValueError
 from lockworker.model import policy
 from lockworker.model.codec import Holder, decode_lock, new_run
 from lockworker.model.keys import JobKeys, Space, check_name
@@ -115,6 +117,24 @@ class LeaderSettings:
         )
         self._lease_ms = max(1, round(self.lock_timeout * 1000))
         self._retention_ms = round(RETENTION * 1000)
+        self._running = threading.Lock()
+
+    @contextlib.contextmanager
+    def _one_campaign(self) -> Iterator[None]:
+        """One ``run`` of this object at a time: a second one meanwhile (another thread
+        or task) raises :class:`~lockworker.ConcurrentUse` before doing anything. Both
+        would campaign with this object's one run id, so the second would re-enter
+        the first's term: two ``on_acquired`` leading at once with one token."""
+        if not self._running.acquire(blocking=False):
+            raise ConcurrentUse(
+                f"leader {self.name!r}: run() is already running on this Leader object "
+                "(in another thread or task); one object campaigns once at a time, make "
+                "one Leader per campaign"
+            )
+        try:
+            yield
+        finally:
+            self._running.release()
 
 
 class Campaigner(Protocol):

@@ -8,7 +8,7 @@ steps, hooks and waits are the sides' own.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from lockworker import config
 from lockworker.clock import Clock
@@ -22,7 +22,10 @@ from lockworker.model.keys import JobKeys
 from lockworker.model.state import Grant, JobStatus, Outcome, Role, Settle, Snapshot
 from lockworker.protocol.decode import due_in
 from lockworker.runtime import events
+from lockworker.runtime.contenders import Contenders
 from lockworker.runtime.lease import Flag, Lease, ended
+
+T = TypeVar("T")
 
 
 class RunnerBase(Protocol):
@@ -44,6 +47,8 @@ class RunnerBase(Protocol):
     _retention_ms: int
     _view: presence.View
     """What the worker knows of its namespace's primaries (its presence loop's)."""
+    _contenders: Contenders
+    """Its runs contending for each job id: only the run that took a lease re-enters it."""
     retry_schedule: config.RetrySchedule
     give_up_on: tuple[type[BaseException], ...]
 
@@ -72,6 +77,31 @@ class RunBase(ContestantBase):
         self.previous: Snapshot | None = None
         self.sightings = policy.Sightings()
         self.not_before = 0.0
+        self.tokens: list[int] = []
+        """The tokens of the attempts this run was granted: a DONE is this run's only
+        if it carries one (another call of the same worker shares its run id)."""
+        self.contend()
+
+    def contend(self) -> None:
+        """Count this run among its worker's contenders for the job (before any acquire:
+        see :mod:`lockworker.runtime.contenders`)."""
+        self.base._contenders.enter(self.keys.job_id, self)
+
+    def ended(self) -> None:
+        """This run contends no more (its contest ended, or its job was settled)."""
+        self.base._contenders.leave(self.keys.job_id, self)
+
+    def answered(self, answer: T, *, unread: bool) -> T | None:
+        """``answer`` to this run's acquire, or None if it is a lease this run's worker
+        holds for another of its runs (a re-entry this run did not earn: it did not
+        lose the reply of an acquire of its own, or another run contends too). The
+        caller then treats the job as held by another process."""
+        if isinstance(answer, Grant) and not self.base._contenders.owns(
+            self.keys.job_id, self, answer, unread=unread
+        ):
+            self.log.debug(events.HELD_HERE, attempt=answer.attempt, token=answer.token)
+            return None
+        return answer
 
     def primary_until(self) -> float:
         return self.base._view.defer_until
@@ -101,7 +131,8 @@ class RunBase(ContestantBase):
         if seen.status is JobStatus.DONE:
             # This run's own completion, not merely its owner label's: a restarted
             # daemon with a stable owner did not run what its predecessor finished.
-            mine = (seen.owner, seen.run) == (w.owner, w.run_id)
+            # Nor another call of this worker: this run's own attempt's token.
+            mine = (seen.owner, seen.run) == (w.owner, w.run_id) and seen.token in self.tokens
             report_done(self.log, seen, mine=mine)
             return (Outcome.DONE if mine else Outcome.DONE_ELSEWHERE), None
         if seen.status is JobStatus.GAVE_UP:
@@ -121,6 +152,7 @@ class RunBase(ContestantBase):
         """The value held, the log bound to the attempt, and the job for ``on_acquired``."""
         w = self.base
         held = w._who.value(grant.token, grant.attempt)
+        self.tokens.append(grant.token)
         log = self.log.bind(attempt=grant.attempt, token=grant.token)
         return held, log, self.job(grant.attempt, grant.token, w.owner)
 
@@ -139,10 +171,14 @@ class RunBase(ContestantBase):
             ended(lease, refused=settled.refused)
 
     def failed(self, log: events.EventLog, job: Job, exc: Exception) -> None:
-        """Log ``job.failed``: once the fail step has handed the lease back (or given
-        up trying), so a backup waiting for the job does not also wait for the
-        application's log handlers to render a warning and its traceback."""
-        log.warning(events.FAILED, error=events.describe(exc), last=job.is_last_attempt)
+        """Log ``job.failed`` with the exception, as ``logging`` logs one (``exc_info``:
+        handlers and structlog renderers show its traceback): once the fail step has
+        handed the lease back (or given up trying), so a backup waiting for the job
+        does not also wait for the application's log handlers to render a warning and
+        its traceback."""
+        log.warning(
+            events.FAILED, error=events.describe(exc), last=job.is_last_attempt, exc_info=exc
+        )
 
     def failure_plan(self, job: Job, exc: Exception) -> tuple[Exception, Failure]:
         """What the failure of ``job``'s attempt with ``exc`` asks of the fail step: the

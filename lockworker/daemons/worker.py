@@ -38,6 +38,7 @@ from lockworker.protocol.replicated import ReplicatedScriptProtocol
 from lockworker.protocol.txn import TxnProtocol
 from lockworker.runtime import events, retry, servercheck
 from lockworker.runtime.batcher import batcher_for, renewals
+from lockworker.runtime.contenders import Contenders
 from lockworker.runtime.lease import Heartbeat
 from lockworker.runtime.presence import Presence
 from lockworker.runtime.signals import stop_on_signals
@@ -106,6 +107,7 @@ class WorkerSettings:
     _retention_ms: int
     _member: Member
     _view: View
+    _contenders: Contenders
 
     def _configure(
         self, base: type, *, namespace: str, lock_timeout: float, max_attempts: int,
@@ -147,6 +149,7 @@ class WorkerSettings:
         host, pid = this_process()
         w._member = Member(w.role, w.owner, w.run_id, host, pid, w._lease_ms)
         w._view = View(w.lock_timeout, watch=w.role is Role.BACKUP, me=w._member)
+        w._contenders = Contenders()
 
 
 class Worker(WorkerSettings):
@@ -155,7 +158,8 @@ class Worker(WorkerSettings):
     Subclass it and override ``on_acquired`` (and any other hook, see
     :mod:`lockworker.daemons.hooks`), or pass the hooks as functions (without
     ``on_acquired``, a worker may only inspect and reset jobs: an operator's script).
-    One ``Worker`` may serve many jobs, from many threads, one job id at a time.
+    One ``Worker`` may serve many jobs, from many threads or tasks: concurrent calls for
+    one job id run its hook once, the others answer as another process's worker would.
 
     :param client: a ``redis.Redis`` client (give it a ``socket_timeout`` shorter than
         ``lock_timeout``, so a hung connection cannot outlast a lease).
@@ -360,8 +364,7 @@ class Worker(WorkerSettings):
         return deadletter.reset_all(self, config.job_state(state), force=force)
 
     def close(self) -> None:
-        """Stop the background threads (heartbeat, presence, wake reader); the worker's
-        registration in its namespace is removed (backups know at once)."""
+        """Stop the background threads; the registration goes (backups know at once)."""
         self._presence.close()
         self._heartbeat.close()
         self._hub.close()
@@ -378,11 +381,8 @@ class Worker(WorkerSettings):
     # -- internals -------------------------------------------------------------------
 
     def _install_signal_handlers(self) -> None:
-        """Stop on SIGTERM/SIGINT from the first ``process`` call until :meth:`close`.
-
-        Installed once rather than per call: it is the same handler every time, and a
-        signal arriving between two jobs must still stop the worker.
-        """
+        """Stop on SIGTERM/SIGINT from the first ``process`` call until :meth:`close`:
+        installed once, not per call, so a signal between two jobs still stops it."""
         if self.handle_signals and self._signals is None:
             stack = contextlib.ExitStack()
             if stack.enter_context(stop_on_signals(lambda _signum: self.stop())):

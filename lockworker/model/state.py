@@ -24,10 +24,11 @@ class Outcome(str, enum.Enum):
     """How :meth:`lockworker.Worker.process` ended for this process."""
 
     DONE = "done"
-    """This worker (this run of it, not merely its owner label) ran ``on_acquired`` to
-    the end and marked the job DONE."""
+    """This call ran ``on_acquired`` to the end and marked the job DONE: one call in the
+    whole fleet gets it per job."""
     DONE_ELSEWHERE = "done_elsewhere"
-    """Another process finished the job."""
+    """Another call finished the job: another process's, or another (earlier or
+    concurrent) call of this worker."""
     GAVE_UP = "gave_up"
     """``max_attempts`` attempts failed (by anyone); nobody will run the job again."""
     STOPPED = "stopped"

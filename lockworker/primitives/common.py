@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import uuid
 import warnings
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Generic, TypeVar
@@ -35,6 +36,7 @@ from lockworker.config import (
 from lockworker.config import client as config_client
 from lockworker.errors import AlreadyHeld
 from lockworker.model.keys import JobKeys, Space, check_name
+from lockworker.primitives.turns import Turns, TurnsCore
 from lockworker.protocol.luacall import LuaScript
 from lockworker.runtime import events
 from lockworker.runtime.events import EventLog
@@ -60,6 +62,7 @@ __all__ = [
     "TIMED_OUT",
     "AlreadyHeld",
     "Primitive",
+    "RoundTrips",
     "ScriptStep",
     "Steps",
     "check_acquire",
@@ -71,6 +74,7 @@ __all__ = [
     "lease",
     "new_owner",
     "positive",
+    "round_trips",
     "seconds",
 ]
 
@@ -123,6 +127,51 @@ class ScriptStep(Generic[R]):
 
 
 
+class RoundTrips:
+    """How early a timed acquire stops waiting, so that it returns by its deadline.
+
+    After its last wait an acquire still reads that wait's answer and leaves the
+    queue: about two round trips. Waiting until the deadline and making them then
+    returned a few milliseconds late, every time; so the waits end :meth:`reserve`
+    seconds before it (twice the longest recent round trip, and a margin for
+    scheduling), and no look starts after that. The estimate is the object's own,
+    measured on its looks and on how late its waits' answers come: it follows a
+    slower link at once, and a faster one as it halves. One estimate per client (its
+    connection pool), so that a new object starts from what the others measured."""
+
+    GUESS = 0.002
+    """Seconds a round trip is taken to last before one is measured."""
+    MARGIN = 0.002
+    """Seconds kept besides the round trips, for the scheduling of the returning thread."""
+
+    __slots__ = ("rtt",)
+
+    def __init__(self) -> None:
+        self.rtt = self.GUESS
+
+    def measured(self, sent: float, answered: float) -> None:
+        self.rtt = max(answered - sent, self.rtt / 2)
+
+    def reserve(self) -> float:
+        return 2 * self.rtt + self.MARGIN
+
+    def end(self, deadline: float | None) -> float | None:
+        """When waiting must stop for an acquire due back at ``deadline``."""
+        return None if deadline is None else deadline - self.reserve()
+
+
+_trips: weakref.WeakKeyDictionary[Any, RoundTrips] = weakref.WeakKeyDictionary()
+
+
+def round_trips(client: Any) -> RoundTrips:
+    """The round-trip estimate of ``client`` (shared by the objects on its pool)."""
+    key = getattr(client, "connection_pool", client)
+    try:
+        return _trips.setdefault(key, RoundTrips())
+    except TypeError:  # not weakly referable: an estimate of the object's own
+        return RoundTrips()
+
+
 class Primitive:
     """The settings and local state every primitive shares, checked the same way.
 
@@ -136,9 +185,13 @@ class Primitive:
     label: ClassVar[str]
     """The field naming the object in its events (``lock``, ``semaphore``)."""
     asyncio_client: ClassVar[bool] = False
+    """Whether the client is a ``redis.asyncio`` one (:mod:`lockworker.aio`)."""
     dropped_event: ClassVar[str] = DROPPED
     """The event logged when the object is collected while it holds."""
-    """Whether the client is a ``redis.asyncio`` one (:mod:`lockworker.aio`)."""
+    shares: ClassVar[bool] = True
+    """Whether the object's threads (tasks) take turns with it (a lock), rather than a
+    second one being refused (a semaphore): :mod:`lockworker.primitives.turns`."""
+    turns_kind: ClassVar[Callable[..., TurnsCore[Any]]] = Turns
     redis_retry: RetryPolicy
     _log: EventLog
     _call: Caller
@@ -153,6 +206,7 @@ class Primitive:
     _lease: Lease | None
     _heartbeat: Heartbeat | None
     _valid_until: float
+    _turns: TurnsCore[Any]
 
     def _configure(
         self, client: object, name: str, *, namespace: str, ttl: object, auto_renew: object,
@@ -185,6 +239,9 @@ class Primitive:
         self._heartbeat = None
         self.redis_retry = redis_retry or DEFAULT
         self._valid_until = 0.0
+        self._turns = self.turns_kind(
+            f"{type(self).__name__} {self.name!r}", share=self.shares
+        )
         self._log = events.logger(
             self.log_name, logger,
             **{self.label: self.name, "namespace": self.keys.namespace, **log_fields},

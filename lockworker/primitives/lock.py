@@ -72,9 +72,11 @@ class Lock(LockCore[redis.Redis]):
     learns it holds it without asking again. Each waiting thread blocks on a
     connection of its own from the client's pool.
 
-    One ``Lock`` object is one holder; it is not re-entrant (acquiring it again while
-    holding it raises :class:`~lockworker.primitives.common.AlreadyHeld`). Use one
-    object per thread or process that competes.
+    One ``Lock`` object is one holder and not re-entrant: the thread holding it that
+    acquires it again gets :class:`~lockworker.AlreadyHeld`. Threads sharing one
+    object take turns, as with a ``threading.Lock``: another thread's acquire waits
+    (within its timeout) until the hold ends, then acquires with a run and token of
+    its own (:mod:`lockworker.primitives.turns`).
     """
 
     @cached_property
@@ -99,14 +101,21 @@ class Lock(LockCore[redis.Redis]):
         :param timeout: seconds to wait (None: the ``timeout`` given to the constructor,
             which is None, for ever, by default).
         """
-        who, start, deadline = self._begin(blocking, timeout)
+        who, _, deadline = self._begin(blocking, timeout)
+        if not self._turns.take(self.clock, blocking, deadline):
+            return False  # another thread of this object kept it until the deadline
         granted = False
         try:
+            start = self.clock.monotonic()
             granted = common.drive(self._acquire_steps(who, blocking, start, deadline))
             return granted
         finally:
-            if blocking and not granted:
-                self._leave(who)
+            if not granted:
+                try:
+                    if blocking:
+                        self._leave(who)
+                finally:
+                    self._turns.give()
 
     def _look(
         self, who: Holder, deadline: float | None, *, queue: bool

@@ -74,6 +74,7 @@ class LockCore(common.Primitive, Generic[C]):
         self._slice = lockqueue.wait_slice(client, self.ttl)
         self._place_ms = lockqueue.place_ms(self._slice)
         self._pipelines = lockwait.pipelines(client)
+        self._trips = common.round_trips(client)
 
     # -- state -----------------------------------------------------------------------
 
@@ -126,8 +127,6 @@ class LockCore(common.Primitive, Generic[C]):
         _, wait = common.check_acquire(blocking, timeout)
         if wait is None:
             wait = self.timeout
-        if self._held is not None:
-            raise common.AlreadyHeld(f"lock {self.name!r} is already held by this Lock object")
         start = self.clock.monotonic()
         return Holder(self._base, new_run()), start, None if wait is None else start + wait
 
@@ -142,9 +141,10 @@ class LockCore(common.Primitive, Generic[C]):
         the queue if it ends without the lock.
         """
         sent = bound = start
-        call, paired = self._looking(who, blocking, sent, deadline)
+        end = self._trips.end(deadline)  # waits stop here: the deadline less the way back
+        call, paired = self._looking(who, blocking, sent, end)
         reply = yield call
-        seen, pushed, waited = reply if paired else (reply, None, False)
+        seen, pushed, waited = self._seen(reply, paired, sent)
         if self._pipelines:
             lockwait.note(self.client, self.keys.lock, not isinstance(seen, Grant))
         while True:
@@ -161,19 +161,33 @@ class LockCore(common.Primitive, Generic[C]):
             now = self.clock.monotonic()
             if not blocking:
                 return False
-            if deadline is not None and now >= deadline:
+            end = self._trips.end(deadline)  # with the round trip just measured
+            if end is not None and now >= end:
                 self._log.debug(common.TIMED_OUT, waited=now - start)
                 return False
             if not waited:
-                pause = lockqueue.pause_for(seen, now, deadline, self._slice)
-                pushed = yield partial(self._await_grant, who, pause, deadline)
+                pause = lockqueue.pause_for(seen, now, end, self._slice)
+                pushed = yield partial(self._await_grant, who, pause, end)
                 if pushed is not None:
                     self._granted(who.value(*pushed), bound)
                     return True
+                if end is not None and now + pause >= end:  # how late its answer came
+                    self._trips.measured(end, self.clock.monotonic())
             sent = self.clock.monotonic()
-            call, paired = self._looking(who, True, sent, deadline)
+            if end is not None and sent >= end:  # a look now would end past the deadline
+                self._log.debug(common.TIMED_OUT, waited=sent - start)
+                return False
+            call, paired = self._looking(who, True, sent, end)
             reply = yield call
-            seen, pushed, waited = reply if paired else (reply, None, False)
+            seen, pushed, waited = self._seen(reply, paired, sent)
+
+    def _seen(self, reply: Any, paired: bool, sent: float) -> lockwait.Looked:
+        """A look's reply as (seen, pushed grant, waited); a look alone, sent at
+        ``sent``, is a round trip measured for the deadline's reserve."""
+        if paired:
+            return reply  # type: ignore[no-any-return]
+        self._trips.measured(sent, self.clock.monotonic())
+        return reply, None, False
 
     def _looking(
         self, who: Holder, queue: bool, now: float, deadline: float | None
@@ -221,10 +235,12 @@ class LockCore(common.Primitive, Generic[C]):
     # -- release and extend ----------------------------------------------------------
 
     def _take_held(self) -> LockValue:
+        """End the hold (NotHeld if none); the next thread or task may acquire."""
         held, self._held = self._held, None
         if held is None:
             raise NotHeld(f"lock {self.name!r} is not held by this Lock object")
         self._unhold()
+        self._turns.give()
         return held
 
     def _released(self, held: LockValue, result: Settle) -> None:

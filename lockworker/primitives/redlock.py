@@ -75,6 +75,9 @@ class Redlock(RedlockCore[redis.Redis]):
     naming each failed master and its error. Whenever its last attempt met failed
     masters it logs the warning ``redlock.unreachable`` and leaves them in
     :attr:`unreachable`.
+
+    One object is one holder, not re-entrant; threads sharing one object take turns,
+    as with :class:`lockworker.Lock` (:mod:`lockworker.primitives.turns`).
     """
 
     def locked(self) -> bool:
@@ -98,15 +101,23 @@ class Redlock(RedlockCore[redis.Redis]):
         majority of masters answered. See :attr:`unreachable`.
         """
         deadline = self._begin(blocking, timeout)
+        if not self._turns.take(self.clock, blocking, deadline):
+            return False  # another thread of this object kept it until the deadline
         listening = Listening(threading.Event()) if blocking else None
+        held = False
         try:
-            return common.drive(self._acquire_steps(blocking, deadline, listening))
+            held = common.drive(self._acquire_steps(blocking, deadline, listening))
+            return held
         finally:
-            self._stop_listening(listening)
-            owner, self._trying = self._trying, None
-            if owner is not None:  # an attempt cut short (an error, an interrupt)
-                with contextlib.suppress(LockworkerError, redis.RedisError):
-                    common.drive(self._release_all_steps(owner, publish=False))
+            try:
+                self._stop_listening(listening)
+                owner, self._trying = self._trying, None
+                if owner is not None:  # an attempt cut short (an error, an interrupt)
+                    with contextlib.suppress(LockworkerError, redis.RedisError):
+                        common.drive(self._release_all_steps(owner, publish=False))
+            finally:
+                if not held:
+                    self._turns.give()
 
     # -- the I/O of RedlockCore's loops ------------------------------------------------
 

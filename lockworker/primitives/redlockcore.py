@@ -214,8 +214,6 @@ class RedlockCore(common.Primitive, Generic[C]):
         _, wait = common.check_acquire(blocking, timeout)
         if wait is None:
             wait = self.timeout
-        if self._held is not None:
-            raise common.AlreadyHeld(f"redlock {self.name!r} is already held by this object")
         return None if wait is None else self.clock.monotonic() + wait
 
     def _acquire_steps(
@@ -375,6 +373,7 @@ class RedlockCore(common.Primitive, Generic[C]):
         self._unhold()
         if held is None:
             raise NotHeld(f"redlock {self.name!r} is not held by this object")
+        self._turns.give()  # the next thread or task of this object may acquire
         return held, was_lost
 
     def _release_steps(self, held: Held, was_lost: bool) -> common.Steps[None]:

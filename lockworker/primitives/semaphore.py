@@ -72,6 +72,7 @@ class SemaphoreCore(common.Primitive, Generic[C]):
     log_name = events.SEMAPHORE
     label = "semaphore"
     dropped_event = DROPPED
+    shares = False  # one permit per object: a second thread (task) is refused
     client: C
 
     def __init__(
@@ -100,6 +101,7 @@ class SemaphoreCore(common.Primitive, Generic[C]):
         self._heartbeat_every = min(lockqueue.SLICE, self.ttl / 3)
         """A waiter looks again at least this often, which keeps its place alive."""
         self._place_ms = lockqueue.place_ms(self._heartbeat_every)
+        self._trips = common.round_trips(client)
 
     @property
     def held(self) -> bool:
@@ -121,8 +123,6 @@ class SemaphoreCore(common.Primitive, Generic[C]):
         _, wait = common.check_acquire(blocking, timeout)
         if wait is None:
             wait = self.timeout
-        if self._held is not None:
-            raise common.AlreadyHeld(f"semaphore {self.name!r} is already held by this object")
         start = self.clock.monotonic()
         member = f"{self._base}:{uuid.uuid4().hex[:12]}"
         return member, None if wait is None or not blocking else start + wait
@@ -132,24 +132,28 @@ class SemaphoreCore(common.Primitive, Generic[C]):
     ) -> common.Steps[bool]:
         """The acquire loop: True once a permit is held, False if not (one try, without
         ``event``; else by the deadline). ``event`` is set by a wake message."""
+        end = self._trips.end(deadline)  # waits stop here: the deadline less the way back
         while True:
             if event is not None:
                 event.clear()
             sent = self.clock.monotonic()
             left = yield partial(self._ask, member, event is not None, deadline)
+            now = self.clock.monotonic()
+            self._trips.measured(sent, now)
             if left is None:
                 self._granted(member, sent)
                 return True
-            now = self.clock.monotonic()
-            if event is None or (deadline is not None and now >= deadline):
+            if event is None or (end is not None and now >= end):
                 return False
             # Wake on a release, when the first holder's permit (or waiter's place)
             # would expire, or in time to refresh this waiter's own place in the queue.
             beat = self._heartbeat_every
             pause = min(beat, left + MIN_WAIT if left >= 0 else beat)
-            if deadline is not None:
-                pause = min(pause, deadline - now)
+            if end is not None:
+                pause = min(pause, end - now)
             yield partial(self._wait, event, max(MIN_WAIT, pause))
+            if end is not None and self.clock.monotonic() >= end:
+                return False  # an ask now would end past the deadline
 
     def _ask(self, member: str, queue: bool, deadline: float | None) -> Any:
         """One acquire step (:meth:`_acquire_step`)."""
@@ -204,6 +208,7 @@ class SemaphoreCore(common.Primitive, Generic[C]):
         if member is None:
             raise NotHeld(f"semaphore {self.name!r}: release without a held permit")
         self._unhold()
+        self._turns.give()
         return member
 
     def _released(self, member: str, removed: int) -> None:
@@ -237,7 +242,10 @@ class Semaphore(SemaphoreCore[redis.Redis]):
         after ``ttl``). With False the permit simply expires after ``ttl``.
     :param timeout: default for :meth:`acquire` and ``with`` (None: for ever).
 
-    One ``Semaphore`` object holds at most one permit; use one object per holder.
+    One ``Semaphore`` object holds at most one permit; use one object per holder. The
+    thread holding it that acquires again gets :class:`~lockworker.AlreadyHeld`;
+    another thread acquiring while it acquires or holds gets
+    :class:`~lockworker.ConcurrentUse` (:mod:`lockworker.primitives.turns`).
     """
 
     @cached_property
@@ -255,21 +263,27 @@ class Semaphore(SemaphoreCore[redis.Redis]):
         the queue). ``timeout`` None means the constructor's ``timeout``.
         """
         member, deadline = self._begin(blocking, timeout)
-        if not blocking:
-            return common.drive(self._acquire_steps(member, None))
+        self._turns.take(self.clock, blocking, deadline)  # refused if in use elsewhere
         granted = False
         try:
+            if not blocking:
+                granted = common.drive(self._acquire_steps(member, None))
+                return granted
             with self._hub.listen(self.keys.wake) as event:
                 granted = common.drive(self._acquire_steps(member, deadline, event))
                 return granted
         finally:
             if not granted:
-                # Leave the queue (even on KeyboardInterrupt), so nobody waits behind us.
-                # If Redis is unreachable the entry expires after ttl anyway; do not let
-                # that hide the error already on its way out.
-                step = self._leave_step(member)
-                with contextlib.suppress(LockworkerError, redis.RedisError):
-                    self._call(lambda: step.run(self.client), "leave")
+                try:
+                    if blocking:
+                        # Leave the queue (even on KeyboardInterrupt), so nobody waits
+                        # behind us. If Redis is unreachable the entry expires after
+                        # ttl anyway; do not let that hide the error on its way out.
+                        step = self._leave_step(member)
+                        with contextlib.suppress(LockworkerError, redis.RedisError):
+                            self._call(lambda: step.run(self.client), "leave")
+                finally:
+                    self._turns.give()
 
     def _ask(self, member: str, queue: bool, deadline: float | None) -> float | None:
         step = self._acquire_step(member, queue=queue)

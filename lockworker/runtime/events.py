@@ -12,8 +12,10 @@ is decided when it is logged, not when the object logging it was built:
   goes through structlog's global configuration, as ``structlog.get_logger(name)``
   would send it.
 - Otherwise it goes to the standard :mod:`logging` logger of its product (:data:`LOGGERS`:
-  ``lockworker.daemons.worker``, ``lockworker.lock``, ...), with the event name as the message
-  and every field as an attribute of the ``LogRecord`` (``record.job_id``). Without
+  ``lockworker.daemons.worker``, ``lockworker.lock``, ...). The record's message is the
+  event name and its fields (``job.failed job_id=a attempt=1 ...``: :class:`Fields`),
+  so any handler shows what happened; the event name is ``record.event`` and every
+  field an attribute (``record.job_id``), for handlers that keep them apart. Without
   any logging configured nothing is printed but WARNING and above, on stderr, by
   Python's last-resort handler.
 
@@ -36,6 +38,7 @@ import structlog
 
 from lockworker.model.redrive import Redrive
 from lockworker.model.state import Renewal
+from lockworker.runtime.message import RESERVED, Fields, template
 
 ACQUIRED = "job.acquired"
 LOCKED = "job.locked"
@@ -55,6 +58,9 @@ RESET = "job.reset"
 names the stream it was added to again, or is None; a reset job that nothing will run
 (resolved, and no payload kept to re-add it) is a WARNING with ``resubmit``, the
 command that submits it again (:mod:`lockworker.daemons.redrive`)."""
+HELD_HERE = "job.held_here"
+"""An acquire re-entered a lease that another call of the same worker holds (or may
+hold): this call treats the job as held by another process (debug)."""
 HOOK_ERROR = "hook.error"
 STATE_LOST = "server.state_lost"
 """A lease's job state vanished while the lease was held: the server lost its data
@@ -71,6 +77,7 @@ ALL = (
     ACQUIRED, LOCKED, RENEWED, DONE, DONE_ELSEWHERE, FAILED, LOST, RELEASED, GAVE_UP,
     STOPPED, REDIS_UNAVAILABLE, REDIS_RETRY, HOOK_ERROR, STATE_LOST, PARKED, SERVER_CHECK,
     RESET,
+    HELD_HERE,
 )
 
 # Logger names: one per product, under the ``lockworker`` logger.
@@ -87,11 +94,6 @@ LOGGERS = (WORKER, SERVE, SOURCES, LEADER, LOCK, SEMAPHORE, REDLOCK, ONCE, CLI)
 
 _DEBUG, _INFO, _WARNING, _ERROR = logging.DEBUG, logging.INFO, logging.WARNING, logging.ERROR
 _is_configured = structlog.is_configured
-
-_RESERVED = frozenset(
-    logging.LogRecord("", 0, "", 0, "", (), None).__dict__
-) | {"message", "asctime", "taskName"}
-"""``LogRecord`` attributes a field may not overwrite (``logging`` raises KeyError)."""
 
 
 Observer = Callable[[str, str, Mapping[str, Any]], None]
@@ -231,15 +233,24 @@ class EventLogger:
         return log
 
     def _emit(self, level: int, event: str, fields: dict[str, Any]) -> None:
+        """The record: message ``event key=value ...`` (formatted only if a handler
+        shows it: :class:`Fields` is its argument), ``record.event``, and the fields
+        as attributes."""
         extra = {**self._context, **fields}
         exc_info = extra.pop("exc_info", None)
         stack_info = bool(extra.pop("stack_info", False))
-        if not _RESERVED.isdisjoint(extra):
-            extra = {(f"{k}_" if k in _RESERVED else k): v for k, v in extra.items()}
+        args: tuple[Fields, ...] = (Fields(extra),) if extra else ()
+        if not RESERVED.isdisjoint(extra):
+            extra = {(f"{k}_" if k in RESERVED else k): v for k, v in extra.items()}
+        # The name alone too, as structured handlers want it: structlog's ExtraAdder
+        # makes it the ``event`` key, in place of the message with the fields it adds
+        # anyway. (Fields leaves it out of the message.)
+        extra["event"] = event
         # stacklevel 4: the record names the lockworker function that logged the event,
         # not this method or the level method that called it.
         self._std.log(
-            level, event, exc_info=exc_info, stack_info=stack_info, extra=extra, stacklevel=4
+            level, template(event) if args else event, *args, exc_info=exc_info,
+            stack_info=stack_info, extra=extra, stacklevel=4,
         )
 
     def __repr__(self) -> str:

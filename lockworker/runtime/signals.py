@@ -12,6 +12,9 @@ transaction or a hook.
 Handlers are installed only for the duration of the ``with`` block, only from the main
 thread (Python allows no other), and the previous ones are always restored.
 
+:func:`raise_on_signals` is for a phase with no loop to stop yet: its callback runs in
+the handler itself and may raise there.
+
 The only module of lockworker that imports :mod:`signal`.
 """
 
@@ -90,3 +93,28 @@ def stop_on_signals(
         for thread in (courier, escalator):
             if thread is not None and thread is not threading.current_thread():
                 thread.join(timeout=5.0)
+
+
+@contextlib.contextmanager
+def raise_on_signals(on_signal: Callable[[int], None]) -> Iterator[bool]:
+    """Call ``on_signal(signum)`` inside the handler itself on every SIGTERM/SIGINT in the
+    block, so that it may raise, as SIGINT raises KeyboardInterrupt, wherever the main
+    thread is: for a phase with no loop to stop yet, which ends by unwinding (the
+    ``lockworker`` command's start-up, while it imports the application's module or
+    connects). Installed only from the main thread; the previous handlers restored.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield False
+        return
+    previous: dict[int, Any] = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        on_signal(signum)
+
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, handler)
+    try:
+        yield True
+    finally:
+        for stop_signal, before in previous.items():
+            signal.signal(stop_signal, before)

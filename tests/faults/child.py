@@ -271,10 +271,36 @@ def run_worker(config: dict[str, Any], rec: Recorder, work: Work) -> None:
             worker.serve(source, concurrency=concurrency)
     elif concurrency > 1:
         worker.serve([(job_id, None) for job_id in first + rest], concurrency=concurrency)
+    elif int(config.get("shared", 1)) > 1:
+        shared_calls(worker, first + rest, int(config["shared"]), work.rng)
     else:
         for job_id in first + rest:
             worker.process(job_id)
     worker.close()
+
+
+def shared_orders(jobs: list[str], calls: int, rng: Any) -> list[list[str]]:
+    """Each of ``calls`` callers' order of every job: the first caller's as given, the
+    others shuffled, so they meet on one id at different moments."""
+    orders = [list(jobs)]
+    for _ in range(calls - 1):
+        order = list(jobs)
+        rng.shuffle(order)
+        orders.append(order)
+    return orders
+
+
+def shared_calls(worker: lockworker.Worker, jobs: list[str], calls: int, rng: Any) -> None:
+    """``calls`` threads sharing one worker, each processing every job (a web handler
+    or a pool sharing one Worker): one holder per id inside the process too."""
+    threads = [
+        threading.Thread(target=lambda order=order: [worker.process(j) for j in order])
+        for order in shared_orders(jobs, calls, rng)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
 
 
 GROUP_DONE = frozenset({lockworker.JobStatus.DONE, lockworker.JobStatus.GAVE_UP})
@@ -473,6 +499,12 @@ async def run_aworker(config: dict[str, Any], rec: Recorder, work: Work) -> None
         watcher.cancel()
     elif concurrency > 1:
         await worker.serve([(job_id, None) for job_id in first + rest], concurrency=concurrency)
+    elif int(config.get("shared", 1)) > 1:
+        async def calls(order: list[str]) -> None:
+            for job_id in order:
+                await worker.process(job_id)
+        orders = shared_orders(first + rest, int(config["shared"]), work.rng)
+        await asyncio.gather(*(calls(order) for order in orders))
     else:
         for job_id in first + rest:
             await worker.process(job_id)

@@ -117,7 +117,9 @@ def sides(env: Env, history: History) -> dict[str, int]:
     that carried more than one protocol step (noted by serving workers); ``widest``, the
     most jobs one worker process was delivered, and ``delivered``, the deliveries of all
     of them (in fan-out every live worker is delivered every job; through a consumer
-    group each job goes to one member, again only after a handover or a claim)."""
+    group each job goes to one member, again only after a handover or a claim); ``met``,
+    the jobs for which calls of one process (sharing a Worker) ended differently: one
+    did it, another found it done."""
     side = {run: is_async(mode) for run, mode in env.fleet.modes().items()}
     by_key: dict[tuple[str, str], list[Section]] = defaultdict(list)
     for s in history.sections:
@@ -131,12 +133,15 @@ def sides(env: Env, history: History) -> dict[str, int]:
         )
     batches = sum(1 for n in history.notes if n.get("what") == "batch" and n["steps"] > 1)
     seen: dict[str, set[str]] = defaultdict(set)
+    ended: dict[tuple[str, str], set[str]] = defaultdict(set)
     for o in history.outcomes:
         if o.kind == JOB:
             seen[o.run].add(o.key)
+            ended[(o.run, o.key)].add(o.outcome)
     return {"aio": sum(1 for s in history.sections if side.get(s.run)), "cross": cross,
             "batches": batches, "widest": max(map(len, seen.values()), default=0),
-            "delivered": sum(map(len, seen.values()))}
+            "delivered": sum(map(len, seen.values())),
+            "met": sum(1 for outcomes in ended.values() if len(outcomes) > 1)}
 
 
 def on_side(env: Env, asynchronous: bool) -> Callable[[], list[Child]]:
@@ -177,6 +182,9 @@ class Mix:
     serving thread."""
     group_batch: int | None = None
     """Entries a group member reads ahead (``StreamSource(batch=)``; None: its default)."""
+    shared: int = 1
+    """Above 1, each worker process runs that many threads (tasks, asyncio) sharing its
+    one Worker, each processing every job: one holder per id inside a process too."""
     retry_delays: tuple[float, ...] | None = (0.0, 0.05, 0.1)
     """Seconds before a failed job is due again, by failed attempt (the last repeated):
     the default schedule's shape (handed over at once, then later and later), short. With
@@ -186,7 +194,7 @@ class Mix:
     def settings(self) -> dict[str, Any]:
         out = {"steps": self.steps, "step": self.step, "fail_rate": self.fail_rate,
                "gap": self.gap, "concurrency": self.concurrency, "backup_delay": 0.05,
-               "own_process": self.own_process}
+               "own_process": self.own_process, "shared": self.shared}
         if self.retry_delays is not None:
             out["retry_delay"] = list(self.retry_delays)
         return {**out, "group": "g", "group_batch": self.group_batch} if self.group else out
@@ -649,6 +657,11 @@ only ones that claim read-ahead entries together, might never claim two at once
 (the battery asserts they did)."""
 
 
+SHARED = Mix(shared=3)
+"""The fleet, each worker process's Worker shared by three threads (tasks) that each
+process every job, so calls of one process meet on one id."""
+
+
 def _batch_restart(workdir: Path, **kw: Any) -> Result:
     result = server_restart(workdir, durable=True, mix=BATCHED, **kw)
     return replace(result, scenario="batch_server_restart")
@@ -676,4 +689,5 @@ SCENARIOS: dict[str, Scenario] = {
     "group_sigstop": _paused(GROUPED, "group_sigstop"),
     "inline_sigkill": _killed(INLINE, "inline_sigkill"),
     "inline_sigstop": _paused(INLINE, "inline_sigstop"),
+    "shared_sigkill": _killed(SHARED, "shared_sigkill"),
 }

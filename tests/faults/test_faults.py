@@ -185,3 +185,13 @@ def test_serving_in_the_serving_thread_under_sigstop_past_the_lease(tmp_path: Pa
     verdict(result, tmp_path)
     assert result.extra["batches"] >= 1, result.figure()
     mixed(result)
+
+
+def test_threads_and_tasks_sharing_one_worker_under_sigkill(tmp_path: Path) -> None:
+    """Each worker process's one Worker shared by three threads (three tasks, asyncio),
+    each processing every job, holders SIGKILLed: calls of one process meet on one id,
+    and still no two run it at once, no token is used twice, one run reports DONE."""
+    result = scenarios.SCENARIOS["shared_sigkill"](tmp_path)
+    verdict(result, tmp_path)
+    assert result.extra["met"] >= 1, result.figure()  # calls of one process met on an id
+    mixed(result)

@@ -162,9 +162,19 @@ def test_submit_prints_the_entry_id_and_status_shows_jobs_and_leaders(
     client = redis_server.client(decode_responses=True)
     stream = f"{namespace}-jobs"
     assert main(["submit", stream, "j1", '{"n": 1}', "--redis", redis_server.url]) == 0
-    entry = capsys.readouterr().out.strip()
+    said = capsys.readouterr().out.splitlines()
+    assert main(["submit", stream, "j2", "--quiet", "--redis", redis_server.url]) == 0
+    quiet = capsys.readouterr().out.strip()
     stored = client.xrange(stream_keys(stream).extra("entries"))
-    assert stored == [(entry, {"job_id": "j1", "payload": '{"n":1}'})]
+    entry = stored[0][0]
+    assert stored == [(entry, {"job_id": "j1", "payload": '{"n":1}'}),
+                      (quiet, {"job_id": "j2", "payload": "null"})]
+    assert said == [
+        f"submitted job 'j1' to stream '{stream}' on {redis_server.url}: entry {entry}, "
+        'payload {"n":1}',
+        "follow it: lockworker status --job j1 (listed once a worker of the stream has "
+        "taken it)",
+    ]
 
     started, first_token = time.monotonic(), server_micros(client)
     worker = lockworker.Worker(client, namespace=namespace, on_acquired=lambda job: None)
@@ -211,7 +221,15 @@ def test_submit_prints_the_entry_id_and_status_shows_jobs_and_leaders(
     assert rows["done-job"]["lease_left"] is None and rows["bad-job"]["lease_left"] is None
     assert 0 < rows["held-job"]["lease_left"] <= 3.0
 
-    assert table[0].split()[:4] == ["KIND", "NAMESPACE", "ID", "STATE"]
+    # The counts by state first, then the rows.
+    assert table[:2] == ["jobs: 3 (held 1, done 1, gave_up 1)", ""]
+    assert table[2].split()[:4] == ["KIND", "NAMESPACE", "ID", "STATE"]
+    assert doc["counts"] == {
+        "jobs": {"pending": 0, "held": 1, "done": 1, "gave_up": 1, "foreign": 0},
+        "leaders": {"leading": 0, "vacant": 0, "foreign": 0},
+        "namespaces": {namespace: {"pending": 0, "held": 1, "done": 1, "gave_up": 1,
+                                   "foreign": 0}},
+    }
     assert any("bad-job" in line and "gave_up" in line for line in table)
     held_line = next(line.split() for line in table if "held-job" in line)
     assert held_line[:7] == ["job", namespace, "held-job", "held", "holder-1", "1",
@@ -220,6 +238,57 @@ def test_submit_prints_the_entry_id_and_status_shows_jobs_and_leaders(
     worker.close()
     failing.close()
     holding.close()
+    client.close()
+
+
+def test_status_counts_by_state_first_and_cuts_the_table_unless_all(
+    redis_server: RedisServer, namespace: str, capsys: pytest.CaptureFixture[str],
+) -> None:
+    client = redis_server.client(decode_responses=True)
+    done = lockworker.Worker(client, namespace=namespace, on_acquired=lambda job: None)
+    failing = lockworker.Worker(
+        client, namespace=f"{namespace}-b", max_attempts=1, on_acquired=lambda job: 1 / 0
+    )
+    for i in range(53):
+        assert done.process(f"j{i}") is lockworker.Outcome.DONE
+    for i in range(2):
+        assert failing.process(f"f{i}") is lockworker.Outcome.GAVE_UP
+    done.close()
+    failing.close()
+    url = ["--redis", redis_server.url]
+    capsys.readouterr()
+
+    def ids(lines: list[str]) -> list[str]:
+        return [line.split()[2] for line in lines if line.startswith("job ")]
+
+    # Both namespaces (no --namespace would list other tests' jobs too).
+    for ns in (namespace, f"{namespace}-b"):
+        assert main(["status", "--namespace", ns, *url]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "jobs: 53 (done 53)"
+    assert ids(out) == [f"j{i}" for i in range(50)] + ["f0", "f1"]
+    assert out.count("... and 3 more rows: --all shows every row, --state STATE the jobs "
+                     "in one state") == 1
+    assert "jobs: 2 (gave_up 2)" in out
+
+    assert main(["status", "--namespace", namespace, "--limit", "2", *url]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert ids(out) == ["j0", "j1"]
+    assert any(line.startswith("... and 51 more rows") for line in out)
+
+    assert main(["status", "--namespace", namespace, "--all", *url]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert ids(out) == [f"j{i}" for i in range(53)]
+    assert not any(line.startswith("...") for line in out)
+
+    # --json is never cut; its counts are those of every row.
+    assert main(["status", "--namespace", namespace, "--json", "--limit", "2", *url]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert len(doc["jobs"]) == 53
+    assert doc["counts"]["jobs"]["done"] == 53
+    assert doc["counts"]["namespaces"] == {
+        namespace: {"pending": 0, "held": 0, "done": 53, "gave_up": 0, "foreign": 0}
+    }
     client.close()
 
 
@@ -515,8 +584,9 @@ def test_status_shows_the_live_primaries_and_backups_of_a_namespace(
     for w in workers:
         assert w["pid"] == os.getpid() and w["host"] and w["run"]
         assert 0 <= w["last_seen"] <= 3.0 and 0 < w["expires_in"] <= 3.0
-    assert table[0].startswith("KIND")  # the jobs, then a blank line, then the workers
-    at = table.index("") + 1
+    assert table[0].startswith("jobs: 1 (done 1)")  # counts, jobs, then the workers
+    assert table[2].startswith("KIND")
+    at = table.index("", 2) + 1
     assert table[at].split() == ["WORKER", "NAMESPACE", "ROLE", "HOST", "PID", "LAST", "SEEN",
                                  "EXPIRES", "IN"]
     assert [line.split()[:3] for line in table[at + 1 :]] == [

@@ -85,8 +85,9 @@ def test_status_state_lists_the_dead_jobs_with_their_last_error(
     assert all("history" not in r for r in rows)
     assert main(["status", "--state", "done", "--namespace", namespace, "--redis", url]) == 0
     table = capsys.readouterr().out.splitlines()
-    assert [line.split()[2] for line in table[1:]] == ["invoice-1"]
-    assert table[1].split()[-1] == "-"
+    assert table[:2] == ["jobs: 1 (done 1)", ""]
+    assert [line.split()[2] for line in table[3:]] == ["invoice-1"]
+    assert table[3].split()[-1] == "-"
 
 
 def test_reset_state_redrives_every_dead_job_after_asking(

@@ -94,7 +94,7 @@ class Walk:
         self.files: list[IO[str]] = []
         self.stream = self.namespace = self.job_id = ""
         self.payload: object = None
-        self.status = ""
+        self.status = self.submitted = ""
 
     def do(self, cmd: list[str]) -> None:
         if cmd[0] == "export":
@@ -121,7 +121,7 @@ class Walk:
         elif cmd[1] == "submit":  # once the daemons read the stream, as a user would wait
             self.job_id, self.payload = cmd[3], json.loads(cmd[4])
             wait_for(self.daemons_read, timeout=30)
-            self.command(cmd)
+            self.submitted = self.command(cmd)
         else:  # status, once the job is done
             wait_for(self.job_done, timeout=30)
             self.status = self.command(cmd)
@@ -180,6 +180,13 @@ def test_the_readme_walkthrough_works_as_written(tmp_path: Path) -> None:
         assert row[5] == "1", walk.status  # one attempt
         holder, token = row[4], row[6]
         assert holder in walk.daemons
+        # submit said what it added and how to follow the job: that command works.
+        said, follow = walk.submitted.splitlines()
+        assert said.startswith(f"submitted job '{walk.job_id}' to stream '{walk.stream}' ")
+        assert follow.startswith("follow it: lockworker status --job ")
+        command = shlex.split(follow.removeprefix("follow it: ").split(" (")[0])
+        followed = walk.command(command).splitlines()
+        assert followed[1].split()[2:5] == [walk.job_id, "done", holder], followed
         for owner, (proc, out) in walk.daemons.items():
             proc.send_signal(signal.SIGTERM)
             assert proc.wait(timeout=30) == 0, out.read_text()

@@ -85,6 +85,29 @@ def test_run_submit_and_status_work_against_it_and_sigterm_stops_it_cleanly(
     assert can_listen(port)  # nothing listens there any more
 
 
+def test_lockworker_check_passes_against_it_with_no_warning(
+    tmp_path: Path, started: list[ServerProcess]
+) -> None:
+    """The server to try lockworker on is set up as lockworker check asks (an
+    append-only log synced every second, no eviction): no daemon started against it
+    warns about persistence."""
+    server = ServerProcess(tmp_path, "--port", str(free_port()))
+    started.append(server)
+    out = subprocess.run(
+        lockworker_cmd("check", "--json", "--redis", server.url, "--clock-interval", "0.2"),
+        capture_output=True, text=True, timeout=60, check=False,
+    )
+    assert out.returncode == 0, out.stderr
+    checks = {c["check"]: c for c in json.loads(out.stdout)["checks"]}
+    assert checks["persistence"]["status"] == "ok", checks["persistence"]
+    assert checks["persistence"]["value"] == "appendonly=yes, appendfsync=everysec"
+    assert checks["eviction"]["status"] == "ok", checks["eviction"]
+    # Nothing else it could set warns either (the clock may be "unknown" on a busy host).
+    assert {name for name, c in checks.items() if c["status"] in ("warning", "failure")} == set()
+    assert server.stop() == (0, "")
+    assert not server.directory.exists()  # its append-only file went with it
+
+
 def test_ctrl_c_stops_it_and_dir_keeps_the_data_for_the_next_start(
     tmp_path: Path, started: list[ServerProcess]
 ) -> None:

@@ -133,6 +133,33 @@ def test_a_job_page_shows_its_attempts_and_escapes_the_error(
         assert "ValueError: &lt;b&gt;bad&lt;/b&gt; row" in overview
 
 
+def refuse_with_markup(job: lockworker.Job) -> None:
+    raise ValueError("<i>no</i> & done")
+
+
+def test_a_job_page_shows_each_failure_s_traceback_escaped(
+    redis_client: redis.Redis, namespace: str, collector: Collector
+) -> None:
+    worker = lockworker.Worker(
+        redis_client, namespace=namespace, on_acquired=refuse_with_markup, max_attempts=2,
+        retry_delay=0.0, handle_signals=False, lock_timeout=2.0,
+    )
+    assert worker.process("invoice-44") is lockworker.Outcome.GAVE_UP
+    worker.close()
+    with serving(create_app(collector, url="redis://x")) as base:
+        page = ask(base, f"/job?ns={namespace}&id=invoice-44").body
+        for part in (page, ask(base, f"/job?ns={namespace}&id=invoice-44&fragment=1").body):
+            traces = re.findall(
+                r'<details class="traceback" id="traceback-\d+"><summary>traceback</summary>'
+                r"<pre>(.*?)</pre></details>", part, re.DOTALL,
+            )
+            assert len(traces) == 2  # one per failed attempt
+            for trace in traces:
+                assert ", in refuse_with_markup\n" in trace
+                assert 'raise ValueError(&#34;&lt;i&gt;no&lt;/i&gt; &amp; done&#34;)' in trace
+        assert "<i>no</i>" not in page
+
+
 def test_a_read_only_dashboard_has_no_reset_and_a_reset_needs_the_pages_csrf_and_origin(
     redis_client: redis.Redis, namespace: str, collector: Collector
 ) -> None:

@@ -99,10 +99,16 @@ def test_serve_logs_the_evicting_policy_at_start_through_logging(
         worker.serve([("a", None)])
     worker.close()
     client.close()
-    checks = {r.check: r for r in caplog.records if r.getMessage() == events.SERVER_CHECK}
+    checks = {
+        r.check: r for r in caplog.records if getattr(r, "event", None) == events.SERVER_CHECK
+    }
     assert checks["eviction"].levelno == logging.ERROR
     assert "volatile-lru" in checks["eviction"].value
     assert "run again" in checks["eviction"].consequence
+    # a plain handler shows the setting and what to do, not the event name alone
+    shown = checks["eviction"].getMessage()
+    assert shown.startswith("server.check ") and "check=eviction" in shown
+    assert "volatile-lru" in shown and 'fix="set maxmemory-policy noeviction' in shown
     assert checks["persistence"].levelno == logging.WARNING
     assert done == ["a"]
 

@@ -42,7 +42,7 @@ def record(event, **fields):
 class Events(logging.Handler):
     # lockworker's events reach the standard logging module, fields as attributes.
     def emit(self, rec):
-        if rec.getMessage() == "leader.lost":
+        if getattr(rec, "event", None) == "leader.lost":
             record("lost_event", token=getattr(rec, "token", None),
                    reason=getattr(rec, "reason", None))
 

@@ -72,7 +72,7 @@ def test_an_observer_sees_every_level_even_where_logging_drops_it(
     assert [event for _name, event, _fields in seen] == [
         events.RENEWED, events.ACQUIRED, events.FAILED, events.STATE_LOST,
     ]
-    assert [r.getMessage() for r in records] == [events.FAILED, events.STATE_LOST]
+    assert [getattr(r, "event", None) for r in records] == [events.FAILED, events.STATE_LOST]
 
 
 def test_an_observer_gets_the_logger_name_and_the_context_merged_with_the_fields(
@@ -165,7 +165,9 @@ def test_an_observer_that_raises_is_reported_once_and_the_library_goes_on(
     assert len(reports) == 1
     assert reports[0].exc_info is not None and "observer bug" in str(reports[0].exc_info[1])
     assert "job.failed" in reports[0].getMessage()
-    assert [r.getMessage() for r in records if r.name == events.WORKER] == [events.FAILED] * 2
+    assert [getattr(r, "event", None) for r in records if r.name == events.WORKER] == [
+        events.FAILED
+    ] * 2
     assert [fields["error"] for _n, _e, fields in seen] == ["a", "b"]
 
 

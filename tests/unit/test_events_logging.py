@@ -55,7 +55,8 @@ def test_a_record_carries_the_event_and_its_fields(records: list[logging.LogReco
     log_something(log)
     (record,) = records
     assert record.name == "lockworker.lock" and record.levelno == logging.INFO
-    assert record.getMessage() == "thing.happened"
+    assert record.event == "thing.happened"  # type: ignore[attr-defined]
+    assert record.getMessage() == "thing.happened lock=res namespace=ns owner=me token=7"
     assert (record.lock, record.namespace, record.owner, record.token) == (  # type: ignore[attr-defined]
         "res", "ns", "me", 7
     )
@@ -69,7 +70,7 @@ def test_levels_below_the_loggers_are_dropped_before_any_work(
     log = events.logger(events.WORKER, None, job_id="j")
     log.debug(events.RENEWED)
     log.info(events.DONE)
-    assert [r.getMessage() for r in records] == ["job.done"]
+    assert [r.getMessage() for r in records] == ["job.done job_id=j"]
 
 
 def test_fields_named_like_record_attributes_are_renamed(
@@ -90,6 +91,94 @@ def test_exception_attaches_the_exception(records: list[logging.LogRecord]) -> N
     (record,) = records
     assert record.levelno == logging.ERROR and record.exc_info is not None
     assert record.exc_info[0] is ValueError
+
+
+def plain(record: logging.LogRecord) -> str:
+    """The record as ``logging.basicConfig`` shows it."""
+    return logging.Formatter(logging.BASIC_FORMAT).format(record)
+
+
+def test_a_plain_handler_shows_the_identifying_fields_first_then_the_others(
+    records: list[logging.LogRecord],
+) -> None:
+    log = events.logger(events.WORKER, None, namespace="digest", owner="host-a:41", run="r9")
+    log.bind(job_id="a").bind(attempt=1, token=17).warning(
+        events.FAILED, last=False, error="RuntimeError('downstream said no')"
+    )
+    events.logger(events.LOCK, None).info("lock.plain")
+    assert [plain(r) for r in records] == [
+        "WARNING:lockworker.daemons.worker:job.failed job_id=a namespace=digest owner=host-a:41"
+        " attempt=1 token=17 error=\"RuntimeError('downstream said no')\" run=r9 last=False",
+        "INFO:lockworker.lock:lock.plain",
+    ]
+    assert records[0].msg == "job.failed %s"  # one template per event, for grouping
+    assert (records[0].event, records[0].job_id, records[0].last) == (  # type: ignore[attr-defined]
+        events.FAILED, "a", False
+    )
+
+
+def test_no_value_can_add_a_field_or_a_line_to_the_message(
+    records: list[logging.LogRecord],
+) -> None:
+    hostile = 'x" job_id=forged\nCRITICAL:lockworker:forged\u2028\x1b[2J'
+    events.logger(events.WORKER, None, job_id="j 1").warning(
+        "event%s", error=hostile, ids=["1-0", "2-0"], pct="100%", none=None, name="n"
+    )
+    (record,) = records
+    shown = plain(record)
+    assert "\n" not in shown and "\u2028" not in shown and "\x1b" not in shown
+    assert shown == (
+        'WARNING:lockworker.daemons.worker:event%s job_id="j 1" '
+        'error="x\\" job_id=forged\\nCRITICAL:lockworker:forged\\u2028\\u001b[2J" '
+        "ids=\"['1-0', '2-0']\" pct=\"100%\" none=None name=n"
+    )
+    assert record.error == hostile  # type: ignore[attr-defined]  # the attribute is intact
+
+
+def test_a_message_is_rendered_only_when_a_handler_shows_it(
+    records: list[logging.LogRecord],
+) -> None:
+    rendered: list[int] = []
+
+    class Counted:
+        def __repr__(self) -> str:
+            rendered.append(1)
+            return "counted"
+
+    tree = logging.getLogger("lockworker")
+    tree.setLevel(logging.INFO)
+    tree.propagate = False  # away from the test runner's own handlers, which format
+    try:
+        log = events.logger(events.WORKER, None, job_id="j")
+        log.debug(events.RENEWED, value=Counted())  # level off: no record at all
+        log.info(events.ACQUIRED, value=Counted())  # a record that nothing formats
+    finally:
+        tree.propagate = True
+    assert rendered == [] and len(records) == 1
+    assert records[0].getMessage() == "job.acquired job_id=j value=counted"
+    assert rendered == [1]
+
+
+def test_a_structured_handler_gets_the_event_name_and_the_fields_apart(
+    records: list[logging.LogRecord],
+) -> None:
+    out = io.StringIO()
+    handler = logging.StreamHandler(out)
+    handler.setFormatter(structlog.stdlib.ProcessorFormatter(  # as docs/hooks.md shows
+        foreign_pre_chain=[structlog.stdlib.ExtraAdder(), structlog.stdlib.add_logger_name],
+        processors=[
+            structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+            structlog.processors.JSONRenderer(),
+        ],
+    ))
+    logging.getLogger("lockworker").addHandler(handler)
+    try:
+        events.logger(events.WORKER, None, job_id="j1").info(events.DONE, attempt=1)
+    finally:
+        logging.getLogger("lockworker").removeHandler(handler)
+    assert json.loads(out.getvalue()) == {
+        "event": "job.done", "job_id": "j1", "attempt": 1, "logger": "lockworker.daemons.worker"
+    }
 
 
 def test_every_logger_is_under_lockworker() -> None:
@@ -175,4 +264,4 @@ def test_capture_events_leaves_structlog_unconfigured_as_it_found_it(
     assert [e["event"] for e in captured] == ["semaphore.acquired"]
     assert not structlog.is_configured() and records == []
     log.debug("semaphore.released")
-    assert [r.getMessage() for r in records] == ["semaphore.released"]
+    assert [r.getMessage() for r in records] == ["semaphore.released semaphore=pool"]

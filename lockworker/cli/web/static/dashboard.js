@@ -26,7 +26,16 @@
         return reply.text();
       })
       .then(function (html) {
-        if (html !== null) { live.innerHTML = html; stale(false); }
+        if (html === null) { return; }
+        // A traceback the reader opened stays open across the swap.
+        var open = Array.prototype.map.call(
+          live.querySelectorAll("details[open][id]"), function (d) { return d.id; });
+        live.innerHTML = html;
+        open.forEach(function (id) {
+          var again = document.getElementById(id);
+          if (again) { again.open = true; }
+        });
+        stale(false);
       })
       .catch(function () { stale(true); })
       .finally(function () { busy = false; });
