@@ -34,7 +34,7 @@ from lockworker.clock import Clock
 from lockworker.config import RetryDelay
 from lockworker.daemons import deadletter, redrive
 from lockworker.daemons.job import Job
-from lockworker.daemons.worker import DAY, RUNS_JOBS, WorkerSettings
+from lockworker.daemons.settings import DAY, RUNS_JOBS, WorkerSettings
 from lockworker.errors import InvalidConfig, JobNotFound
 from lockworker.model.codec import payload_view
 from lockworker.model.keys import JobKeys

@@ -21,136 +21,24 @@ import redis
 
 from lockworker import config
 from lockworker.clock import Clock, SystemClock
-from lockworker.config import RetryDelay, default_owner, lease, positive, seconds, this_process
+from lockworker.config import RetryDelay
 from lockworker.daemons import deadletter
-from lockworker.daemons.hooks import Hooks
 from lockworker.daemons.job import Job
 from lockworker.daemons.jobrun import SERVING, JobRun
 from lockworker.daemons.serve import serve
-from lockworker.errors import InvalidConfig
-from lockworker.model import policy
-from lockworker.model.codec import Holder, new_run, payload_view
-from lockworker.model.keys import JobKeys, check_name
-from lockworker.model.presence import Member, View
+from lockworker.daemons.settings import DAY, RUNS_JOBS, WorkerSettings, make_protocol
+from lockworker.model.codec import payload_view
+from lockworker.model.keys import JobKeys
 from lockworker.model.state import Durability, Outcome, ProtocolKind, Reset, Role, Snapshot
-from lockworker.protocol import LockProtocol, ScriptProtocol
-from lockworker.protocol.replicated import ReplicatedScriptProtocol
-from lockworker.protocol.txn import TxnProtocol
+from lockworker.protocol import LockProtocol
 from lockworker.runtime import events, retry, servercheck
-from lockworker.runtime.batcher import batcher_for, renewals
-from lockworker.runtime.contenders import Contenders
+from lockworker.runtime.batcher import renewals
 from lockworker.runtime.lease import Heartbeat
 from lockworker.runtime.presence import Presence
 from lockworker.runtime.signals import stop_on_signals
 from lockworker.runtime.wake import Waits
 
 T = TypeVar("T")
-
-DAY = 86400.0
-RUNS_JOBS = " to process jobs (a Worker built without it may inspect and reset them)"
-
-def make_protocol(
-    client: redis.Redis, protocol: ProtocolKind | str | LockProtocol,
-    durability: Durability | str = Durability.LOCAL, replicas: int = 1,
-    replica_timeout: float = 0.5,
-) -> LockProtocol:
-    """``"script"`` (Lua, the default), ``"txn"`` (WATCH/MULTI/EXEC), or an instance;
-    with ``durability="replicated"``, the script protocol whose steps count once
-    ``replicas`` replicas acknowledged them (:mod:`lockworker.protocol.replicated`)."""
-    if durability not in tuple(Durability):
-        raise InvalidConfig(f"durability must be 'local' or 'replicated', got {durability!r}")
-    if durability == Durability.REPLICATED:
-        if protocol != ProtocolKind.SCRIPT:
-            raise InvalidConfig(
-                "durability='replicated' needs protocol='script' (WAIT follows each step "
-                f"on its connection), got protocol={protocol!r}"
-            )
-        count = int(positive(replicas, "replicas", integer=True))
-        timeout = seconds(replica_timeout, "replica_timeout")
-        return ReplicatedScriptProtocol(client, count, max(1, round(timeout * 1000)))
-    if protocol == ProtocolKind.SCRIPT:
-        return ScriptProtocol(client, batcher_for(client))
-    if protocol == ProtocolKind.TXN:
-        return TxnProtocol(client)
-    if isinstance(protocol, str):
-        raise InvalidConfig(f"protocol must be 'script' or 'txn', got {protocol!r}")
-    return protocol
-
-
-class WorkerSettings:
-    """A worker's settings, for :class:`Worker` and :class:`lockworker.aio.Worker`
-    alike, checked by :meth:`_configure`: one validator per argument, in one place."""
-
-    namespace: str
-    role: Role
-    backup_delay: float
-    lock_timeout: float
-    max_attempts: int
-    owner: str
-    run_id: str
-    """This worker object's run id: leases it wrote carry it, and only it re-enters
-    them, so a restarted process with the same ``owner`` never trusts its dead
-    predecessor's lease."""
-    retention: float
-    retry_schedule: config.RetrySchedule
-    """The job's retry schedule: a failed attempt's number to seconds until the next."""
-    give_up_on: tuple[type[BaseException], ...]
-    timing: policy.Timing
-    clock: Clock
-    redis_retry: retry.RetryPolicy
-    handle_signals: bool
-    _who: Holder
-    _hooks: Hooks
-    _logger: Any
-    _log: events.EventLog
-    _lease_ms: int
-    _retention_ms: int
-    _member: Member
-    _view: View
-    _contenders: Contenders
-
-    def _configure(
-        self, base: type, *, namespace: str, lock_timeout: float, max_attempts: int,
-        owner: str | None, retention: float, retry_delay: RetryDelay,
-        give_up_on: type[BaseException] | tuple[type[BaseException], ...], clock: Clock | None,
-        logger: Any, redis_retry: retry.RetryPolicy | None, handle_signals: bool,
-        role: Role | str, backup_delay: float, hooks: dict[str, Any],
-    ) -> None:
-        w = self
-        w.namespace = check_name(namespace, "namespace")
-        w.role, w.backup_delay = policy.check_role(role, backup_delay)
-        w.lock_timeout = lease(lock_timeout, "lock_timeout")
-        w.max_attempts = int(positive(max_attempts, "max_attempts", integer=True))
-        w.owner = check_name(owner, "owner") if owner is not None else default_owner()
-        w.run_id = new_run()
-        w._who = Holder(w.owner, w.run_id)
-        w.retention = positive(retention, "retention")
-        if w.retention <= w.lock_timeout:
-            raise InvalidConfig(
-                f"retention must be longer than lock_timeout ({w.lock_timeout}s), "
-                f"got {retention!r}"
-            )
-        w.retry_schedule = config.retry_delay(retry_delay)
-        w.give_up_on = config.give_up_on(give_up_on)
-        w._hooks = Hooks(w, base, hooks)
-        w.timing = policy.Timing(
-            w.lock_timeout, min(1.0, w.lock_timeout / 4),
-            w.backup_delay if w.role is Role.BACKUP else 0.0,
-        )
-        w.clock = clock or SystemClock()
-        w.redis_retry = redis_retry or retry.DEFAULT
-        w.handle_signals = handle_signals
-        w._logger = logger
-        w._log = events.logger(
-            events.WORKER, logger, namespace=w.namespace, owner=w.owner, run=w.run_id
-        )
-        w._lease_ms = max(1, round(w.lock_timeout * 1000))
-        w._retention_ms = max(1, round(w.retention * 1000))
-        host, pid = this_process()
-        w._member = Member(w.role, w.owner, w.run_id, host, pid, w._lease_ms)
-        w._view = View(w.lock_timeout, watch=w.role is Role.BACKUP, me=w._member)
-        w._contenders = Contenders()
-
 
 class Worker(WorkerSettings):
     """Runs jobs so that one process at a time does each, and a backup takes over.
