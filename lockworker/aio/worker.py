@@ -34,7 +34,7 @@ from lockworker.clock import Clock
 from lockworker.config import RetryDelay
 from lockworker.daemons import deadletter, redrive
 from lockworker.daemons.job import Job
-from lockworker.daemons.settings import DAY, RUNS_JOBS, WorkerSettings
+from lockworker.daemons.settings import DAY, DONE_RETENTION, RUNS_JOBS, WorkerSettings
 from lockworker.errors import InvalidConfig, JobNotFound
 from lockworker.model.codec import payload_view
 from lockworker.model.keys import JobKeys
@@ -83,6 +83,7 @@ class Worker(WorkerSettings):
         max_attempts: int = 5,
         owner: str | None = None,
         retention: float = DAY,
+        done_retention: float = DONE_RETENTION,
         retry_delay: RetryDelay = None,
         give_up_on: type[BaseException] | tuple[type[BaseException], ...] = (),
         clock: Clock | None = None,
@@ -109,6 +110,7 @@ class Worker(WorkerSettings):
         self._configure(
             Worker, namespace=namespace, lock_timeout=lock_timeout,
             max_attempts=max_attempts, owner=owner, retention=retention,
+            done_retention=done_retention,
             retry_delay=retry_delay, give_up_on=give_up_on, clock=clock, logger=logger,
             redis_retry=redis_retry,
             handle_signals=handle_signals, role=role, backup_delay=backup_delay,

@@ -19,6 +19,7 @@ from lockworker.cli.common import (
 from lockworker.cli.history import confirm, reset_state_main
 from lockworker.cli.status import selected
 from lockworker.daemons.redrive import reset_job
+from lockworker.daemons.settings import DONE_RETENTION
 from lockworker.daemons.sources import submit
 from lockworker.errors import ForeignValueError, InvalidConfig
 from lockworker.model.keys import JobKeys
@@ -148,7 +149,8 @@ def reset_in_state(args: argparse.Namespace) -> int:
     client = connect(redis_url(args.redis))
     try:
         wanted = argparse.Namespace(
-            namespace=args.namespace, job=None, state=args.state, retention=args.retention
+            namespace=args.namespace, job=None, state=args.state, retention=args.retention,
+            done_retention=DONE_RETENTION,
         )
         rows = selected(client, wanted)
     finally:

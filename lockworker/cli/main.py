@@ -24,6 +24,7 @@ from lockworker.cli import (
     check,
     dashboard,
     history,
+    kept,
     logs,
     schedule,
     server,
@@ -186,6 +187,7 @@ def _add_run(sub: argparse._SubParsersAction[Parser], common: Parser) -> None:
         help="Worker only: attempts before giving a job up (default: 5)",
     )
     schedule.add_options(run)
+    kept.add_run_options(run, positive_float)
     run.add_argument(
         "--concurrency", type=positive_int, metavar="N",
         help="Worker only: jobs run at a time (default: 4)",
@@ -225,9 +227,6 @@ def _add_run(sub: argparse._SubParsersAction[Parser], common: Parser) -> None:
     check.add_run_option(run)
 
 
-RETENTION_HELP = "(default: 86400, one day)"
-
-
 def _add_jobs(sub: argparse._SubParsersAction[Parser], common: Parser) -> None:
     submit = sub.add_parser(
         "submit", parents=[common], help="add a job to a stream",
@@ -256,11 +255,7 @@ def _add_jobs(sub: argparse._SubParsersAction[Parser], common: Parser) -> None:
         "many more there are",
     )
     shown.add_argument("--all", action="store_true", help="every row in the table")
-    status.add_argument(
-        "--retention", type=positive_float, default=86400.0, metavar="SECONDS",
-        help="the workers' retention, to tell a job's age from its key's time to live "
-        + RETENTION_HELP,
-    )
+    kept.add_age_options(status, positive_float, "")
     history.add_status_options(status)
 
     reset = sub.add_parser(
@@ -277,7 +272,7 @@ def _add_jobs(sub: argparse._SubParsersAction[Parser], common: Parser) -> None:
     reset.add_argument("--force", action="store_true", help="reset even while it is held")
     reset.add_argument(
         "--retention", type=positive_float, default=86400.0, metavar="SECONDS",
-        help="how long the reset state is kept " + RETENTION_HELP,
+        help="how long the reset state is kept " + kept.RETENTION_HELP,
     )
 
 

@@ -4,8 +4,9 @@ Jobs are found by SCAN over their state keys (never KEYS, which blocks the serve
 cluster, SCAN on every master), read in batches, each batch in one Lua script so a row
 is one consistent moment (on a cluster, a batch holds the jobs of one hash slot).
 A job's age is how long ago its state key was last written: the workers write it with a
-time to live of ``retention`` (default one day), so age = retention - time left. Pass
-the workers' ``--retention`` if they use another. Leaders are read with
+time to live of ``retention`` (default one day; a DONE one, ``done_retention``, one
+hour), so age = that - time left. Pass the workers' ``--retention`` and
+``--done-retention`` if they use others. Leaders are read with
 :meth:`lockworker.Leader.current`, their age from the term's recorded start. The
 workers alive in each namespace (primaries and backups, as they registered:
 :mod:`lockworker.model.presence`) are read from the namespace's presence set.
@@ -30,6 +31,7 @@ from lockworker.cli import summary
 from lockworker.cli.cells import aligned, duration, natural, printable
 from lockworker.cli.common import EXIT_OK, connect, redis_url
 from lockworker.cli.history import cut, history_table, last_error, record_json
+from lockworker.cli.kept import Kept, kept
 from lockworker.cli.workers import worker_rows, workers_table
 from lockworker.clock import wall_time
 from lockworker.daemons.leader import NAMESPACE as LEADERS
@@ -106,7 +108,7 @@ return out
 
 
 def job_rows(
-    client: redis.Redis, keys: list[tuple[str, str, str]], retention: float
+    client: redis.Redis, keys: list[tuple[str, str, str]], retention: Kept
 ) -> list[Row]:
     """Read ``keys`` (state key, namespace, id) in batches; one row each."""
     rows: list[Row] = []
@@ -178,10 +180,10 @@ def job_age(state_ttl: object, retention: float) -> float | None:
 
 
 def _job_row(
-    namespace: str, job_id: str, replies: list[Any], retention: float, now_ms: int
+    namespace: str, job_id: str, replies: list[Any], retention: Kept, now_ms: int
 ) -> Row:
     raw_state, raw_lock, lock_ttl, state_ttl, records = replies
-    age = job_age(state_ttl, retention)
+    age = job_age(state_ttl, retention.retention)
     if isinstance(raw_state, Exception) or isinstance(raw_lock, Exception):
         return Row("job", namespace, job_id, "foreign", None, None, 0, None, age)
     decoded = None if raw_state is None else decode_state(raw_state)
@@ -191,6 +193,7 @@ def _job_row(
         return Row("job", namespace, job_id, "foreign", None, None, 0, None, age)
     pttl = int(lock_ttl) if isinstance(lock_ttl, int) and lock_ttl >= 0 else None
     seen = snapshot_of(decoded, lock, pttl, now_ms)
+    age = job_age(state_ttl, retention.of(seen.status.value))
     state = "held" if seen.holder is not None else seen.status.value
     holder = seen.holder if seen.holder is not None else (seen.owner or None)
     lease = seen.pttl_ms / 1000.0 if seen.pttl_ms is not None else None
@@ -230,7 +233,7 @@ def leader_rows(client: redis.Redis) -> list[Row]:
     return sorted(rows, key=lambda r: natural(r.id))
 
 
-def collect(client: redis.Redis, namespace: str | None, retention: float) -> list[Row]:
+def collect(client: redis.Redis, namespace: str | None, retention: Kept) -> list[Row]:
     """Leaders (unless another namespace than theirs was asked for), then jobs, sorted
     naturally."""
     rows: list[Row] = []
@@ -276,7 +279,7 @@ def selected(client: redis.Redis, args: argparse.Namespace) -> list[Row]:
         (k for k in state_keys(client, args.namespace) if args.job in (None, k[2])),
         key=lambda k: (natural(k[1]), natural(k[2])),
     )
-    return [r for r in job_rows(client, keys, args.retention) if args.state in (None, r.state)]
+    return [r for r in job_rows(client, keys, kept(args)) if args.state in (None, r.state)]
 
 
 def histories(client: redis.Redis, rows: list[Row]) -> dict[tuple[str, str], Any]:
@@ -298,7 +301,7 @@ def main(args: argparse.Namespace) -> int:
                 found = histories(client, rows)
         else:
             workers = worker_rows(client, args.namespace)
-            rows = collect(client, args.namespace, args.retention)
+            rows = collect(client, args.namespace, kept(args))
     finally:
         client.close()
     if args.json:

@@ -26,7 +26,13 @@ from lockworker.daemons import deadletter
 from lockworker.daemons.job import Job
 from lockworker.daemons.jobrun import SERVING, JobRun
 from lockworker.daemons.serve import serve
-from lockworker.daemons.settings import DAY, RUNS_JOBS, WorkerSettings, make_protocol
+from lockworker.daemons.settings import (
+    DAY,
+    DONE_RETENTION,
+    RUNS_JOBS,
+    WorkerSettings,
+    make_protocol,
+)
 from lockworker.model.codec import payload_view
 from lockworker.model.keys import JobKeys
 from lockworker.model.state import Durability, Outcome, ProtocolKind, Reset, Role, Snapshot
@@ -57,7 +63,11 @@ class Worker(WorkerSettings):
         ``on_acquired`` runs, so it bounds the takeover time after a crash, not the job.
     :param max_attempts: attempts (by any process) before the job is given up.
     :param owner: this process's id in Redis and logs; default ``host:pid:random``.
-    :param retention: seconds that DONE/GAVE_UP (and the attempt count) are kept.
+    :param retention: seconds that a given-up job (a dead letter) and a pending job's
+        attempt count are kept.
+    :param done_retention: seconds that a DONE job's record is kept (default one hour):
+        a duplicate of the id within it is recognised (``DONE_ELSEWHERE``); after it,
+        the id runs again, with a larger token (docs/guarantees.md).
     :param retry_delay: the job's retry schedule: when its next attempt may start after
         a failure, in any process (the fail step records it on the server). Seconds, a
         tenacity wait strategy, or a function of the failed attempt's number returning
@@ -94,6 +104,7 @@ class Worker(WorkerSettings):
         max_attempts: int = 5,
         owner: str | None = None,
         retention: float = DAY,
+        done_retention: float = DONE_RETENTION,
         retry_delay: RetryDelay = None,
         give_up_on: type[BaseException] | tuple[type[BaseException], ...] = (),
         clock: Clock | None = None,
@@ -116,6 +127,7 @@ class Worker(WorkerSettings):
         self._configure(
             Worker, namespace=namespace, lock_timeout=lock_timeout,
             max_attempts=max_attempts, owner=owner, retention=retention,
+            done_retention=done_retention,
             retry_delay=retry_delay, give_up_on=give_up_on, clock=clock, logger=logger,
             redis_retry=redis_retry,
             handle_signals=handle_signals, role=role, backup_delay=backup_delay,

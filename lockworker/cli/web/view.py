@@ -31,10 +31,12 @@ import structlog
 
 from lockworker.cli import status
 from lockworker.cli.cells import natural
+from lockworker.cli.kept import Kept
 from lockworker.cli.status import Row
 from lockworker.cli.workers import WorkerRow, worker_rows
 from lockworker.clock import Clock, SystemClock, wall_time
 from lockworker.daemons.redrive import reset_job
+from lockworker.daemons.settings import DAY, DONE_RETENTION
 from lockworker.errors import ForeignValueError
 from lockworker.model.history import handed_over
 from lockworker.model.keys import JobKeys
@@ -171,11 +173,13 @@ class Collector:
     password) that must never appear in an error shown."""
 
     def __init__(
-        self, client: redis.Redis, *, retention: float = 86400.0, refresh: float = 1.0,
+        self, client: redis.Redis, *, retention: float = DAY, refresh: float = 1.0,
+        done_retention: float = DONE_RETENTION,
         namespace: str | None = None, masked: Sequence[str] = (), clock: Clock | None = None,
     ) -> None:
         self.client = client
         self.retention = retention
+        self.kept = Kept(retention, done_retention)
         self.refresh = refresh
         self.namespace = namespace
         self.masked = tuple(m for m in masked if m)
@@ -216,7 +220,7 @@ class Collector:
                     status.state_keys(self.client, self.namespace),
                     key=lambda k: (natural(k[1]), natural(k[2])),
                 )
-                jobs = status.job_rows(self.client, keys, self.retention)
+                jobs = status.job_rows(self.client, keys, self.kept)
             except (redis.RedisError, OSError) as exc:
                 error = self.mask(f"{type(exc).__name__}: {exc}")
                 log.warning("dashboard.read_failed", error=error)
