@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from lockworker.cli.cells import aligned, duration, printable
-from lockworker.model.footprint import Footprint, Share
+from lockworker.model.footprint import Footprint, Share, size
 from lockworker.runtime import footprint
 
 MAX_ROWS = 20
@@ -21,20 +21,6 @@ HEADER = ("NAMESPACE", "KIND", "KEYS", "BYTES")
 def read(client: Any, namespace: str | None = None) -> Footprint:
     """The server's footprint (every namespace's; only ``namespace``'s shares if given)."""
     return footprint.sample(client).of(namespace)
-
-
-def size(count: float | None) -> str:
-    """``205 B``, ``12.3 KiB``, ``16.5 GiB``; ``?`` when unknown."""
-    if count is None:
-        return "?"
-    value = float(count)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(value) < 1024 or unit == "GiB":
-            break
-        value /= 1024
-    if unit == "B":
-        return f"{value:.0f} B"
-    return f"{value:.1f} {unit}"
 
 
 def number(count: float) -> str:

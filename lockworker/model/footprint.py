@@ -28,6 +28,18 @@ from dataclasses import dataclass, field
 from lockworker.model.keys import PREFIX, Space, unescape
 
 
+def size(count: float | None) -> str:
+    """``205 B``, ``12.3 KiB``, ``16.5 GiB``; ``?`` when unknown."""
+    if count is None:
+        return "?"
+    value, unit = float(count), "B"
+    for unit in ("B", "KiB", "MiB", "GiB"):  # the unit reached is the one shown
+        if abs(value) < 1024 or unit == "GiB":
+            break
+        value /= 1024
+    return f"{value:.0f} B" if unit == "B" else f"{value:.1f} {unit}"
+
+
 class Kind(str, enum.Enum):
     """What a key is for, as ``lockworker status`` and the dashboard count it."""
 

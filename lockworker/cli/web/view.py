@@ -10,7 +10,9 @@ many jobs there are.
 Between two reads it compares who held each job and each leadership: a job (or a term)
 whose holder changed to another process with a greater fencing token was handed over,
 and the :class:`Handover` is kept (the newest :data:`KEPT` of them) for the page to
-show as it happens. A job's attempt history (``Snapshot.history``, where the library
+show as it happens. What the server holds (:mod:`lockworker.cli.footprint`: keys and
+bytes per namespace by kind, from a bounded sample) is read at most every
+:data:`MEMORY_EVERY` seconds. A job's attempt history (``Snapshot.history``, where the library
 records one) is read when a page shows the job.
 """
 
@@ -26,11 +28,12 @@ from typing import Any
 import redis
 import structlog
 
-from lockworker.cli import status
+from lockworker.cli import footprint, status
 from lockworker.cli.cells import natural
 from lockworker.cli.status import Row, WorkerRow
 from lockworker.clock import Clock, SystemClock, wall_time
 from lockworker.errors import ForeignValueError
+from lockworker.model.footprint import Footprint
 from lockworker.model.keys import JobKeys
 from lockworker.model.state import Reset, Snapshot
 from lockworker.protocol import ScriptProtocol
@@ -41,6 +44,8 @@ KEPT = 100
 """How many handovers the dashboard remembers (the newest)."""
 BUSY = 3.0
 """A read is followed by at least BUSY times its own duration of rest."""
+MEMORY_EVERY = 30.0
+"""Seconds between two samples of what the server holds (memory moves slowly)."""
 
 log = structlog.get_logger("lockworker.cli.web")
 
@@ -76,6 +81,8 @@ class View:
     """Why the read failed (the previous rows are kept), with any password masked."""
     counts: dict[str, dict[str, int]] = field(default_factory=dict)
     """namespace -> state -> number of jobs."""
+    memory: Footprint | None = None
+    """What the server holds, as last sampled (None before the first sample)."""
 
     def select(
         self, *, namespace: str | None = None, state: str | None = None, query: str = ""
@@ -162,6 +169,7 @@ class Collector:
         self._reading = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._memory: tuple[float, Footprint] | None = None
 
     def mask(self, message: str) -> str:
         for secret in self.masked:
@@ -197,11 +205,12 @@ class Collector:
                 with self._lock:
                     old = self._view
                     self._view = View(wall_time(), old.read_seconds, old.leaders, old.workers,
-                                      old.jobs, error, old.counts)
+                                      old.jobs, error, old.counts, old.memory)
                     return self._view
+            memory = self.memory(started)
             took = self.clock.monotonic() - started
             view = View(wall_time(), took, tuple(leaders), tuple(workers), tuple(jobs),
-                        None, count(jobs))
+                        None, count(jobs), memory)
             found, seen = handovers(self._seen, [*leaders, *jobs], view.taken_at)
             with self._lock:
                 self._view, self._seen = view, seen
@@ -211,6 +220,20 @@ class Collector:
                          id=handover.id, before=handover.before, after=handover.after,
                          token=handover.token)
             return view
+
+    def memory(self, now: float) -> Footprint | None:
+        """What the server holds: sampled again once :data:`MEMORY_EVERY` seconds have
+        passed since the last sample; the last one kept if this one fails."""
+        last = self._memory
+        if last is not None and now - last[0] < MEMORY_EVERY:
+            return last[1]
+        try:
+            found = footprint.read(self.client, self.namespace)
+        except (redis.RedisError, OSError) as exc:
+            log.warning("dashboard.memory_failed", error=self.mask(f"{type(exc).__name__}: {exc}"))
+            return None if last is None else last[1]
+        self._memory = (now, found)
+        return found
 
     def start(self) -> None:
         """Read once now, then keep reading in a daemon thread until :meth:`stop`."""
