@@ -272,7 +272,7 @@ def memory_limit(maxmemory: int | None, system: int | None) -> tuple[int, str] |
     if maxmemory:
         return maxmemory, "maxmemory"
     if maxmemory == 0 and system:
-        return system, "host memory (no maxmemory)"
+        return system, "host memory"
     return None
 
 
@@ -287,7 +287,8 @@ def memory_use(used: int | None, maxmemory: int | None, system: int | None) -> F
                        "is unknown", "ask the service for its memory limit")
     bound, what = limit
     ratio = used / bound
-    value = f"used {size(used)} of {size(bound)} {what} ({ratio:.0%})"
+    value = f"used {size(used)} of {size(bound)} {what} ({ratio:.0%})" + (
+        ", no maxmemory set" if what == "host memory" else "")
     if ratio > MEMORY_HIGH:
         return Finding(MEMORY, Status.WARNING, value, f"more than {MEMORY_HIGH:.0%} of "
                        f"the {what} is used: once it is full, every step is refused (or, "
@@ -307,16 +308,15 @@ def memory_growth(
     rate: they move only with data, not with clients' buffers. An upper bound while old
     records are not yet expiring (the first ``retention`` of a new load); at a steady
     state they expire as fast as they come, the count stops growing, and so does this."""
-    if None in (keys_before, keys_after, used) or seconds <= 0:
+    if keys_before is None or keys_after is None or used is None or seconds <= 0:
         return _unknown(MEMORY_GROWTH, "key counts (INFO keyspace) nor used_memory")
-    assert keys_before is not None and keys_after is not None and used is not None
     added = keys_after - keys_before
     if added <= 0:
-        return Finding(MEMORY_GROWTH, Status.OK, f"{added:+d} keys in {seconds:.0f} s",
+        return Finding(MEMORY_GROWTH, Status.OK, f"{added:+d} keys in {_secs(seconds)}",
                        "the key count is not growing: records expire as fast as they come")
     per_key = (dataset if dataset else used) / keys_after
     day = added / seconds * DAY * per_key
-    value = (f"{added:+d} keys in {seconds:.0f} s at {size(per_key)} a key: a day adds "
+    value = (f"{added:+d} keys in {_secs(seconds)} at {size(per_key)} a key: a day adds "
              f"{size(day)} to {size(used)}")
     limit = memory_limit(maxmemory, system)
     if limit is None:
@@ -332,6 +332,10 @@ def memory_growth(
                        measure=(used + day) / bound)
     return Finding(MEMORY_GROWTH, Status.OK, f"{value}, within {size(bound)} {what}",
                    "a day at this rate fits", measure=(used + day) / bound)
+
+
+def _secs(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds >= 10 else f"{seconds:.1f} s"
 
 
 def worst(findings: Iterable[Finding]) -> Status:

@@ -17,7 +17,7 @@ GIB = 1 << 30
     [
         (79 * MIB, 100 * MIB, None, Status.OK, "of 100.0 MiB maxmemory (79%)"),
         (81 * MIB, 100 * MIB, 64 * GIB, Status.WARNING, "of 100.0 MiB maxmemory (81%)"),
-        (7 * GIB, 0, 8 * GIB, Status.WARNING, "8.0 GiB host memory (no maxmemory)"),
+        (7 * GIB, 0, 8 * GIB, Status.WARNING, "8.0 GiB host memory (88%), no maxmemory set"),
         (1 * GIB, 0, 8 * GIB, Status.OK, "host memory"),
         (1 * GIB, 0, None, Status.UNKNOWN, "used 1.0 GiB"),
         (1 * GIB, None, None, Status.UNKNOWN, "used 1.0 GiB"),
@@ -75,6 +75,7 @@ def test_without_a_limit_or_a_reading_growth_is_unknown() -> None:
     assert growth(keys_after=103_000, maxmemory=0, system=64 * GIB).status is Status.OK
     assert growth(keys_before=None).status is Status.UNKNOWN
     assert growth(seconds=0.0).status is Status.UNKNOWN
+    assert growth(seconds=1.04).value == "+0 keys in 1.0 s"
 
 
 def test_settings_read_memory_and_keys_from_info() -> None:
