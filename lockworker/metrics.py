@@ -31,7 +31,10 @@ The metric names and labels below are a public contract (docs/daemons.md, "Metri
   (at start and every few minutes): 0 ok, 1 warning, 2 unknown, 3 failure (alert on
   ``lockworker_server_check{check="eviction"} == 3``);
 - ``lockworker_server_evicted_keys{server}``: the keys the server evicted since it
-  started (``INFO stats``), as last checked (alert on any increase).
+  started (``INFO stats``), as last checked (alert on any increase);
+- ``lockworker_server_memory_used_ratio{server}``: the server's ``used_memory`` over
+  its ``maxmemory`` (else over its host's memory), as last checked (alert above 0.8,
+  where ``lockworker check`` warns).
 
 Only this module imports ``prometheus_client``; without it, importing this module
 raises :class:`~lockworker.errors.ExtraNotInstalled` naming the install line.
@@ -164,7 +167,8 @@ class Metrics:
     The attributes are the ``prometheus_client`` metrics, for reading in tests or
     adding to: ``outcomes``, ``attempt_duration``, ``handover_wait``,
     ``takeover_latency``, ``leases_held``, ``leader``, ``leader_elections``,
-    ``leader_lost``, ``redis_retries``, ``redis_unavailable``.
+    ``leader_lost``, ``redis_retries``, ``redis_unavailable``, ``server_check``,
+    ``evicted_keys``, ``memory_used``.
     """
 
     def __init__(self, registry: CollectorRegistry, clock: Clock) -> None:
@@ -228,8 +232,13 @@ class Metrics:
             "Keys the server evicted since it started (INFO stats), as last checked.",
             ["server"], registry=registry,
         )
+        self.memory_used = Gauge(
+            "lockworker_server_memory_used_ratio",
+            "The server's used memory over its maxmemory (else its host's memory), as "
+            "last checked.", ["server"], registry=registry,
+        )
         self._collectors = (
-            self.outcomes, self.attempt_duration, self.handover_wait,
+            self.memory_used, self.outcomes, self.attempt_duration, self.handover_wait,
             self.takeover_latency, self.leases_held, self.leader, self.redis_retries,
             self.server_check, self.evicted_keys, self.leader_elections, self.leader_lost,
             self.redis_unavailable,
@@ -288,6 +297,9 @@ class Metrics:
         value = str(fields.get("value", ""))
         if check == "evicted_keys" and value.isdigit():
             self.evicted_keys.labels(server).set(int(value))
+        measure = fields.get("measure")
+        if check == "memory" and isinstance(measure, (int, float)):
+            self.memory_used.labels(server).set(measure)
 
     def _job(self, event: str, fields: Mapping[str, Any]) -> None:
         namespace = fields.get("namespace")

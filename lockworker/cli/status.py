@@ -9,7 +9,8 @@ hour), so age = that - time left. Pass the workers' ``--retention`` and
 ``--done-retention`` if they use others. Leaders are read with
 :meth:`lockworker.Leader.current`, their age from the term's recorded start. The
 workers alive in each namespace (primaries and backups, as they registered:
-:mod:`lockworker.model.presence`) are read from the namespace's presence set.
+:mod:`lockworker.model.presence`) are read from the namespace's presence set. Last,
+what the server holds, by namespace and kind, from a bounded sample (:mod:`.footprint`).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import redis
 from redis.cluster import RedisCluster
 from redis.crc import key_slot
 
-from lockworker.cli import summary
+from lockworker.cli import footprint, summary
 from lockworker.cli.cells import aligned, duration, natural, printable
 from lockworker.cli.common import EXIT_OK, connect, redis_url
 from lockworker.cli.history import cut, history_table, last_error, record_json
@@ -294,6 +295,7 @@ def histories(client: redis.Redis, rows: list[Row]) -> dict[tuple[str, str], Any
 def main(args: argparse.Namespace) -> int:
     client = connect(redis_url(args.redis))
     found: dict[tuple[str, str], Any] = {}
+    held = None
     try:
         if jobs_only(args):
             workers, rows = [], selected(client, args)
@@ -302,6 +304,7 @@ def main(args: argparse.Namespace) -> int:
         else:
             workers = worker_rows(client, args.namespace)
             rows = collect(client, args.namespace, kept(args))
+            held = footprint.read(client, args.namespace)
     finally:
         client.close()
     if args.json:
@@ -315,6 +318,7 @@ def main(args: argparse.Namespace) -> int:
                 "leaders": [asdict(r) for r in rows if r.kind == "leader"],
                 "jobs": jobs,
                 "counts": summary.counts(rows),
+                **({} if held is None else {"memory": footprint.as_json(held)}),
             },
             sys.stdout, indent=2,
         )
@@ -331,4 +335,6 @@ def main(args: argparse.Namespace) -> int:
         print(history_table(records))
     if workers:
         print("\n" + workers_table(workers))
+    if held is not None:
+        print("\n" + "\n".join(footprint.lines(held)))
     return EXIT_OK

@@ -87,6 +87,12 @@ def test_ten_thousand_jobs_are_paged_and_a_page_loads_well_under_a_second() -> N
             counts = ask(base, "/").body
             assert 'ns=ns-1&amp;state=gave_up">2500<' in counts
             assert 'ns=ns-0&amp;state=gave_up">0<' in counts
+            memory = counts[counts.index('<section id="memory">'):]
+            memory = memory[:memory.index("</section>")]
+            assert "server memory: " in memory and "10,000 keys" in memory
+            assert re.search(r"<td>ns-3</td><td>job states</td><td class=\"count\">2,[0-9]{3}<",
+                             memory), memory
+            assert "bytes by MEMORY USAGE" in memory
         client.close()
 
 

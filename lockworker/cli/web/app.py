@@ -1,7 +1,8 @@
 """The dashboard's pages: a Starlette application over a :class:`~.view.Collector`.
 
 ``/``       leaders, live workers, jobs counted by state per namespace, handovers,
-            held jobs and given-up jobs (each list paged: ``?held=N``, ``?gave_up=N``);
+            held jobs and given-up jobs (each list paged: ``?held=N``, ``?gave_up=N``),
+            and what the server holds (keys and bytes per namespace by kind);
 ``/jobs``   every job, filtered by namespace, state and part of the id, paged;
 ``/job``    one job (``?ns=&id=``): its state, holder, lease and attempt history;
 ``/reset``, ``/reset-gave-up``   POST only, and only with ``allow_reset``;
@@ -35,6 +36,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
 from lockworker import __version__
+from lockworker.cli import footprint
 from lockworker.cli.cells import duration
 from lockworker.cli.web import guard
 from lockworker.cli.web.view import STATES, Collector
@@ -117,7 +119,7 @@ def templates() -> Jinja2Templates:
     )
     env.filters.update(duration=duration, timestamp=timestamp)
     env.globals.update(job_link=job_link, with_query=with_query, STATES=STATES,
-                       version=__version__)
+                       version=__version__, footprint=footprint)
     return Jinja2Templates(env=env)
 
 

@@ -13,6 +13,8 @@ and the :class:`Handover` is kept (the newest :data:`KEPT` of them) for the page
 show as it happens. So that the panel does not start empty, the first read also reads
 the attempt histories of the :data:`SEEDED` most recently written jobs (bounded: no
 walk of every job) and keeps the handovers they record (:func:`recorded_handovers`).
+What the server holds (:mod:`lockworker.cli.footprint`: keys and bytes per namespace
+by kind, from a bounded sample) is read at most every :data:`MEMORY_EVERY` seconds.
 A job's attempt history (``Snapshot.history``, where the library
 records one) is read when a page shows the job.
 """
@@ -29,7 +31,7 @@ from typing import Any
 import redis
 import structlog
 
-from lockworker.cli import status
+from lockworker.cli import footprint, status
 from lockworker.cli.cells import natural
 from lockworker.cli.kept import Kept
 from lockworker.cli.status import Row
@@ -38,6 +40,7 @@ from lockworker.clock import Clock, SystemClock, wall_time
 from lockworker.daemons.redrive import reset_job
 from lockworker.daemons.settings import DAY, DONE_RETENTION
 from lockworker.errors import ForeignValueError
+from lockworker.model.footprint import Footprint
 from lockworker.model.history import handed_over
 from lockworker.model.keys import JobKeys
 from lockworker.model.redrive import Redrive
@@ -53,6 +56,8 @@ BUSY = 3.0
 SEEDED = 200
 """How many jobs' histories (the most recently written) the first read looks through
 for the handovers they record."""
+MEMORY_EVERY = 30.0
+"""Seconds between two samples of what the server holds (memory moves slowly)."""
 
 log = structlog.get_logger("lockworker.cli.web")
 
@@ -91,6 +96,8 @@ class View:
     """Why the read failed (the previous rows are kept), with any password masked."""
     counts: dict[str, dict[str, int]] = field(default_factory=dict)
     """namespace -> state -> number of jobs."""
+    memory: Footprint | None = None
+    """What the server holds, as last sampled (None before the first sample)."""
 
     def select(
         self, *, namespace: str | None = None, state: str | None = None, query: str = ""
@@ -192,6 +199,7 @@ class Collector:
         self._reading = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._memory: tuple[float, Footprint] | None = None
 
     def mask(self, message: str) -> str:
         for secret in self.masked:
@@ -227,11 +235,12 @@ class Collector:
                 with self._lock:
                     old = self._view
                     self._view = View(wall_time(), old.read_seconds, old.leaders, old.workers,
-                                      old.jobs, error, old.counts)
+                                      old.jobs, error, old.counts, old.memory)
                     return self._view
+            memory = self.memory(started)
             took = self.clock.monotonic() - started
             view = View(wall_time(), took, tuple(leaders), tuple(workers), tuple(jobs),
-                        None, count(jobs))
+                        None, count(jobs), memory)
             found, seen = handovers(self._seen, [*leaders, *jobs], view.taken_at)
             with self._lock:
                 self._view, self._seen = view, seen
@@ -241,6 +250,20 @@ class Collector:
                          id=handover.id, before=handover.before, after=handover.after,
                          token=handover.token)
             return view
+
+    def memory(self, now: float) -> Footprint | None:
+        """What the server holds: sampled again once :data:`MEMORY_EVERY` seconds have
+        passed since the last sample; the last one kept if this one fails."""
+        last = self._memory
+        if last is not None and now - last[0] < MEMORY_EVERY:
+            return last[1]
+        try:
+            found = footprint.read(self.client, self.namespace)
+        except (redis.RedisError, OSError) as exc:
+            log.warning("dashboard.memory_failed", error=self.mask(f"{type(exc).__name__}: {exc}"))
+            return None if last is None else last[1]
+        self._memory = (now, found)
+        return found
 
     def start(self) -> None:
         """Read once now (with the handovers the recent jobs' histories record), then
