@@ -52,6 +52,7 @@ SOAK: dict[str, dict[str, Any]] = {
     "group_sigstop": {"rounds": 12},
     "inline_sigkill": {"rounds": 30},
     "inline_sigstop": {"rounds": 12},
+    "shared_sigkill": {"rounds": 30},
 }
 """Soak sizes per scenario (the battery's sizes are the scenarios' defaults)."""
 
