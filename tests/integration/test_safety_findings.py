@@ -195,14 +195,14 @@ def test_tokens_past_two_to_the_fifty_three_stay_exact(
     assert state is not None and state.token == big + 1
 
 
-def test_tokens_do_not_restart_after_retention(
+def test_tokens_do_not_restart_after_the_done_window(
     make: Make, redis_client: redis.Redis, namespace: str, proto_name: str
 ) -> None:
     keys = JobKeys.of(namespace, "job")
     tokens: list[int] = []
     worker = make(
         lambda job: tokens.append(job.token), protocol=proto_name, lock_timeout=0.3,
-        retention=0.5,
+        done_retention=0.5,
     )
     assert worker.process("job") is Outcome.DONE
     wait_for(lambda: not redis_client.exists(keys.state), timeout=5)
