@@ -19,8 +19,8 @@ from lockworker.testing import RedisServer
 
 
 async def _serve(
-    server: RedisServer, client: redis.Redis, namespace: str, stream: str, owner: str,
-    ran: list[str], done: Any, *, group: str | None = None,
+    server: RedisServer, client: redis.Redis, namespace: str, stream: str, *, owner: str,
+    ran: list[str], done: Any, group: str | None = None,
 ) -> None:
     """Serve ``stream`` as ``owner`` with an asyncio worker until ``done()``."""
     aclient = redis.asyncio.Redis.from_url(server.url)
@@ -53,14 +53,14 @@ def test_an_asyncio_reader_behind_runs_nothing_its_namespace_finished(
     late.touch()  # registered at the start, then gone
     ids = [lockworker.submit(redis_client, stream, f"j{i}") for i in range(20)]
     first: list[str] = []
-    asyncio.run(_serve(redis_server, redis_client, namespace, stream, "a", first,
-                       lambda s: s.position() == ids[-1]))
+    asyncio.run(_serve(redis_server, redis_client, namespace, stream, owner="a", ran=first,
+                       done=lambda s: s.position() == ids[-1]))
     assert sorted(first) == sorted(f"j{i}" for i in range(20))
     _forget(redis_client, namespace)
     more = lockworker.submit(redis_client, stream, "after")
     again: list[str] = []
-    asyncio.run(_serve(redis_server, redis_client, namespace, stream, "late", again,
-                       lambda s: s.position() == more))
+    asyncio.run(_serve(redis_server, redis_client, namespace, stream, owner="late", ran=again,
+                       done=lambda s: s.position() == more))
     assert again == ["after"]
 
 
@@ -81,12 +81,12 @@ def test_an_asyncio_group_member_back_after_the_records_expired_runs_nothing_aga
 
     ids = [lockworker.submit(redis_client, stream, f"j{i}") for i in range(20)]
     ran: list[str] = []
-    asyncio.run(_serve(redis_server, redis_client, namespace, stream, "m", ran,
-                       acked(ids[-1]), group="g"))
+    asyncio.run(_serve(redis_server, redis_client, namespace, stream, owner="m", ran=ran,
+                       done=acked(ids[-1]), group="g"))
     assert sorted(ran) == sorted(f"j{i}" for i in range(20))
     _forget(redis_client, namespace)
     more = lockworker.submit(redis_client, stream, "after")
     again: list[str] = []
-    asyncio.run(_serve(redis_server, redis_client, namespace, stream, "m", again,
-                       acked(more), group="g"))
+    asyncio.run(_serve(redis_server, redis_client, namespace, stream, owner="m", ran=again,
+                       done=acked(more), group="g"))
     assert again == ["after"]
