@@ -8,7 +8,8 @@ time to live of ``retention`` (default one day), so age = retention - time left.
 the workers' ``--retention`` if they use another. Leaders are read with
 :meth:`lockworker.Leader.current`, their age from the term's recorded start. The
 workers alive in each namespace (primaries and backups, as they registered:
-:mod:`lockworker.model.presence`) are read from the namespace's presence set.
+:mod:`lockworker.model.presence`) are read from the namespace's presence set, and the
+fan-out readers of each stream from the stream's keys (:mod:`lockworker.cli.readers`).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import redis
 from redis.cluster import RedisCluster
 from redis.crc import key_slot
 
-from lockworker.cli import summary
+from lockworker.cli import readers, summary
 from lockworker.cli.cells import aligned, duration, natural, printable
 from lockworker.cli.common import EXIT_OK, connect, redis_url
 from lockworker.cli.history import cut, history_table, last_error, record_json
@@ -342,6 +343,7 @@ def histories(client: redis.Redis, rows: list[Row]) -> dict[tuple[str, str], Any
 def main(args: argparse.Namespace) -> int:
     client = connect(redis_url(args.redis))
     found: dict[tuple[str, str], Any] = {}
+    streams: list[readers.StreamRow] = []
     try:
         if jobs_only(args):
             workers, rows = [], selected(client, args)
@@ -350,6 +352,7 @@ def main(args: argparse.Namespace) -> int:
         else:
             workers = worker_rows(client, args.namespace)
             rows = collect(client, args.namespace, args.retention)
+            streams = readers.stream_rows(client, args.namespace)
     finally:
         client.close()
     if args.json:
@@ -360,6 +363,7 @@ def main(args: argparse.Namespace) -> int:
         json.dump(
             {
                 "workers": [asdict(w) for w in workers],
+                "streams": [asdict(s) for s in streams],
                 "leaders": [asdict(r) for r in rows if r.kind == "leader"],
                 "jobs": jobs,
                 "counts": summary.counts(rows),
@@ -379,4 +383,6 @@ def main(args: argparse.Namespace) -> int:
         print(history_table(records))
     if workers:
         print("\n" + workers_table(workers))
+    if streams:
+        print("\n" + readers.table(streams))
     return EXIT_OK

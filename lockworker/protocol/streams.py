@@ -104,7 +104,8 @@ end
 # ARGV[4] start for a new reader ('0-0', '$' or an entry id)   ARGV[5] the reader's
 # namespace ('' for none)
 # returns {the owner's saved position, its namespace's progress ('' for none), how
-# many ms of entries it was behind that progress (what it skips)}.
+# many ms of entries it was behind that progress (what it skips, of the entries still
+# in the stream)}.
 # Positions and progress only move forward. A reader of a namespace is never behind
 # its progress once touched: everything up to it is resolved in the namespace. One
 # that joins a namespace (new, forgotten, or of no namespace until now) starts at the
@@ -131,7 +132,9 @@ if ns ~= '' then
   end
   if g and less(pos, g) then
     local gm, pm = split(g), split(pos)
-    behind = tonumber(gm) - tonumber(pm)
+    local head = redis.call('XRANGE', KEYS[1], '-', '+', 'COUNT', 1)
+    if #head == 0 then pm = gm elseif less(pos, head[1][1]) then pm = split(head[1][1]) end
+    behind = math.max(0, tonumber(gm) - tonumber(pm))
     pos = g
   end
   redis.call('HSET', KEYS[5], ns, pos)

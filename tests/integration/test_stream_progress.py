@@ -7,16 +7,18 @@ Expiry of DONE records is simulated by deleting the jobs' keys.
 
 from __future__ import annotations
 
+import json
 import threading
 from typing import Any
 
+import pytest
 import redis
 from helpers import in_thread, wait_for
 
 import lockworker
 from lockworker import Job, StreamSource, Worker
 from lockworker.daemons.sources import PROGRESS, stream_keys
-from lockworker.protocol import streams
+from lockworker.protocol import streams, text
 from lockworker.runtime import events
 
 
@@ -283,3 +285,43 @@ def test_a_group_member_back_after_the_records_expired_runs_nothing_again(
     serve_group("m", lambda: acked(more))
     serve_group("n", lambda: acked(more))
     assert sorted(ran.jobs) == sorted([f"j{i}" for i in range(20)] + ["after"])
+
+
+def test_status_and_metrics_show_each_readers_lag_and_whether_trimming_waits_for_it(
+    redis_server: Any, redis_client: redis.Redis, namespace: str,
+    metrics_registry: Any, capsys: pytest.CaptureFixture[str],
+) -> None:
+    from lockworker.cli.main import main
+
+    stream = f"{namespace}-shown"
+    entries = stream_keys(stream).extra("entries")
+    ran = Ran()
+    dead = registered(redis_client, stream, "dead", worker(redis_client, namespace, "dead", ran))
+    old = StreamSource(redis_client, stream, owner="old", block=0.05)  # of no namespace
+    old.touch()
+    ids = [  # one entry a second, in 1970: the lags are exact
+        text(redis_client.xadd(entries, {"job_id": f"j{i}", "payload": "null"}, id=f"{i}000-0"))
+        for i in range(1, 11)
+    ]
+    serve_until(worker(redis_client, namespace, "a", ran), StreamSource(
+        redis_client, stream, owner="a", block=0.05), ids[-1])
+    assert main(["status", "--namespace", namespace, "--json", "--redis", redis_server.url]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    (shown,) = [s for s in doc["streams"] if s["stream"] == stream]
+    assert shown["progress"] == {namespace: ids[-1]} and shown["entries"] == 10
+    readers = {r["owner"]: r for r in shown["readers"]}
+    assert set(readers) == {"a", "dead"}  # "old" names no namespace: not this one's
+    assert readers["dead"]["behind"] == 9.0 and not readers["dead"]["trimming_waits"]
+    assert readers["a"]["behind"] == 0.0
+    assert main(["status", "--redis", redis_server.url]) == 0
+    lines = [line.split() for line in capsys.readouterr().out.splitlines() if stream in line]
+    assert next(r for r in lines if "old" in r)[-3:] == ["yes", "(no", "namespace)"]
+    assert next(r for r in lines if "dead" in r)[-1] == "no"
+
+    dead.touch()  # it comes back: skips 9 s of entries, and says so
+    old.touch()
+    labels = {"stream": stream, "namespace": namespace}
+    sample = metrics_registry.get_sample_value
+    assert sample("lockworker_stream_behind_seconds", labels) == 9.0
+    assert sample("lockworker_stream_trimming_waits", labels) == 0
+    assert sample("lockworker_stream_trimming_waits", {**labels, "namespace": ""}) == 1
