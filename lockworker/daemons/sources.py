@@ -71,8 +71,8 @@ __all__ = [
 
 STREAMS_NAMESPACE = "streams"
 READER_TTL = 6 * 3600.0
-"""Default ``reader_ttl``: a quarter of the worker's default ``retention`` (a day), so
-that a reader catching up after a long absence finds old jobs DONE, not forgotten."""
+"""Default ``reader_ttl``: how long a namespace's unfinished entries are kept after its
+last reader was seen (a reader of no namespace: the entries after its position)."""
 SAVE_EVERY = 0.05
 """Seconds between two saves of a reader's position while jobs resolve: a busy stream
 saves once per this many jobs resolved, not once per job (a crash repeats at most
@@ -144,8 +144,10 @@ class StreamSource:
     :param start: where a new owner (no saved position) starts: ``"0"`` everything
         still in the stream, ``"$"`` only jobs submitted from now on, or an entry id.
     :param reader_ttl: seconds a reader stays registered without touching the stream
-        (default six hours); a reader gone longer stops holding back trimming and loses
-        its position. Keep it below the workers' ``retention``.
+        (default six hours); a reader gone longer loses its position. A reader under
+        ``serve`` holds back only its namespace's unfinished entries, and skips what its
+        namespace resolved (the stream's progress, see the module); one of no namespace
+        holds trimming back at its own position while registered.
     :param redis_retry: retry policy for connection errors while reading or saving;
         when it runs out, :class:`~lockworker.RedisUnavailable` ends ``serve``.
     :param group: a consumer group's name: share the stream's entries with the other
