@@ -134,6 +134,7 @@ def _status(url: str, namespace: str, result: ScaleRun) -> None:
 
 
 def run(port: int, url: str, client: redis.Redis, jobs: int) -> ScaleRun:
+    from lockworker.cli.kept import Kept
     from lockworker.cli.status import collect
 
     namespace = f"bench-scale-{uuid.uuid4().hex[:8]}"
@@ -156,7 +157,7 @@ def run(port: int, url: str, client: redis.Redis, jobs: int) -> ScaleRun:
         result.memory_held_data = _data_memory(client) - data_before
         _status(url, namespace, result)
         started = time.monotonic()
-        rows = collect(client, namespace, 86400.0)
+        rows = collect(client, namespace, Kept())
         result.collect_seconds = time.monotonic() - started
         result.collect_rows = sum(1 for row in rows if row.kind == "job")
         for pipe in pipes:

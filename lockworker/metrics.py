@@ -36,7 +36,10 @@ The metric names and labels below are a public contract (docs/daemons.md, "Metri
   ``lockworker_stream_trimming_waits{stream,namespace}``: at this process's last save
   of its stream position (``stream.progress``), how far that position was behind its
   namespace's progress (what it then skipped), and 1 if trimming waits for its own
-  position (a reader of no namespace), 0 if only for its namespace's progress.
+  position (a reader of no namespace), 0 if only for its namespace's progress;
+- ``lockworker_server_memory_used_ratio{server}``: the server's ``used_memory`` over
+  its ``maxmemory`` (else over its host's memory), as last checked (alert above 0.8,
+  where ``lockworker check`` warns).
 
 Only this module imports ``prometheus_client``; without it, importing this module
 raises :class:`~lockworker.errors.ExtraNotInstalled` naming the install line.
@@ -170,8 +173,8 @@ class Metrics:
     The attributes are the ``prometheus_client`` metrics, for reading in tests or
     adding to: ``outcomes``, ``attempt_duration``, ``handover_wait``,
     ``takeover_latency``, ``leases_held``, ``leader``, ``leader_elections``,
-    ``leader_lost``, ``redis_retries``, ``redis_unavailable``, ``stream_behind``,
-    ``stream_trimming_waits``.
+    ``leader_lost``, ``redis_retries``, ``redis_unavailable``, ``server_check``,
+    ``evicted_keys``, ``memory_used``, ``stream_behind``, ``stream_trimming_waits``.
     """
 
     def __init__(self, registry: CollectorRegistry, clock: Clock) -> None:
@@ -247,8 +250,13 @@ class Metrics:
             "its namespace's progress.",
             ["stream", "namespace"], registry=registry,
         )
+        self.memory_used = Gauge(
+            "lockworker_server_memory_used_ratio",
+            "The server's used memory over its maxmemory (else its host's memory), as "
+            "last checked.", ["server"], registry=registry,
+        )
         self._collectors = (
-            self.outcomes, self.attempt_duration, self.handover_wait,
+            self.memory_used, self.outcomes, self.attempt_duration, self.handover_wait,
             self.takeover_latency, self.leases_held, self.leader, self.redis_retries,
             self.server_check, self.evicted_keys, self.leader_elections, self.leader_lost,
             self.redis_unavailable, self.stream_behind, self.stream_trimming_waits,
@@ -316,6 +324,9 @@ class Metrics:
         value = str(fields.get("value", ""))
         if check == "evicted_keys" and value.isdigit():
             self.evicted_keys.labels(server).set(int(value))
+        measure = fields.get("measure")
+        if check == "memory" and isinstance(measure, (int, float)):
+            self.memory_used.labels(server).set(measure)
 
     def _job(self, event: str, fields: Mapping[str, Any]) -> None:
         namespace = fields.get("namespace")

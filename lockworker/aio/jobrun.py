@@ -279,7 +279,7 @@ class AsyncJobRun(RunBase):
         # Shielded, as every settle step: a cancellation now must not leave the lease
         # to run out; the step completes and the cancellation goes on after it.
         settled = await asyncio.shield(self.call(
-            lambda: w.protocol.complete(self.keys, h.held, w._retention_ms), "mark job done"
+            lambda: w.protocol.complete(self.keys, h.held, w._done_retention_ms), "mark job done"
         ))
         return self.completed(h, settled)
 

@@ -220,7 +220,7 @@ async def _after(run: AsyncJobRun, h: Holding, reply: Any) -> Outcome:
     w = run.w
     if not isinstance(reply, Settle):
         reply = await asyncio.shield(run.call(
-            lambda: w.protocol.complete(run.keys, h.held, w._retention_ms), "mark job done"
+            lambda: w.protocol.complete(run.keys, h.held, w._done_retention_ms), "mark job done"
         ))
     await h.reports.done()
     outcome = run.completed(h, reply)

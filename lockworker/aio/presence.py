@@ -76,6 +76,13 @@ class AsyncPresence(PresenceBase):
             self.refresh_failed(exc, sent_at)
             return
         self.refreshed(steps.decode(reply), sent_at)
+        change = self.acting_change()
+        if change is not None:  # tried again at the next reading if it fails
+            with contextlib.suppress(*FAILURES):
+                await steps.ACT.acall(
+                    self.client, *steps.act_call(self.keys, self.member, change)
+                )
+                self.acting = change
 
     async def _run(self, stop: asyncio.Event) -> None:
         async with self._listening(stop) as message:

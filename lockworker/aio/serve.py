@@ -47,7 +47,7 @@ from lockworker.aio.jobrun import SERVING
 from lockworker.aio.slots import Seen, Slots
 from lockworker.aio.wake import wait
 from lockworker.config import count
-from lockworker.daemons import defer
+from lockworker.daemons import defer, redrive
 from lockworker.daemons.delivery import Together, together
 from lockworker.daemons.held import IDLE_WAIT, Sighting
 from lockworker.daemons.lane import open_to
@@ -71,6 +71,7 @@ class AsyncServable(Protocol):
     run_id: str
     _logger: Any
     _stop: threading.Event
+    _retention_ms: int
     _source_stops: set[threading.Event]
     _stop_events: set[asyncio.Event]
 
@@ -290,6 +291,8 @@ class _Server:
             return True
         if isinstance(result, lane.Pending):
             return False
+        if result is Outcome.GAVE_UP:
+            await redrive.keep_async(self.worker, delivery, self.log)
         if result in RESOLVED:
             await self.resolved(delivery)
         return True
@@ -310,6 +313,8 @@ class _Server:
         self._track(self._in_slot_again(delivery, outcome))
 
     async def settled(self, delivery: Delivery, outcome: Outcome) -> None:
+        if outcome is Outcome.GAVE_UP:
+            await redrive.keep_async(self.worker, delivery, self.log)
         if outcome in RESOLVED:
             await self.resolved(delivery)
         current = self.following(delivery)

@@ -32,9 +32,9 @@ from lockworker.aio.serve import serve
 from lockworker.aio.wake import AsyncWaits
 from lockworker.clock import Clock
 from lockworker.config import RetryDelay
-from lockworker.daemons import deadletter
+from lockworker.daemons import deadletter, redrive
 from lockworker.daemons.job import Job
-from lockworker.daemons.worker import DAY, WorkerSettings
+from lockworker.daemons.settings import DAY, DONE_RETENTION, RUNS_JOBS, WorkerSettings
 from lockworker.errors import InvalidConfig, JobNotFound
 from lockworker.model.codec import payload_view
 from lockworker.model.keys import JobKeys
@@ -83,6 +83,7 @@ class Worker(WorkerSettings):
         max_attempts: int = 5,
         owner: str | None = None,
         retention: float = DAY,
+        done_retention: float = DONE_RETENTION,
         retry_delay: RetryDelay = None,
         give_up_on: type[BaseException] | tuple[type[BaseException], ...] = (),
         clock: Clock | None = None,
@@ -109,6 +110,7 @@ class Worker(WorkerSettings):
         self._configure(
             Worker, namespace=namespace, lock_timeout=lock_timeout,
             max_attempts=max_attempts, owner=owner, retention=retention,
+            done_retention=done_retention,
             retry_delay=retry_delay, give_up_on=give_up_on, clock=clock, logger=logger,
             redis_retry=redis_retry,
             handle_signals=handle_signals, role=role, backup_delay=backup_delay,
@@ -167,6 +169,7 @@ class Worker(WorkerSettings):
         and :meth:`lockworker.Worker.process`. :meth:`serve` runs every job through
         this method, so a subclass may override it (``async def``) and await
         ``super().process(job_id, payload)``; its result is the job's."""
+        self._hooks.require(RUNS_JOBS)
         keys = JobKeys.of(self.namespace, job_id)
         if not SERVING.decoded(self, payload):  # a stream's payload is one already
             payload = payload_view(payload)
@@ -187,6 +190,7 @@ class Worker(WorkerSettings):
         exhausted or the worker is stopped, each job as :meth:`process` serves it (a
         subclass's override of it sees every job); see :mod:`lockworker.aio.serve`. First
         checks what :meth:`process` checks on first use (the Redis user's permissions)."""
+        self._hooks.require(RUNS_JOBS)
         self._started()
         await ready(self.client)
         await self._check_permissions(JobKeys.of(self.namespace, "-"))
@@ -241,19 +245,24 @@ class Worker(WorkerSettings):
         )
 
     async def reset(self, job_id: str, *, force: bool = False) -> bool:
-        """Make a known job pending again; see :meth:`lockworker.Worker.reset`."""
+        """Make a known job pending again, and re-drive it; see
+        :meth:`lockworker.Worker.reset`."""
         keys = JobKeys.of(self.namespace, job_id)
-        result = await self._call(
-            lambda: self.protocol.reset(keys, self._retention_ms, force=force), "reset job"
+        done = await self._call(
+            lambda: redrive.reset_job_async(
+                self.client, self.protocol, keys, self._retention_ms, force=force
+            ),
+            "reset job",
         )
-        if result is Reset.ABSENT:
+        if done.result is Reset.ABSENT:
             raise JobNotFound(f"no job {job_id!r} in namespace {self.namespace!r}")
-        return result is Reset.RESET
+        events.reset(self._log, done)
+        return done.reset
 
     async def reset_all(
         self, state: str = "gave_up", *, force: bool = False
     ) -> dict[str, Reset]:
-        """Reset every job of the namespace in ``state``; see
+        """Reset (and re-drive) every job of the namespace in ``state``; see
         :meth:`lockworker.Worker.reset_all`."""
         state = config.job_state(state)
         results: dict[str, Reset] = {}
@@ -262,14 +271,16 @@ class Worker(WorkerSettings):
             keys = deadletter.job_keys(raw, self.namespace)
             if keys is None or keys.job_id in results:
                 continue
-            result = await self._call(
-                lambda k=keys: self.protocol.reset(  # type: ignore[misc]
-                    k, self._retention_ms, force=force, expect=state
+            done = await self._call(
+                lambda k=keys: redrive.reset_job_async(  # type: ignore[misc]
+                    self.client, self.protocol, k, self._retention_ms, force=force,
+                    expect=state,
                 ),
                 f"reset job {keys.job_id!r}",
             )
-            if deadletter.reported(result):
-                results[keys.job_id] = result
+            events.reset(self._log, done)
+            if deadletter.reported(done.result):
+                results[keys.job_id] = done.result
         return results
 
     async def close(self) -> None:

@@ -12,7 +12,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from lockworker.cli import topology_urls
+from lockworker.cli import kept, topology_urls
 from lockworker.cli.common import EXIT_OK, EXIT_USAGE, CliError, connect, redis_url, safe_url
 
 ENV_TOKEN = "LOCKWORKER_DASHBOARD_TOKEN"
@@ -52,11 +52,7 @@ def add_parser(
         help="how often Redis is read and the page updated (never busier than a third "
         "of the time: reading many jobs spaces the reads out)",
     )
-    dash.add_argument(
-        "--retention", type=seconds, default=86400.0, metavar="SECONDS",
-        help="the workers' retention, to tell a job's age, and how long a reset state "
-        "is kept (default: 86400, one day)",
-    )
+    kept.add_age_options(dash, seconds, ", and how long a reset state is kept")
 
 
 def password_of(url: str) -> list[str]:
@@ -89,7 +85,8 @@ def main(args: argparse.Namespace) -> int:
     url = redis_url(args.redis)
     client = connect(url)
     collector = view.Collector(
-        client, retention=args.retention, refresh=args.refresh, namespace=args.namespace,
+        client, retention=args.retention, done_retention=args.done_retention,
+        refresh=args.refresh, namespace=args.namespace,
         masked=password_of(url),
     )
     application = app.create_app(collector, url=safe_url(url), token=token,

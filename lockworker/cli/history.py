@@ -1,6 +1,7 @@
 """Why a job failed, and what is dead: ``lockworker status --job ID`` (a table of its
 attempts), ``status --state STATE`` (the jobs in one state with their last error) and
-``reset --state STATE --namespace NS`` (re-drive every one of them, after asking)."""
+``reset --state STATE --namespace NS`` (reset and re-drive every one of them, after
+asking: :mod:`lockworker.daemons.redrive`)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from typing import Any, TextIO
 from lockworker.cli.cells import aligned, duration, printable
 from lockworker.cli.common import EXIT_FAILURE, EXIT_OK, CliError, connect, redis_url
 from lockworker.config import JOB_STATES
+from lockworker.daemons.redrive import reset_job
 from lockworker.errors import InvalidConfig
 from lockworker.model.history import (
     AttemptEnd,
@@ -20,6 +22,7 @@ from lockworker.model.history import (
     parse_record,
 )
 from lockworker.model.keys import JobKeys
+from lockworker.model.redrive import Redrive
 from lockworker.model.state import Reset
 from lockworker.protocol import ScriptProtocol
 
@@ -123,7 +126,7 @@ def reset_state_main(args: argparse.Namespace, rows: list[Any]) -> int:
         print("not reset")
         return EXIT_FAILURE
     client = connect(redis_url(args.redis))
-    results: dict[str, Reset] = {}
+    results: dict[str, Redrive] = {}
     try:
         protocol = ScriptProtocol(client)
         for row in rows:
@@ -131,15 +134,34 @@ def reset_state_main(args: argparse.Namespace, rows: list[Any]) -> int:
                 keys = JobKeys.of(args.namespace, row.id)
             except InvalidConfig:
                 continue
-            results[row.id] = protocol.reset(
-                keys, round(args.retention * 1000), force=args.force, expect=state
+            results[row.id] = reset_job(
+                client, protocol, keys, round(args.retention * 1000), force=args.force,
+                expect=state,
             )
     finally:
         client.close()
-    done = sum(1 for r in results.values() if r is Reset.RESET)
-    print(f"{done} job(s) in namespace {args.namespace!r} are pending again")
-    skipped = {job: r for job, r in results.items() if r is not Reset.RESET}
-    for job, result in skipped.items():
-        why = "held by a live process" if result is Reset.HELD else "changed meanwhile"
-        print(f"  not reset: {job!r} ({why})")
-    return EXIT_OK if not skipped else EXIT_FAILURE
+    print_resets(args.namespace, list(results.values()))
+    return EXIT_OK if all(r.reset for r in results.values()) else EXIT_FAILURE
+
+
+def print_resets(namespace: str, results: list[Redrive]) -> None:
+    """How many are pending again and how many were added to their stream again; each
+    one that nothing will run, with the command that submits it; each one not reset."""
+    done = [r for r in results if r.reset]
+    redriven = sum(1 for r in done if r.redriven)
+    print(
+        f"{len(done)} job(s) in namespace {namespace!r} are pending again"
+        + (f"; {redriven} added to their stream again" if redriven else "")
+    )
+    stranded = [r for r in done if r.stranded]
+    if stranded:
+        print(
+            f"  {len(stranded)} will not run until submitted again (their payload was "
+            "not kept: only a stream job that gave up keeps it):"
+        )
+        for result in stranded:
+            print(f"    {result.resubmit()}")
+    for result in results:
+        if not result.reset:
+            why = "held by a live process" if result.result is Reset.HELD else "changed meanwhile"
+            print(f"  not reset: {result.job_id!r} ({why})")

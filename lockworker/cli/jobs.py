@@ -18,6 +18,8 @@ from lockworker.cli.common import (
 )
 from lockworker.cli.history import confirm, reset_state_main
 from lockworker.cli.status import selected
+from lockworker.daemons.redrive import reset_job
+from lockworker.daemons.settings import DONE_RETENTION
 from lockworker.daemons.sources import submit
 from lockworker.errors import ForeignValueError, InvalidConfig
 from lockworker.model.keys import JobKeys
@@ -85,8 +87,9 @@ def describe(job_id: str, seen: Snapshot) -> str:
 
 
 def reset_main(args: argparse.Namespace) -> int:
-    """Make a resolved (or, with --force, held) job pending again, after asking; with
-    --state, every job of the namespace in that state."""
+    """Make a resolved (or, with --force, held) job pending again, after asking, and
+    re-drive it (:mod:`lockworker.daemons.redrive`); with --state, every job of the
+    namespace in that state."""
     if (args.job_id is None) == (args.state is None):
         raise CliError("give one JOB_ID, or --state STATE for every job in that state")
     if not args.yes and not sys.stdin.isatty():
@@ -121,17 +124,19 @@ def reset_main(args: argparse.Namespace) -> int:
         if not args.yes and not confirm(question, sys.stdin, sys.stdout):
             print("not reset")
             return EXIT_FAILURE
-        done = protocol.reset(keys, round(args.retention * 1000), force=args.force)
+        done = reset_job(
+            client, protocol, keys, round(args.retention * 1000), force=args.force
+        )
     finally:
         client.close()
-    if done is Reset.ABSENT:
+    if done.result is Reset.ABSENT:
         raise CliError(
             f"no job {args.job_id!r} in namespace {args.namespace!r}; nothing to reset",
             EXIT_FAILURE,
         )
-    if done is Reset.HELD:
+    if done.result is Reset.HELD:
         raise CliError(f"job {args.job_id!r} was taken meanwhile; not reset", EXIT_FAILURE)
-    print(f"job {args.job_id!r} in namespace {args.namespace!r} is pending again")
+    print(done.describe(args.namespace))
     return EXIT_OK
 
 
@@ -144,7 +149,8 @@ def reset_in_state(args: argparse.Namespace) -> int:
     client = connect(redis_url(args.redis))
     try:
         wanted = argparse.Namespace(
-            namespace=args.namespace, job=None, state=args.state, retention=args.retention
+            namespace=args.namespace, job=None, state=args.state, retention=args.retention,
+            done_retention=DONE_RETENTION,
         )
         rows = selected(client, wanted)
     finally:

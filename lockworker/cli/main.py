@@ -24,6 +24,7 @@ from lockworker.cli import (
     check,
     dashboard,
     history,
+    kept,
     logs,
     schedule,
     server,
@@ -186,6 +187,7 @@ def _add_run(sub: argparse._SubParsersAction[Parser], common: Parser) -> None:
         help="Worker only: attempts before giving a job up (default: 5)",
     )
     schedule.add_options(run)
+    kept.add_run_options(run, positive_float)
     run.add_argument(
         "--concurrency", type=positive_int, metavar="N",
         help="Worker only: jobs run at a time (default: 4)",
@@ -225,9 +227,6 @@ def _add_run(sub: argparse._SubParsersAction[Parser], common: Parser) -> None:
     check.add_run_option(run)
 
 
-RETENTION_HELP = "(default: 86400, one day)"
-
-
 def _add_jobs(sub: argparse._SubParsersAction[Parser], common: Parser) -> None:
     submit = sub.add_parser(
         "submit", parents=[common], help="add a job to a stream",
@@ -256,19 +255,16 @@ def _add_jobs(sub: argparse._SubParsersAction[Parser], common: Parser) -> None:
         "many more there are",
     )
     shown.add_argument("--all", action="store_true", help="every row in the table")
-    status.add_argument(
-        "--retention", type=positive_float, default=86400.0, metavar="SECONDS",
-        help="the workers' retention, to tell a job's age from its key's time to live "
-        + RETENTION_HELP,
-    )
+    kept.add_age_options(status, positive_float, "")
     history.add_status_options(status)
 
     reset = sub.add_parser(
         "reset", parents=[common], help="make jobs pending again (one, or all in a state)",
         description="Make a done or gave_up job pending again with no attempt spent "
         "(asks first; a job held by a live process only with --force), or every job of "
-        "a namespace in one state (--state gave_up). Workers serving a stream do not "
-        "re-read old entries: submit the job again afterwards.",
+        "a namespace in one state (--state gave_up), and re-drive it: a stream's job that "
+        "gave up is added to its stream again, so the workers serving it run it; one "
+        "whose payload was not kept is named with the `lockworker submit` command to run.",
     )
     history.add_reset_options(reset)
     reset.add_argument("--namespace", required=True, help="the job's namespace (required)")
@@ -276,7 +272,7 @@ def _add_jobs(sub: argparse._SubParsersAction[Parser], common: Parser) -> None:
     reset.add_argument("--force", action="store_true", help="reset even while it is held")
     reset.add_argument(
         "--retention", type=positive_float, default=86400.0, metavar="SECONDS",
-        help="how long the reset state is kept " + RETENTION_HELP,
+        help="how long the reset state is kept " + kept.RETENTION_HELP,
     )
 
 

@@ -39,7 +39,10 @@ STOPPED = "run.stopped"
 GRACE_EXPIRED = "run.grace_expired"
 NO_OWNER = "run.no_owner"
 
-WORKER_ONLY = ("max_attempts", "concurrency", "stream", "group", "retry_delay", "give_up_on")
+WORKER_ONLY = (
+    "max_attempts", "concurrency", "stream", "group", "retry_delay", "give_up_on",
+    "retention", "done_retention",
+)
 
 
 def socket_timeout(lock_timeout: float) -> float:
@@ -66,11 +69,18 @@ def build(cls: Any, client: Any, args: argparse.Namespace) -> Any:
             schedule["give_up_on"] = give_up_on(args.give_up_on, args.app_dir)
         if args.retry_delay is not None:
             schedule["retry_delay"] = args.retry_delay
-        return cls(
+        for name in ("retention", "done_retention"):
+            if getattr(args, name, None) is not None:
+                schedule[name] = getattr(args, name)
+        worker = cls(
             client, namespace=args.namespace,
             max_attempts=args.max_attempts if args.max_attempts is not None else 5,
             **schedule, **common,
         )
+        hooks = getattr(worker, "_hooks", None)
+        if hooks is not None:  # a daemon runs jobs: say so now, not at its first job
+            hooks.require(" to run a worker")
+        return worker
     except (InvalidConfig, InvalidHook) as exc:
         raise CliError(str(exc)) from exc
     except TypeError as exc:  # a subclass whose constructor takes other arguments

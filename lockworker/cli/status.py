@@ -4,12 +4,15 @@ Jobs are found by SCAN over their state keys (never KEYS, which blocks the serve
 cluster, SCAN on every master), read in batches, each batch in one Lua script so a row
 is one consistent moment (on a cluster, a batch holds the jobs of one hash slot).
 A job's age is how long ago its state key was last written: the workers write it with a
-time to live of ``retention`` (default one day), so age = retention - time left. Pass
-the workers' ``--retention`` if they use another. Leaders are read with
+time to live of ``retention`` (default one day; a DONE one, ``done_retention``, one
+hour), so age = that - time left. Pass the workers' ``--retention`` and
+``--done-retention`` if they use others. Leaders are read with
 :meth:`lockworker.Leader.current`, their age from the term's recorded start. The
 workers alive in each namespace (primaries and backups, as they registered:
 :mod:`lockworker.model.presence`) are read from the namespace's presence set, and the
 fan-out readers of each stream from the stream's keys (:mod:`lockworker.cli.readers`).
+Last, what the server holds, by namespace and kind, from a bounded sample
+(:mod:`.footprint`).
 """
 
 from __future__ import annotations
@@ -27,18 +30,19 @@ import redis
 from redis.cluster import RedisCluster
 from redis.crc import key_slot
 
-from lockworker.cli import readers, summary
+from lockworker.cli import footprint, readers, summary
 from lockworker.cli.cells import aligned, duration, natural, printable
 from lockworker.cli.common import EXIT_OK, connect, redis_url
 from lockworker.cli.history import cut, history_table, last_error, record_json
+from lockworker.cli.kept import Kept, kept
+from lockworker.cli.workers import worker_rows, workers_table
 from lockworker.clock import wall_time
 from lockworker.daemons.leader import NAMESPACE as LEADERS
 from lockworker.daemons.leader import Leader
 from lockworker.errors import ForeignValueError
 from lockworker.model.codec import decode_lock, decode_state
 from lockworker.model.keys import JobKeys, Space, parse_state_key, state_pattern
-from lockworker.model.presence import MEMBERS_PATTERN, parse_members_key, presence_keys
-from lockworker.protocol import ScriptProtocol, presence, text
+from lockworker.protocol import ScriptProtocol, text
 from lockworker.protocol.decode import server_ms, snapshot_of
 
 BATCH = 200
@@ -64,42 +68,6 @@ class Row:
     """A pending job whose failed attempt set its next one ahead: seconds until due."""
     last_error: str | None = None
     """The newest ended attempt's error (``Type: message``), or ``lease lost``."""
-
-
-@dataclass(frozen=True)
-class WorkerRow:
-    """One live worker of a namespace (times in seconds)."""
-
-    namespace: str
-    owner: str
-    role: str
-    host: str
-    pid: int
-    run: str
-    last_seen: float
-    """Since it last refreshed its registration (every third of its lock_timeout)."""
-    expires_in: float
-    """Until its registration ends unless refreshed (a crashed worker's ends so)."""
-
-
-def worker_rows(client: redis.Redis, namespace: str | None) -> list[WorkerRow]:
-    """The workers registered in ``namespace`` (in every namespace if None): primaries
-    first, then by owner."""
-    if namespace is not None:
-        namespaces = [namespace]
-    else:
-        found = (parse_members_key(text(k)) for k in client.scan_iter(match=MEMBERS_PATTERN))
-        namespaces = sorted({n for n in found if n is not None}, key=natural)
-    rows = [
-        WorkerRow(
-            ns, r.member.owner, r.member.role.value, r.member.host, r.member.pid,
-            r.member.run, round(r.last_seen, 3), round(r.left, 3),
-        )
-        for ns in namespaces
-        for r in presence.read(client, presence_keys(ns))
-    ]
-    order = {ns: i for i, ns in enumerate(namespaces)}
-    return sorted(rows, key=lambda w: (order[w.namespace], w.role != "primary", natural(w.owner)))
 
 
 def state_keys(client: redis.Redis, namespace: str | None) -> Iterator[tuple[str, str, str]]:
@@ -143,7 +111,7 @@ return out
 
 
 def job_rows(
-    client: redis.Redis, keys: list[tuple[str, str, str]], retention: float
+    client: redis.Redis, keys: list[tuple[str, str, str]], retention: Kept
 ) -> list[Row]:
     """Read ``keys`` (state key, namespace, id) in batches; one row each."""
     rows: list[Row] = []
@@ -215,10 +183,10 @@ def job_age(state_ttl: object, retention: float) -> float | None:
 
 
 def _job_row(
-    namespace: str, job_id: str, replies: list[Any], retention: float, now_ms: int
+    namespace: str, job_id: str, replies: list[Any], retention: Kept, now_ms: int
 ) -> Row:
     raw_state, raw_lock, lock_ttl, state_ttl, records = replies
-    age = job_age(state_ttl, retention)
+    age = job_age(state_ttl, retention.retention)
     if isinstance(raw_state, Exception) or isinstance(raw_lock, Exception):
         return Row("job", namespace, job_id, "foreign", None, None, 0, None, age)
     decoded = None if raw_state is None else decode_state(raw_state)
@@ -228,6 +196,7 @@ def _job_row(
         return Row("job", namespace, job_id, "foreign", None, None, 0, None, age)
     pttl = int(lock_ttl) if isinstance(lock_ttl, int) and lock_ttl >= 0 else None
     seen = snapshot_of(decoded, lock, pttl, now_ms)
+    age = job_age(state_ttl, retention.of(seen.status.value))
     state = "held" if seen.holder is not None else seen.status.value
     holder = seen.holder if seen.holder is not None else (seen.owner or None)
     lease = seen.pttl_ms / 1000.0 if seen.pttl_ms is not None else None
@@ -267,7 +236,7 @@ def leader_rows(client: redis.Redis) -> list[Row]:
     return sorted(rows, key=lambda r: natural(r.id))
 
 
-def collect(client: redis.Redis, namespace: str | None, retention: float) -> list[Row]:
+def collect(client: redis.Redis, namespace: str | None, retention: Kept) -> list[Row]:
     """Leaders (unless another namespace than theirs was asked for), then jobs, sorted
     naturally."""
     rows: list[Row] = []
@@ -302,21 +271,6 @@ def table(rows: list[Row], *, errors: bool = False) -> str:
     return aligned(cells)
 
 
-WORKERS_HEADER = ("WORKER", "NAMESPACE", "ROLE", "HOST", "PID", "LAST SEEN", "EXPIRES IN")
-
-
-def workers_table(workers: list[WorkerRow]) -> str:
-    """The live workers, aligned with a header (empty when there are none)."""
-    if not workers:
-        return ""
-    cells = [WORKERS_HEADER] + [
-        (printable(w.owner), printable(w.namespace), w.role, printable(w.host), str(w.pid),
-         duration(w.last_seen), duration(w.expires_in))
-        for w in workers
-    ]
-    return aligned(cells)
-
-
 def jobs_only(args: argparse.Namespace) -> bool:
     """``--job`` or ``--state``: the jobs asked for, without leaders or workers."""
     return getattr(args, "job", None) is not None or getattr(args, "state", None) is not None
@@ -328,7 +282,7 @@ def selected(client: redis.Redis, args: argparse.Namespace) -> list[Row]:
         (k for k in state_keys(client, args.namespace) if args.job in (None, k[2])),
         key=lambda k: (natural(k[1]), natural(k[2])),
     )
-    return [r for r in job_rows(client, keys, args.retention) if args.state in (None, r.state)]
+    return [r for r in job_rows(client, keys, kept(args)) if args.state in (None, r.state)]
 
 
 def histories(client: redis.Redis, rows: list[Row]) -> dict[tuple[str, str], Any]:
@@ -344,6 +298,7 @@ def main(args: argparse.Namespace) -> int:
     client = connect(redis_url(args.redis))
     found: dict[tuple[str, str], Any] = {}
     streams: list[readers.StreamRow] = []
+    held = None
     try:
         if jobs_only(args):
             workers, rows = [], selected(client, args)
@@ -351,8 +306,9 @@ def main(args: argparse.Namespace) -> int:
                 found = histories(client, rows)
         else:
             workers = worker_rows(client, args.namespace)
-            rows = collect(client, args.namespace, args.retention)
+            rows = collect(client, args.namespace, kept(args))
             streams = readers.stream_rows(client, args.namespace)
+            held = footprint.read(client, args.namespace)
     finally:
         client.close()
     if args.json:
@@ -367,6 +323,7 @@ def main(args: argparse.Namespace) -> int:
                 "leaders": [asdict(r) for r in rows if r.kind == "leader"],
                 "jobs": jobs,
                 "counts": summary.counts(rows),
+                **({} if held is None else {"memory": footprint.as_json(held)}),
             },
             sys.stdout, indent=2,
         )
@@ -385,4 +342,6 @@ def main(args: argparse.Namespace) -> int:
         print("\n" + workers_table(workers))
     if streams:
         print("\n" + readers.table(streams))
+    if held is not None:
+        print("\n" + "\n".join(footprint.lines(held)))
     return EXIT_OK

@@ -1,12 +1,13 @@
 """Every job of a namespace in one state, re-driven at once: ``Worker.reset_all``.
 
 The jobs are found by SCAN over the namespace's state keys (never KEYS, which blocks
-the server; a cluster client scans every master), and each is reset by the protocol's
-reset step with ``expect=state``: atomically, only if it is still in that state when
-its turn comes (a pending job finished meanwhile is left DONE), and, as a single
-reset, never under a live holder unless ``force``. One round trip per job of the
-namespace. The asyncio twin (:meth:`lockworker.aio.Worker.reset_all`) uses the same
-pieces.
+the server; a cluster client scans every master), and each is reset by
+:func:`lockworker.daemons.redrive.reset_job` with ``expect=state``: atomically, only if
+it is still in that state when its turn comes (a pending job finished meanwhile is left
+DONE), as a single reset never under a live holder unless ``force``, and re-driven
+(added to its stream again) where it was resolved and its origin was kept. One round
+trip per job of the namespace, two more per job re-driven. The asyncio twin
+(:meth:`lockworker.aio.Worker.reset_all`) uses the same pieces.
 """
 
 from __future__ import annotations
@@ -16,9 +17,13 @@ from typing import Any, Protocol, TypeVar
 
 import redis
 
+from lockworker.daemons.redrive import reset_job
+from lockworker.errors import JobNotFound
 from lockworker.model.keys import JobKeys, Space, parse_state_key, state_pattern
+from lockworker.model.redrive import Redrive
 from lockworker.model.state import Reset
 from lockworker.protocol import LockProtocol, text
+from lockworker.runtime import events
 
 T = TypeVar("T")
 
@@ -30,6 +35,7 @@ class Resetter(Protocol):
     namespace: str
     protocol: LockProtocol
     _retention_ms: int
+    _log: events.EventLog
 
     def _call(
         self, fn: Callable[[], T], what: str, deadline: float | None = None,
@@ -51,24 +57,41 @@ def job_keys(raw_key: Any, namespace: str) -> JobKeys | None:
     return JobKeys(namespace, found[1])
 
 
+def reset_one(worker: Resetter, job_id: str, *, force: bool = False) -> bool:
+    """``Worker.reset``: reset (and re-drive) one job; logged as ``job.reset``."""
+    keys = JobKeys.of(worker.namespace, job_id)
+    done: Redrive = worker._call(
+        lambda: reset_job(worker.client, worker.protocol, keys, worker._retention_ms,
+                          force=force),
+        "reset job",
+    )
+    if done.result is Reset.ABSENT:
+        raise JobNotFound(f"no job {job_id!r} in namespace {worker.namespace!r}")
+    events.reset(worker._log, done)
+    return done.reset
+
+
 def reset_all(worker: Resetter, state: str, *, force: bool = False) -> dict[str, Reset]:
     """Reset every job of ``worker``'s namespace that is in ``state`` (validated by
     the caller); the result of each reset by job id (``Reset.RESET``, or ``HELD``
     for one under a live holder, unless ``force``). Jobs in another state are left
-    out."""
+    out. Each reset is logged (``job.reset``: re-driven, or the command that submits
+    it again)."""
     results: dict[str, Reset] = {}
     for raw in worker.client.scan_iter(match=pattern(worker.namespace), count=1000):
         keys = job_keys(raw, worker.namespace)
         if keys is None or keys.job_id in results:
             continue
-        result = worker._call(
-            lambda k=keys: worker.protocol.reset(  # type: ignore[misc]
-                k, worker._retention_ms, force=force, expect=state
+        done: Redrive = worker._call(
+            lambda k=keys: reset_job(  # type: ignore[misc]
+                worker.client, worker.protocol, k, worker._retention_ms, force=force,
+                expect=state,
             ),
             f"reset job {keys.job_id!r}",
         )
-        if reported(result):
-            results[keys.job_id] = result
+        events.reset(worker._log, done)
+        if reported(done.result):
+            results[keys.job_id] = done.result
     return results
 
 

@@ -31,6 +31,10 @@ class Delivery:
     """The payload was decoded from strict JSON text (a stream's entry,
     :func:`job_of`): it is already what every process sees, and ``process`` does not
     encode and decode it again (:func:`lockworker.model.codec.payload_view`)."""
+    stream: str | None = field(default=None, repr=False, compare=False)
+    """The stream the job was read from, if any: a job that gives up in this process
+    keeps its payload there, so a reset can add it to this stream again
+    (:mod:`lockworker.daemons.redrive`)."""
 
 
 class Source(Protocol):

@@ -123,7 +123,8 @@ class GroupReader(Keeper):
                 with self._cond:
                     self._held[entry_id] = job[0]
                 yield Delivery(
-                    job[0], job[1], functools.partial(self._resolved, entry_id), decoded=True
+                    job[0], job[1], functools.partial(self._resolved, entry_id), decoded=True,
+                    stream=self.keys.job_id,
                 )
         finally:
             self._leave()

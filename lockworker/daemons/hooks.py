@@ -60,9 +60,18 @@ class Hooks:
         overridden = getattr(type(owner), "on_acquired", None) is not getattr(
             base, "on_acquired", None
         )
-        if "on_acquired" not in self._given and not overridden:
+        self._missing = "on_acquired" not in self._given and not overridden
+
+    def require(self, doing: str = "") -> None:
+        """Raise :class:`~lockworker.InvalidConfig` if no ``on_acquired`` was given or
+        overridden. A Worker checks it when it is asked to run jobs (``process``,
+        ``serve``), not when it is built, so that an operator's script may build one
+        without a hook to inspect and reset jobs; a Leader, which only leads, when it is
+        built."""
+        if self._missing:
             raise InvalidConfig(
-                "on_acquired is required: override it in a subclass or pass on_acquired=fn"
+                f"on_acquired is required{doing}: override it in a subclass or pass "
+                "on_acquired=fn"
             )
 
     def given(self, name: str, *args: Any) -> Any:

@@ -231,7 +231,7 @@ class JobRun(RunBase):
         self.w._heartbeat.end(h.lease)
         w = self.w
         settled = self.call(
-            lambda: w.protocol.complete(self.keys, h.held, w._retention_ms), "mark job done"
+            lambda: w.protocol.complete(self.keys, h.held, w._done_retention_ms), "mark job done"
         )
         return self.completed(h, settled)
 

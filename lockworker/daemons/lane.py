@@ -287,7 +287,7 @@ def round_trip(w: Any, claims: list[Any], completes: list[tuple[Any, Any]]) -> l
         for run in claims
     ]
     return steps + [
-        settle_step(run.keys, h.held, Ending.COMPLETE, w._retention_ms) for run, h in completes
+        settle_step(run.keys, h.held, Ending.COMPLETE, w._done_retention_ms) for run, h in completes
     ]
 
 
@@ -312,7 +312,7 @@ def _again(run: JobRun, h: Holding) -> Outcome:
     recovers a step applied anyway, or raises."""
     w = run.w
     settled = run.call(
-        lambda: w.protocol.complete(run.keys, h.held, w._retention_ms), "mark job done"
+        lambda: w.protocol.complete(run.keys, h.held, w._done_retention_ms), "mark job done"
     )
     outcome = run.completed(h, settled)
     return outcome if outcome is not None else run.run()

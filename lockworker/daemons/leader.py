@@ -39,8 +39,8 @@ from lockworker import config
 from lockworker.clock import Clock, SystemClock, wall_time
 from lockworker.daemons import contend
 from lockworker.daemons.contend import Next
+from lockworker.daemons.settings import make_protocol
 from lockworker.daemons.term import Term
-from lockworker.daemons.worker import make_protocol
 from lockworker.errors import StopRequested
 from lockworker.model.codec import LockValue
 from lockworker.model.state import Durability, Grant, ProtocolKind, Role, Snapshot

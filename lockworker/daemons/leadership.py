@@ -104,6 +104,7 @@ class LeaderSettings:
         self._who = Holder(self.owner, self.run_id)
         self.role, self.backup_delay = policy.check_role(role, backup_delay)
         self._hooks = Hooks(self, base, hooks)
+        self._hooks.require()
         self.timing = policy.Timing(
             self.lock_timeout, min(1.0, self.lock_timeout / 4),
             self.backup_delay if self.role is Role.BACKUP else 0.0,

@@ -45,6 +45,8 @@ class RunnerBase(Protocol):
     _who: Holder
     _lease_ms: int
     _retention_ms: int
+    _done_retention_ms: int
+    """How long a DONE state is kept (the complete step's), apart from the others'."""
     _view: presence.View
     """What the worker knows of its namespace's primaries (its presence loop's)."""
     _contenders: Contenders

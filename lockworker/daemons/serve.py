@@ -32,6 +32,8 @@ Rules kept here:
   an override of ``process`` raising :class:`~lockworker.InvalidConfig`) is logged as
   ``serve.job_error`` and skipped. Any other error (Redis unreachable past the retry
   budget) stops the serving; it is re-raised once the running jobs ended.
+- A stream's job that ends GAVE_UP here keeps its stream and payload, so that a reset
+  re-drives it (:func:`lockworker.daemons.redrive.keep`).
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
 
 from lockworker.config import count
-from lockworker.daemons import defer, inline, lane
+from lockworker.daemons import defer, inline, lane, redrive
 from lockworker.daemons.defer import Deferrals
 from lockworker.daemons.delivery import Together, together
 from lockworker.daemons.held import Sighting
@@ -69,6 +71,7 @@ class Servable(Protocol):
     run_id: str
     _logger: Any
     _stop: threading.Event
+    _retention_ms: int
 
     @property
     def stopping(self) -> bool: ...
@@ -314,6 +317,8 @@ class _Server:
             return True
         if isinstance(result, lane.Pending):
             return False
+        if result is Outcome.GAVE_UP:
+            redrive.keep(self.worker, delivery, self.log)
         if result in RESOLVED:
             self.report(delivery)
         return True
@@ -357,6 +362,8 @@ class _Server:
         self.pool.submit(self._in_slot_again, self.work, delivery, None, outcome)
 
     def settled(self, delivery: Delivery, outcome: Outcome) -> None:
+        if outcome is Outcome.GAVE_UP:
+            redrive.keep(self.worker, delivery, self.log)
         if outcome in RESOLVED:
             self.report(delivery)
         assert self.pool is not None

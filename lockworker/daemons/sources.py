@@ -343,7 +343,9 @@ class StreamSource:
         if job is None:
             self._log.error(BAD_ENTRY, entry_id=entry_id, fields=fields)
             return None
-        return Delivery(job[0], job[1], lambda: self._resolved(entry_id), decoded=True)
+        return Delivery(
+            job[0], job[1], lambda: self._resolved(entry_id), decoded=True, stream=self.stream
+        )
 
     def _resolved(self, entry_id: str) -> None:
         """Mark ``entry_id`` resolved; the position moves past every resolved entry,

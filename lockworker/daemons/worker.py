@@ -21,24 +21,24 @@ import redis
 
 from lockworker import config
 from lockworker.clock import Clock, SystemClock
-from lockworker.config import RetryDelay, default_owner, lease, positive, seconds, this_process
+from lockworker.config import RetryDelay
 from lockworker.daemons import deadletter
-from lockworker.daemons.hooks import Hooks
 from lockworker.daemons.job import Job
 from lockworker.daemons.jobrun import SERVING, JobRun
 from lockworker.daemons.serve import serve
-from lockworker.errors import InvalidConfig, JobNotFound
-from lockworker.model import policy
-from lockworker.model.codec import Holder, new_run, payload_view
-from lockworker.model.keys import JobKeys, check_name
-from lockworker.model.presence import Member, View
+from lockworker.daemons.settings import (
+    DAY,
+    DONE_RETENTION,
+    RUNS_JOBS,
+    WorkerSettings,
+    make_protocol,
+)
+from lockworker.model.codec import payload_view
+from lockworker.model.keys import JobKeys
 from lockworker.model.state import Durability, Outcome, ProtocolKind, Reset, Role, Snapshot
-from lockworker.protocol import LockProtocol, ScriptProtocol
-from lockworker.protocol.replicated import ReplicatedScriptProtocol
-from lockworker.protocol.txn import TxnProtocol
+from lockworker.protocol import LockProtocol
 from lockworker.runtime import events, retry, servercheck
-from lockworker.runtime.batcher import batcher_for, renewals
-from lockworker.runtime.contenders import Contenders
+from lockworker.runtime.batcher import renewals
 from lockworker.runtime.lease import Heartbeat
 from lockworker.runtime.presence import Presence
 from lockworker.runtime.signals import stop_on_signals
@@ -46,118 +46,14 @@ from lockworker.runtime.wake import Waits
 
 T = TypeVar("T")
 
-DAY = 86400.0
-
-def make_protocol(
-    client: redis.Redis, protocol: ProtocolKind | str | LockProtocol,
-    durability: Durability | str = Durability.LOCAL, replicas: int = 1,
-    replica_timeout: float = 0.5,
-) -> LockProtocol:
-    """``"script"`` (Lua, the default), ``"txn"`` (WATCH/MULTI/EXEC), or an instance;
-    with ``durability="replicated"``, the script protocol whose steps count once
-    ``replicas`` replicas acknowledged them (:mod:`lockworker.protocol.replicated`)."""
-    if durability not in tuple(Durability):
-        raise InvalidConfig(f"durability must be 'local' or 'replicated', got {durability!r}")
-    if durability == Durability.REPLICATED:
-        if protocol != ProtocolKind.SCRIPT:
-            raise InvalidConfig(
-                "durability='replicated' needs protocol='script' (WAIT follows each step "
-                f"on its connection), got protocol={protocol!r}"
-            )
-        count = int(positive(replicas, "replicas", integer=True))
-        timeout = seconds(replica_timeout, "replica_timeout")
-        return ReplicatedScriptProtocol(client, count, max(1, round(timeout * 1000)))
-    if protocol == ProtocolKind.SCRIPT:
-        return ScriptProtocol(client, batcher_for(client))
-    if protocol == ProtocolKind.TXN:
-        return TxnProtocol(client)
-    if isinstance(protocol, str):
-        raise InvalidConfig(f"protocol must be 'script' or 'txn', got {protocol!r}")
-    return protocol
-
-
-class WorkerSettings:
-    """A worker's settings, for :class:`Worker` and :class:`lockworker.aio.Worker`
-    alike, checked by :meth:`_configure`: one validator per argument, in one place."""
-
-    namespace: str
-    role: Role
-    backup_delay: float
-    lock_timeout: float
-    max_attempts: int
-    owner: str
-    run_id: str
-    """This worker object's run id: leases it wrote carry it, and only it re-enters
-    them, so a restarted process with the same ``owner`` never trusts its dead
-    predecessor's lease."""
-    retention: float
-    retry_schedule: config.RetrySchedule
-    """The job's retry schedule: a failed attempt's number to seconds until the next."""
-    give_up_on: tuple[type[BaseException], ...]
-    timing: policy.Timing
-    clock: Clock
-    redis_retry: retry.RetryPolicy
-    handle_signals: bool
-    _who: Holder
-    _hooks: Hooks
-    _logger: Any
-    _log: events.EventLog
-    _lease_ms: int
-    _retention_ms: int
-    _member: Member
-    _view: View
-    _contenders: Contenders
-
-    def _configure(
-        self, base: type, *, namespace: str, lock_timeout: float, max_attempts: int,
-        owner: str | None, retention: float, retry_delay: RetryDelay,
-        give_up_on: type[BaseException] | tuple[type[BaseException], ...], clock: Clock | None,
-        logger: Any, redis_retry: retry.RetryPolicy | None, handle_signals: bool,
-        role: Role | str, backup_delay: float, hooks: dict[str, Any],
-    ) -> None:
-        w = self
-        w.namespace = check_name(namespace, "namespace")
-        w.role, w.backup_delay = policy.check_role(role, backup_delay)
-        w.lock_timeout = lease(lock_timeout, "lock_timeout")
-        w.max_attempts = int(positive(max_attempts, "max_attempts", integer=True))
-        w.owner = check_name(owner, "owner") if owner is not None else default_owner()
-        w.run_id = new_run()
-        w._who = Holder(w.owner, w.run_id)
-        w.retention = positive(retention, "retention")
-        if w.retention <= w.lock_timeout:
-            raise InvalidConfig(
-                f"retention must be longer than lock_timeout ({w.lock_timeout}s), "
-                f"got {retention!r}"
-            )
-        w.retry_schedule = config.retry_delay(retry_delay)
-        w.give_up_on = config.give_up_on(give_up_on)
-        w._hooks = Hooks(w, base, hooks)
-        w.timing = policy.Timing(
-            w.lock_timeout, min(1.0, w.lock_timeout / 4),
-            w.backup_delay if w.role is Role.BACKUP else 0.0,
-        )
-        w.clock = clock or SystemClock()
-        w.redis_retry = redis_retry or retry.DEFAULT
-        w.handle_signals = handle_signals
-        w._logger = logger
-        w._log = events.logger(
-            events.WORKER, logger, namespace=w.namespace, owner=w.owner, run=w.run_id
-        )
-        w._lease_ms = max(1, round(w.lock_timeout * 1000))
-        w._retention_ms = max(1, round(w.retention * 1000))
-        host, pid = this_process()
-        w._member = Member(w.role, w.owner, w.run_id, host, pid, w._lease_ms)
-        w._view = View(w.lock_timeout, watch=w.role is Role.BACKUP, me=w._member)
-        w._contenders = Contenders()
-
-
 class Worker(WorkerSettings):
     """Runs jobs so that one process at a time does each, and a backup takes over.
 
     Subclass it and override ``on_acquired`` (and any other hook, see
-    :mod:`lockworker.daemons.hooks`), or pass the hooks as functions. One ``Worker`` may serve
-    many jobs, from many threads or tasks: concurrent calls for one job id run its hook
-    once, the others answer as another process's worker would.
+    :mod:`lockworker.daemons.hooks`), or pass the hooks as functions (without
+    ``on_acquired``, a worker may only inspect and reset jobs: an operator's script).
+    One ``Worker`` may serve many jobs, from many threads or tasks: concurrent calls for
+    one job id run its hook once, the others answer as another process's worker would.
 
     :param client: a ``redis.Redis`` client (give it a ``socket_timeout`` shorter than
         ``lock_timeout``, so a hung connection cannot outlast a lease).
@@ -167,7 +63,11 @@ class Worker(WorkerSettings):
         ``on_acquired`` runs, so it bounds the takeover time after a crash, not the job.
     :param max_attempts: attempts (by any process) before the job is given up.
     :param owner: this process's id in Redis and logs; default ``host:pid:random``.
-    :param retention: seconds that DONE/GAVE_UP (and the attempt count) are kept.
+    :param retention: seconds that a given-up job (a dead letter) and a pending job's
+        attempt count are kept.
+    :param done_retention: seconds that a DONE job's record is kept (default one hour):
+        a duplicate of the id within it is recognised (``DONE_ELSEWHERE``); after it,
+        the id runs again, with a larger token (docs/guarantees.md).
     :param retry_delay: the job's retry schedule: when its next attempt may start after
         a failure, in any process (the fail step records it on the server). Seconds, a
         tenacity wait strategy, or a function of the failed attempt's number returning
@@ -204,6 +104,7 @@ class Worker(WorkerSettings):
         max_attempts: int = 5,
         owner: str | None = None,
         retention: float = DAY,
+        done_retention: float = DONE_RETENTION,
         retry_delay: RetryDelay = None,
         give_up_on: type[BaseException] | tuple[type[BaseException], ...] = (),
         clock: Clock | None = None,
@@ -226,6 +127,7 @@ class Worker(WorkerSettings):
         self._configure(
             Worker, namespace=namespace, lock_timeout=lock_timeout,
             max_attempts=max_attempts, owner=owner, retention=retention,
+            done_retention=done_retention,
             retry_delay=retry_delay, give_up_on=give_up_on, clock=clock, logger=logger,
             redis_retry=redis_retry,
             handle_signals=handle_signals, role=role, backup_delay=backup_delay,
@@ -287,6 +189,7 @@ class Worker(WorkerSettings):
         delivery counts as resolved, and an :class:`~lockworker.InvalidConfig` it
         raises skips the delivery, logged (see :mod:`lockworker.daemons.serve`).
         """
+        self._hooks.require(RUNS_JOBS)
         keys = JobKeys.of(self.namespace, job_id)
         if not SERVING.decoded(self, payload):  # a stream's payload is one already
             payload = payload_view(payload)  # what any other process would see
@@ -312,6 +215,7 @@ class Worker(WorkerSettings):
         (``server.check`` events, again every few minutes while serving:
         :mod:`lockworker.runtime.servercheck`).
         """
+        self._hooks.require(RUNS_JOBS)
         self._check_permissions(JobKeys.of(self.namespace, "-"))
         self._presence.start()
         stop_watch = servercheck.watching(self.client, self._log, SystemClock())
@@ -342,30 +246,25 @@ class Worker(WorkerSettings):
         return self._call(lambda: self.protocol.inspect(keys, history=True), "inspect job")
 
     def reset(self, job_id: str, *, force: bool = False) -> bool:
-        """Make a known job (DONE, GAVE_UP or pending) pending again, attempts cleared.
+        """Make a known job (DONE, GAVE_UP or pending) pending again, attempts cleared,
+        and re-drive it: a stream's job that gave up is added to its stream again
+        (:mod:`lockworker.daemons.redrive`; ``job.reset`` events say what was done).
 
         Refused (False) while a process holds the job, unless ``force``. Raises
         :class:`~lockworker.JobNotFound` if the server knows no such job (nothing is
         written), and :class:`~lockworker.ForeignValueError` if its keys hold values
         lockworker did not write, unless ``force`` (which replaces them). Fencing tokens
-        keep growing across a reset.
-        """
-        keys = JobKeys.of(self.namespace, job_id)
-        result = self._call(
-            lambda: self.protocol.reset(keys, self._retention_ms, force=force), "reset job"
-        )
-        if result is Reset.ABSENT:
-            raise JobNotFound(f"no job {job_id!r} in namespace {self.namespace!r}")
-        return result is Reset.RESET
+        keep growing across a reset."""
+        return deadletter.reset_one(self, job_id, force=force)
 
     def reset_all(self, state: str = "gave_up", *, force: bool = False) -> dict[str, Reset]:
         """:meth:`reset` every job of the namespace in ``state`` (pending, held, done,
-        gave_up), each only if still in it; results by job id (:mod:`.deadletter`)."""
+        gave_up), each only if still in it, and re-driven as :meth:`reset` re-drives
+        one; results by job id (:mod:`.deadletter`)."""
         return deadletter.reset_all(self, config.job_state(state), force=force)
 
     def close(self) -> None:
-        """Stop the background threads (heartbeat, presence, wake reader); the worker's
-        registration in its namespace is removed (backups know at once)."""
+        """Stop the background threads; the registration goes (backups know at once)."""
         self._presence.close()
         self._heartbeat.close()
         self._hub.close()
@@ -382,11 +281,8 @@ class Worker(WorkerSettings):
     # -- internals -------------------------------------------------------------------
 
     def _install_signal_handlers(self) -> None:
-        """Stop on SIGTERM/SIGINT from the first ``process`` call until :meth:`close`.
-
-        Installed once rather than per call: it is the same handler every time, and a
-        signal arriving between two jobs must still stop the worker.
-        """
+        """Stop on SIGTERM/SIGINT from the first ``process`` call until :meth:`close`:
+        installed once, not per call, so a signal between two jobs still stops it."""
         if self.handle_signals and self._signals is None:
             stack = contextlib.ExitStack()
             if stack.enter_context(stop_on_signals(lambda _signum: self.stop())):

@@ -283,3 +283,35 @@ def read_history(raws: Iterable[Any], live_token: int | None) -> tuple[AttemptRe
     records are left out)."""
     records = (decode_record(raw, live_token) for raw in raws)
     return tuple(r for r in records if r is not None)
+
+
+_REFUNDED = (AttemptEnd.RELEASED.value, AttemptEnd.STOPPED.value)
+
+
+def reset_before(records: tuple[AttemptRecord, ...] | list[AttemptRecord]) -> frozenset[int]:
+    """The indices of ``records`` (oldest first) that a reset preceded: a reset clears
+    the attempt count, so the next attempt's number is lower than the one after the
+    record before it would have been (that one again after a refunded attempt, else the
+    next). Read from the numbers alone, so a reset right after a refunded first attempt
+    (which changed nothing the history shows) is not seen."""
+    found = set()
+    for i in range(1, len(records)):
+        before = records[i - 1]
+        expected = before.attempt if before.ending in _REFUNDED else before.attempt + 1
+        if records[i].attempt < expected:
+            found.add(i)
+    return frozenset(found)
+
+
+def handed_over(
+    records: tuple[AttemptRecord, ...] | list[AttemptRecord],
+) -> list[tuple[AttemptRecord, AttemptRecord]]:
+    """The ``(before, after)`` pairs of consecutive attempts by different owners, with
+    no reset between them: the job passed from one process to another (a holder that
+    died, failed, or stopped, and another that took the next attempt)."""
+    resets = reset_before(records)
+    return [
+        (records[i - 1], records[i])
+        for i in range(1, len(records))
+        if i not in resets and records[i].owner != records[i - 1].owner
+    ]

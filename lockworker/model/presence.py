@@ -22,7 +22,17 @@ no primary, the first backup serves as one.
 Keys of namespace ``billing`` (one hash tag, so one Cluster slot)::
 
     lw:presence:workers:{billing}:members   sorted set: member -> registration end (ms)
+    lw:presence:workers:{billing}:acting    hash: run -> since when (ms) that backup
+                                            serves as a primary
     lw:presence:workers:{billing}:wake      pub/sub channel: ``joined``, ``left``
+
+A backup whose reading shows no primary registered does the primaries' work (its
+contests no longer defer): it *serves as a primary* (:func:`serving_as_primary`). It
+records since when, by the server's clock, in the ``acting`` hash (once, when its view
+changes; removed when a primary serves again or it leaves; the hash expires with the
+set). The registration's grammar is unchanged: a reader of an earlier release ignores
+the hash, and a backup of an earlier release records nothing (a reader then shows it
+serving, without since when).
 """
 
 from __future__ import annotations
@@ -37,6 +47,8 @@ from lockworker.model.keys import PREFIX, JobKeys, Space, check_name, unescape
 from lockworker.model.state import Role
 
 NAMESPACE = "workers"
+ACTING = "acting"
+"""The suffix of a namespace's hash of backups serving as primaries."""
 JOINED = "joined"
 LEFT = "left"
 NOBODY = -math.inf
@@ -135,6 +147,16 @@ def primary_until(found: Iterable[Registered], at: float) -> float:
     reading taken at ``at``; :data:`NOBODY` if none is."""
     lefts = [r.left for r in found if r.member.role is Role.PRIMARY]
     return at + max(lefts) if lefts else NOBODY
+
+
+def serving_as_primary(found: Iterable[Registered]) -> frozenset[str]:
+    """The runs of the backups among ``found`` that serve as primaries: every backup,
+    when no primary is registered (their contests compete at once; a fan-out stream's
+    deliveries go to the first of them, :func:`acting`)."""
+    found = list(found)
+    if any(r.member.role is Role.PRIMARY for r in found):
+        return frozenset()
+    return frozenset(r.member.run for r in found if r.member.role is Role.BACKUP)
 
 
 def ranks_before(member: Member, me: Member) -> bool:

@@ -15,6 +15,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from lockworker.model.footprint import size
+
 
 class Status(str, enum.Enum):
     OK = "ok"
@@ -34,9 +36,12 @@ class Finding:
     meaning: str
     fix: str = ""
     server: str = ""
+    measure: float | None = None
+    """The figure judged, where a metric shows it (``memory``: used / limit)."""
 
     def on(self, server: str) -> Finding:
-        return Finding(self.check, self.status, self.value, self.meaning, self.fix, server)
+        return Finding(self.check, self.status, self.value, self.meaning, self.fix, server,
+                       self.measure)
 
     def as_dict(self) -> dict[str, Any]:
         return {**asdict(self), "status": self.status.value}
@@ -49,12 +54,19 @@ EVICTED_KEYS = "evicted_keys"
 CLOCK = "clock"
 REPLICAS = "replicas"
 PERMISSIONS = "permissions"
-CHECKS = (EVICTION, PERSISTENCE, VERSION, EVICTED_KEYS, CLOCK, REPLICAS, PERMISSIONS)
+MEMORY = "memory"
+MEMORY_GROWTH = "memory_growth"
+CHECKS = (EVICTION, PERSISTENCE, VERSION, EVICTED_KEYS, CLOCK, REPLICAS, PERMISSIONS,
+          MEMORY, MEMORY_GROWTH)
 
 MIN_VERSION = (6, 2)
 """The oldest server the protocol is run against: Lua scripting with effect
 replication, ``SET ... PX``, ACL users, and the pub/sub channel permissions of Redis 7
 where present."""
+MEMORY_HIGH = 0.8
+"""The share of the memory limit past which ``memory`` warns."""
+DAY = 86400.0
+"""The horizon of ``memory_growth``: the workers' default retention."""
 CLOCK_TOLERANCE = 0.01
 """Leases are judged by each side's own clock: the guarantees assume rates within 1 %."""
 
@@ -247,6 +259,85 @@ def permissions(denied: Iterable[Denied], user: str | None) -> Finding:
                    f"ACL SETUSER {user or '<user>'} {' '.join(grants)}")
 
 
+_MEMORY_FIX = (
+    "see what holds it (lockworker status: keys and bytes per namespace by kind); raise "
+    "maxmemory, or shorten the workers' retention (a finished job's records are kept "
+    "that long: a day by default)"
+)
+
+
+def memory_limit(maxmemory: int | None, system: int | None) -> tuple[int, str] | None:
+    """What used memory is judged against: ``maxmemory`` if set, else the host's memory
+    (``total_system_memory``), else None."""
+    if maxmemory:
+        return maxmemory, "maxmemory"
+    if maxmemory == 0 and system:
+        return system, "host memory"
+    return None
+
+
+def memory_use(used: int | None, maxmemory: int | None, system: int | None) -> Finding:
+    """``used_memory`` against the limit: a warning past :data:`MEMORY_HIGH` of it."""
+    if used is None:
+        return _unknown(MEMORY, "used_memory (INFO memory)")
+    limit = memory_limit(maxmemory, system)
+    if limit is None:
+        return Finding(MEMORY, Status.UNKNOWN, f"used {size(used)}", "no maxmemory is "
+                       "known and the host's memory is not reported: how much more fits "
+                       "is unknown", "ask the service for its memory limit")
+    bound, what = limit
+    ratio = used / bound
+    value = f"used {size(used)} of {size(bound)} {what} ({ratio:.0%})" + (
+        ", no maxmemory set" if what == "host memory" else "")
+    if ratio > MEMORY_HIGH:
+        return Finding(MEMORY, Status.WARNING, value, f"more than {MEMORY_HIGH:.0%} of "
+                       f"the {what} is used: once it is full, every step is refused (or, "
+                       "under an eviction policy, keys are deleted)", _MEMORY_FIX,
+                       measure=ratio)
+    return Finding(MEMORY, Status.OK, value, f"below {MEMORY_HIGH:.0%} of the {what}",
+                   measure=ratio)
+
+
+def memory_growth(
+    *, keys_before: int | None, keys_after: int | None, seconds: float, used: int | None,
+    dataset: int | None, maxmemory: int | None, system: int | None,
+) -> Finding:
+    """Whether a day (:data:`DAY`) more at the rate the key count grew over ``seconds``
+    would fit: each new key at the dataset's mean bytes a key (``used_memory_dataset``
+    / keys), added to what is used now. Key counts, not ``used_memory``, measure the
+    rate: they move only with data, not with clients' buffers. An upper bound while old
+    records are not yet expiring (the first ``retention`` of a new load); at a steady
+    state they expire as fast as they come, the count stops growing, and so does this."""
+    if keys_before is None or keys_after is None or used is None or seconds <= 0:
+        return _unknown(MEMORY_GROWTH, "key counts (INFO keyspace) nor used_memory")
+    added = keys_after - keys_before
+    if added <= 0:
+        return Finding(MEMORY_GROWTH, Status.OK, f"{added:+d} keys in {_secs(seconds)}",
+                       "the key count is not growing: records expire as fast as they come")
+    per_key = (dataset if dataset else used) / keys_after
+    day = added / seconds * DAY * per_key
+    value = (f"{added:+d} keys in {_secs(seconds)} at {size(per_key)} a key: a day adds "
+             f"{size(day)} to {size(used)}")
+    limit = memory_limit(maxmemory, system)
+    if limit is None:
+        return Finding(MEMORY_GROWTH, Status.UNKNOWN, value, "no maxmemory is known and "
+                       "the host's memory is not reported: whether that fits is unknown",
+                       "ask the service for its memory limit")
+    bound, what = limit
+    if used + day > bound:
+        return Finding(MEMORY_GROWTH, Status.WARNING, f"{value}, over {size(bound)} {what}",
+                       "a day at this rate would not fit: finished jobs' records are kept "
+                       "for the workers' retention, so the server fills before the first "
+                       "of them expire", _MEMORY_FIX + ", or measure over a longer time",
+                       measure=(used + day) / bound)
+    return Finding(MEMORY_GROWTH, Status.OK, f"{value}, within {size(bound)} {what}",
+                   "a day at this rate fits", measure=(used + day) / bound)
+
+
+def _secs(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds >= 10 else f"{seconds:.1f} s"
+
+
 def worst(findings: Iterable[Finding]) -> Status:
     """The least safe status among ``findings`` (failure, unknown, warning, ok)."""
     order = (Status.OK, Status.WARNING, Status.UNKNOWN, Status.FAILURE)
@@ -275,4 +366,17 @@ def settings(config: Mapping[str, str], info: Mapping[str, Any]) -> dict[str, An
         "evicted": number(info.get("evicted_keys")),
         "version": info.get("valkey_version") or info.get("redis_version"),
         "replicas": number(info.get("connected_slaves")),
+        "used": number(info.get("used_memory")),
+        "dataset": number(info.get("used_memory_dataset")),
+        "system": number(info.get("total_system_memory")),
+        "keys": keyspace(info),
     }
+
+
+def keyspace(info: Mapping[str, Any]) -> int | None:
+    """The keys of every database (``INFO keyspace``: ``db0: {keys: ...}``); 0 when
+    INFO shows none, None if INFO was refused."""
+    if not info:
+        return None
+    return sum(int(v.get("keys", 0)) for k, v in info.items()
+               if k.startswith("db") and k[2:].isdigit() and isinstance(v, Mapping))

@@ -11,12 +11,13 @@ reading the set inside a job's steps).
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import redis
 
 from lockworker.model.keys import JobKeys
-from lockworker.model.presence import Member, Registered, registered
+from lockworker.model.presence import ACTING, Member, Registered, registered
 from lockworker.protocol.decode import text
 from lockworker.protocol.luacall import LuaScript
 
@@ -37,7 +38,7 @@ end
 # TOUCH: register or refresh a worker; forget registrations that ended; list the rest.
 # The set expires with its longest registration, so a namespace nobody serves any more
 # leaves no key behind.
-# KEYS[1] members   ARGV[1] member   ARGV[2] ttl ms   ARGV[3] channel
+# KEYS[1] members   KEYS[2] acting   ARGV[1] member   ARGV[2] ttl ms   ARGV[3] channel
 # ARGV[4] message to publish ('' for none: a refresh)
 # returns {member1, ms left1, member2, ms left2, ...}, the caller included
 TOUCH = LuaScript(_NOW + """
@@ -45,16 +46,35 @@ redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
 redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
 local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
 redis.call('PEXPIREAT', KEYS[1], last[2])
+if redis.call('EXISTS', KEYS[2]) == 1 then redis.call('PEXPIREAT', KEYS[2], last[2]) end
 if ARGV[4] ~= '' then redis.call('PUBLISH', ARGV[3], ARGV[4]) end
 """ + _LIST + "return out\n")
 
-# LEAVE: remove a worker's registration; tell the others if it was a primary.
-# KEYS[1] members   ARGV[1] member   ARGV[2] channel   ARGV[3] message ('' for none)
-# returns 1 if it was registered, 0 if not
+# LEAVE: remove a worker's registration (and its record of acting as a primary); tell
+# the others if it was a primary.
+# KEYS[1] members   KEYS[2] acting   ARGV[1] member   ARGV[2] channel
+# ARGV[3] message ('' for none)   ARGV[4] run      returns 1 if it was registered, else 0
 LEAVE = LuaScript("""
 local removed = redis.call('ZREM', KEYS[1], ARGV[1])
+redis.call('HDEL', KEYS[2], ARGV[4])
 if ARGV[3] ~= '' then redis.call('PUBLISH', ARGV[2], ARGV[3]) end
 return removed
+""")
+
+# ACT: a backup records when it started serving as a primary (no primary registered),
+# by the server's clock, or forgets it once a primary serves again. The record lives as
+# long as the registrations (TOUCH keeps its expiry with the set's).
+# KEYS[1] members   KEYS[2] acting   ARGV[1] run   ARGV[2] '1' started, '0' ended
+# returns the recorded start (ms), or 0
+ACT = LuaScript(_NOW + """
+if ARGV[2] ~= '1' then
+  redis.call('HDEL', KEYS[2], ARGV[1])
+  return 0
+end
+redis.call('HSETNX', KEYS[2], ARGV[1], now)
+local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
+if #last > 0 then redis.call('PEXPIREAT', KEYS[2], last[2]) end
+return tonumber(redis.call('HGET', KEYS[2], ARGV[1]))
 """)
 
 # READ: the live registrations, writing nothing (lockworker status).
@@ -64,12 +84,40 @@ READ = LuaScript(_NOW + _LIST + "return out\n")
 
 def touch_call(keys: JobKeys, member: Member, message: str) -> tuple[list[str], list[Any]]:
     """The keys and arguments of TOUCH for ``member`` (``message``: '' to refresh)."""
-    return [keys.extra("members")], [member.encode(), member.ttl_ms, keys.wake, message]
+    return (
+        [keys.extra("members"), keys.extra(ACTING)],
+        [member.encode(), member.ttl_ms, keys.wake, message],
+    )
 
 
 def leave_call(keys: JobKeys, member: Member, message: str) -> tuple[list[str], list[Any]]:
     """The keys and arguments of LEAVE for ``member``."""
-    return [keys.extra("members")], [member.encode(), keys.wake, message]
+    return (
+        [keys.extra("members"), keys.extra(ACTING)],
+        [member.encode(), keys.wake, message, member.run],
+    )
+
+
+def act_call(keys: JobKeys, member: Member, acting: bool) -> tuple[list[str], list[Any]]:
+    """The keys and arguments of ACT: ``member`` started (or stopped) serving as a
+    primary."""
+    return [keys.extra("members"), keys.extra(ACTING)], [member.run, "1" if acting else "0"]
+
+
+def act(client: redis.Redis, keys: JobKeys, member: Member, acting: bool) -> None:
+    """Record that backup ``member`` serves as a primary since now (or no more)."""
+    ACT(client, *act_call(keys, member, acting))
+
+
+def acting_since(client: redis.Redis, keys: JobKeys) -> dict[str, int]:
+    """Run -> since when (server ms) each backup of ``keys``'s namespace that recorded
+    it serves as a primary (runs no longer registered may linger: check them)."""
+    raw = client.hgetall(keys.extra(ACTING))
+    found: dict[str, int] = {}
+    for run, since in dict(raw or {}).items():
+        with contextlib.suppress(ValueError, TypeError):
+            found[text(run)] = int(text(since))
+    return found
 
 
 def decode(reply: Any) -> list[Registered]:

@@ -27,18 +27,18 @@ a module global for them.
 
 from __future__ import annotations
 
-import json
 import logging
-import re
 import threading
 from collections.abc import Callable, Mapping
-from functools import cache, lru_cache
+from functools import cache
 from types import MappingProxyType
 from typing import Any, Protocol
 
 import structlog
 
+from lockworker.model.redrive import Redrive
 from lockworker.model.state import Renewal
+from lockworker.runtime.message import RESERVED, Fields, template
 
 ACQUIRED = "job.acquired"
 LOCKED = "job.locked"
@@ -53,6 +53,11 @@ STOPPED = "job.stopped"
 REDIS_UNAVAILABLE = "redis.unavailable"
 REDIS_RETRY = "redis.retry"
 PARKED = "job.parked"
+RESET = "job.reset"
+"""A reset made the job pending again (``Worker.reset``/``reset_all``): ``redriven``
+names the stream it was added to again, or is None; a reset job that nothing will run
+(resolved, and no payload kept to re-add it) is a WARNING with ``resubmit``, the
+command that submits it again (:mod:`lockworker.daemons.redrive`)."""
 HELD_HERE = "job.held_here"
 """An acquire re-entered a lease that another call of the same worker holds (or may
 hold): this call treats the job as held by another process (debug)."""
@@ -71,6 +76,7 @@ fields ``check``, ``status``, ``server``, ``value``, ``consequence``, ``fix``.""
 ALL = (
     ACQUIRED, LOCKED, RENEWED, DONE, DONE_ELSEWHERE, FAILED, LOST, RELEASED, GAVE_UP,
     STOPPED, REDIS_UNAVAILABLE, REDIS_RETRY, HOOK_ERROR, STATE_LOST, PARKED, SERVER_CHECK,
+    RESET,
     HELD_HERE,
 )
 
@@ -88,68 +94,6 @@ LOGGERS = (WORKER, SERVE, SOURCES, LEADER, LOCK, SEMAPHORE, REDLOCK, ONCE, CLI)
 
 _DEBUG, _INFO, _WARNING, _ERROR = logging.DEBUG, logging.INFO, logging.WARNING, logging.ERROR
 _is_configured = structlog.is_configured
-
-_RESERVED = frozenset(
-    logging.LogRecord("", 0, "", 0, "", (), None).__dict__
-) | {"message", "asctime", "taskName"}
-"""``LogRecord`` attributes a field may not overwrite (``logging`` raises KeyError)."""
-
-FIRST = (
-    "job_id", "lock", "semaphore", "leader", "key", "stream", "namespace", "owner",
-    "attempt", "token", "error",
-)
-"""The fields a record's message shows first, in this order: what the event is about
-(a job, a lock...), where, whose, which attempt, and what went wrong; the others follow
-in the order they were given."""
-_FIRST_RANK = {name: rank for rank, name in enumerate(FIRST)}
-_BARE = re.compile(r"[\w.:/@+,-]+").fullmatch
-"""A value shown unquoted: one word of letters, digits and ``_.:/@+,-``; no space, quote,
-``=`` or control character that could make it read as more than one field."""
-
-
-class Fields:
-    """An event's fields as its record's message shows them: ``key=value`` pairs, the
-    :data:`FIRST` ones first, rendered only when a handler asks for the message (the
-    ``event`` key, which the record carries beside them, is not a field).
-
-    A value is shown bare when it is one plain word (``job_id=a``, ``attempt=1``);
-    otherwise (a string with spaces, an ``error``, a list) it is double-quoted with
-    JSON's escapes, non-printable characters escaped too, so that no value can add a
-    field or a line to what is shown: ``error="RuntimeError('downstream said no')"``.
-    Other objects are shown by their ``repr``.
-    """
-
-    __slots__ = ("_fields",)
-
-    def __init__(self, fields: Mapping[str, Any]) -> None:
-        self._fields = fields
-
-    def __str__(self) -> str:
-        fields = self._fields
-        keys = sorted(fields, key=lambda k: _FIRST_RANK.get(k, len(FIRST)))
-        return " ".join(f"{key}={shown(fields[key])}" for key in keys if key != "event")
-
-    def __repr__(self) -> str:
-        return f"<Fields {self}>"
-
-
-def shown(value: Any) -> str:
-    """One value of a record's message (:class:`Fields`)."""
-    if isinstance(value, bool) or value is None:
-        return str(value)
-    text = value if isinstance(value, str) else repr(value)
-    if _BARE(text):
-        return text
-    quoted = json.dumps(text, ensure_ascii=False)
-    if not quoted.isprintable():  # a line or paragraph separator, a bidi control...
-        quoted = "".join(c if c.isprintable() else f"\\u{ord(c):04x}" for c in quoted)
-    return quoted
-
-
-@lru_cache(maxsize=256)
-def _template(event: str) -> str:
-    """``event`` then its fields, as a ``logging`` message template."""
-    return event.replace("%", "%%") + " %s"
 
 
 Observer = Callable[[str, str, Mapping[str, Any]], None]
@@ -296,8 +240,8 @@ class EventLogger:
         exc_info = extra.pop("exc_info", None)
         stack_info = bool(extra.pop("stack_info", False))
         args: tuple[Fields, ...] = (Fields(extra),) if extra else ()
-        if not _RESERVED.isdisjoint(extra):
-            extra = {(f"{k}_" if k in _RESERVED else k): v for k, v in extra.items()}
+        if not RESERVED.isdisjoint(extra):
+            extra = {(f"{k}_" if k in RESERVED else k): v for k, v in extra.items()}
         # The name alone too, as structured handlers want it: structlog's ExtraAdder
         # makes it the ``event`` key, in place of the message with the fields it adds
         # anyway. (Fields leaves it out of the message.)
@@ -305,7 +249,7 @@ class EventLogger:
         # stacklevel 4: the record names the lockworker function that logged the event,
         # not this method or the level method that called it.
         self._std.log(
-            level, _template(event) if args else event, *args, exc_info=exc_info,
+            level, template(event) if args else event, *args, exc_info=exc_info,
             stack_info=stack_info, extra=extra, stacklevel=4,
         )
 
@@ -377,6 +321,16 @@ def logger(name: str, base: Any = None, **context: Any) -> EventLog:
     if base is not None:
         return Forwarding(name, base.bind(**context), context)
     return _root(name).bind(**context)
+
+
+def reset(log: EventLog, done: Redrive) -> None:
+    """Log what a reset did (:data:`RESET`); nothing for a reset refused."""
+    if not done.reset:
+        return
+    if done.stranded:
+        log.warning(RESET, job_id=done.job_id, redriven=None, resubmit=done.resubmit())
+    else:
+        log.info(RESET, job_id=done.job_id, redriven=done.stream)
 
 
 def describe(exc: BaseException) -> str:

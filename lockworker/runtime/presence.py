@@ -13,6 +13,9 @@ steps: :mod:`lockworker.protocol.presence`. Here the I/O and its schedule, for a
   primary (or backup ranked before it) it saw ends. When a reading shows that no
   primary serves any more, or no backup ranked before it while none does, the worker's
   waiting jobs and held-back deliveries are woken to look again (``on_gone``).
+- A backup whose reading shows that no primary serves records since when it serves
+  as one (and forgets it when a primary serves again): one more round trip at each
+  such change, for ``lockworker status`` and the dashboard to show.
 - :meth:`Presence.stop` (the worker's ``stop``, SIGTERM) is safe in a signal handler:
   the thread removes the registration (the removal is published) and ends.
   :meth:`Presence.close` waits for that.
@@ -62,6 +65,15 @@ class PresenceBase:
         self.started = False
         self.stopped = False
         self.failing = False
+        self.acting = False
+        """Whether the server has this backup's record of serving as a primary."""
+
+    def acting_change(self) -> bool | None:
+        """For a backup: True if it serves as a primary since the last reading (no
+        primary registered) and has not recorded it yet, False if it recorded it and a
+        primary serves again; None if nothing is to be written."""
+        now = self.view.watch and not self.view.primary_serving()
+        return None if now == self.acting else now
 
     def refreshed(self, found: list[presence.Registered], sent_at: float) -> None:
         """Apply a reading sent at ``sent_at``; wake the waiting jobs if no primary
@@ -135,6 +147,11 @@ class Presence(PresenceBase):
             self.refresh_failed(exc, sent_at)
             return
         self.refreshed(found, sent_at)
+        change = self.acting_change()
+        if change is not None:  # tried again at the next reading if it fails
+            with contextlib.suppress(*FAILURES):
+                steps.act(self.client, self.keys, self.member, change)
+                self.acting = change
 
     def _run(self) -> None:
         with self._listening() as message:

@@ -2,10 +2,11 @@
 (the verdicts are :mod:`lockworker.model.servercheck`'s).
 
 Used by ``lockworker check`` (every check), by the daemons at start and every
-:data:`RECHECK_EVERY` seconds while they run (eviction, persistence, evicted keys:
-:class:`Watch`), and by a worker's first job (permissions: :func:`require_permissions`,
-before any handler runs). A cluster is checked master by master, each finding naming
-its master; a Sentinel group's client is its master's.
+:data:`RECHECK_EVERY` seconds while they run (eviction, persistence, evicted keys,
+memory; and, from two readings, memory growth: :class:`Watch`), and by a worker's
+first job (permissions: :func:`require_permissions`, before any handler runs). A
+cluster is checked master by master, each finding naming its master; a Sentinel
+group's client is its master's.
 
 Managed servers often refuse ``CONFIG GET``: the values then come from ``INFO`` (which
 reports ``maxmemory_policy``), and a value neither gives is "unknown", never a crash.
@@ -32,6 +33,8 @@ from lockworker.runtime import events
 
 RECHECK_EVERY = 300.0
 """Seconds between a running daemon's checks of the eviction and persistence settings."""
+FIRST_RECHECK = 60.0
+"""Seconds from a daemon's start to its first recheck: the first memory growth seen."""
 CONFIG_NAMES = ("maxmemory", "maxmemory-policy", "appendonly", "appendfsync", "save")
 ERRORS = (redis.RedisError, OSError, RedisClusterException)
 
@@ -79,17 +82,39 @@ def settings(node: redis.Redis) -> dict[str, Any]:
     return verdicts.settings(read_config(node), read_info(node))
 
 
-def settings_findings(client: Any) -> list[Finding]:
-    """Eviction, persistence and evicted keys of every master (what daemons check)."""
+Readings = dict[str, dict[str, Any]]
+"""Each master's :func:`settings`, by ``host:port``."""
+
+
+def readings(client: Any) -> Readings:
+    return {name: settings(node) for name, node in masters(client)}
+
+
+def settings_findings(client: Any, values: Readings | None = None) -> list[Finding]:
+    """Eviction, persistence, evicted keys and memory of every master (what daemons
+    check), from ``values`` if already read."""
     found: list[Finding] = []
-    for name, node in masters(client):
-        v = settings(node)
+    for name, v in (readings(client) if values is None else values).items():
         found += [
             verdicts.eviction(v["policy"], v["maxmemory"]).on(name),
             verdicts.persistence(v["appendonly"], v["appendfsync"], v["save"]).on(name),
             verdicts.evicted_keys(v["evicted"]).on(name),
+            verdicts.memory_use(v["used"], v["maxmemory"], v["system"]).on(name),
         ]
     return found
+
+
+def growth_findings(before: Readings, after: Readings, seconds: float) -> list[Finding]:
+    """Each master's memory growth between two readings ``seconds`` apart (a master
+    that was not read both times is left out)."""
+    return [
+        verdicts.memory_growth(
+            keys_before=before[name]["keys"], keys_after=v["keys"], seconds=seconds,
+            used=v["used"], dataset=v["dataset"], maxmemory=v["maxmemory"],
+            system=v["system"],
+        ).on(name)
+        for name, v in after.items() if name in before
+    ]
 
 
 def scripting(node: redis.Redis) -> str | None:
@@ -185,14 +210,18 @@ def check_all(
     client: Any, keys: JobKeys, *, replicas: int | None = None,
     clock_interval: float = 1.0, clock: Clock | None = None,
 ) -> list[Finding]:
-    """Every check of every master (``lockworker check``)."""
+    """Every check of every master (``lockworker check``); memory growth is measured
+    over the clock's interval (and the checks around it)."""
+    clock = clock or SystemClock()
     nodes = masters(client)
-    found = settings_findings(client)
+    started, before = clock.monotonic(), readings(client)
+    found = settings_findings(client, before)
     for name, node in nodes:
-        values = settings(node)
-        found.append(verdicts.version(values["version"], scripting(node)).on(name))
-        found.append(verdicts.replicas(values["replicas"], replicas).on(name))
-    found += clock_findings(nodes, clock_interval, clock or SystemClock())
+        found.append(verdicts.version(before[name]["version"], scripting(node)).on(name))
+        found.append(verdicts.replicas(before[name]["replicas"], replicas).on(name))
+    found += clock_findings(nodes, clock_interval, clock)
+    after = readings(client)
+    found += growth_findings(before, after, clock.monotonic() - started)
     found.append(permission_finding(client, keys))
     return found
 
@@ -202,15 +231,17 @@ def log_findings(log: events.EventLog, findings: Iterable[Finding]) -> None:
     failure, WARNING for a warning or an unknown, DEBUG when all is well."""
     for f in findings:
         level = {Status.FAILURE: log.error, Status.OK: log.debug}.get(f.status, log.warning)
+        measured = {} if f.measure is None else {"measure": round(f.measure, 4)}
         level(events.SERVER_CHECK, check=f.check, status=f.status.value, server=f.server,
-              value=f.value, consequence=f.meaning, fix=f.fix)
+              value=f.value, consequence=f.meaning, fix=f.fix, **measured)
 
 
 class Watch:
     """A daemon's checks of the server's settings: once at start (:meth:`start`
     returns the findings), then every ``every`` seconds in a thread of its own until
-    :meth:`stop`. A check that cannot reach the server is skipped: the daemon's own
-    steps report that."""
+    :meth:`stop` (the first recheck sooner, :data:`FIRST_RECHECK`). Each recheck also
+    judges the memory growth since the check before. A check that cannot reach the
+    server is skipped: the daemon's own steps report that."""
 
     def __init__(
         self, client: Any, log: events.EventLog, clock: Clock, every: float | None = None,
@@ -221,12 +252,17 @@ class Watch:
         self.every = RECHECK_EVERY if every is None else every
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._last: tuple[float, Readings] | None = None
 
     def check(self) -> list[Finding]:
         try:
-            found = settings_findings(self.client)
+            now, values = self.clock.monotonic(), readings(self.client)
         except ERRORS:
             return []
+        found = settings_findings(self.client, values)
+        if self._last is not None:
+            found += growth_findings(self._last[1], values, now - self._last[0])
+        self._last = (now, values)
         log_findings(self.log, found)
         return found
 
@@ -239,8 +275,10 @@ class Watch:
         return found
 
     def _repeat(self) -> None:
-        while not self.clock.wait(self._stop, self.every):
+        wait = min(self.every, FIRST_RECHECK)
+        while not self.clock.wait(self._stop, wait):
             self.check()
+            wait = self.every
 
     def stop(self) -> None:
         self._stop.set()

@@ -544,7 +544,6 @@ INVALID: list[dict[str, Any]] = [
     {"namespace": "x" * 10_000},
     {"owner": " "},
     {"owner": "\ud800"},
-    {"on_acquired": None},
     {"on_locked": 5},
     {"on_gave_up": "not a function"},
 ]

@@ -27,7 +27,7 @@ from helpers import in_thread, wait_for
 import lockworker
 from lockworker.cli.demo_worker import records_key
 from lockworker.cli.main import main
-from lockworker.cli.status import worker_rows
+from lockworker.cli.workers import worker_rows
 from lockworker.daemons.sources import stream_keys
 from lockworker.model.keys import JobKeys
 from lockworker.model.state import JobStatus
@@ -584,14 +584,16 @@ def test_status_shows_the_live_primaries_and_backups_of_a_namespace(
     for w in workers:
         assert w["pid"] == os.getpid() and w["host"] and w["run"]
         assert 0 <= w["last_seen"] <= 3.0 and 0 < w["expires_in"] <= 3.0
-    assert table[0].startswith("jobs: 1 (done 1)")  # counts, jobs, then the workers
+    assert table[0].startswith("jobs: 1 (done 1)")  # counts, jobs, the workers, memory
     assert table[2].startswith("KIND")
     at = table.index("", 2) + 1
     assert table[at].split() == ["WORKER", "NAMESPACE", "ROLE", "HOST", "PID", "LAST", "SEEN",
                                  "EXPIRES", "IN"]
-    assert [line.split()[:3] for line in table[at + 1 :]] == [
+    end = table.index("", at)
+    assert [line.split()[:3] for line in table[at + 1 : end]] == [
         ["host-a", namespace, "primary"], ["host-b", namespace, "backup"]
     ]
+    assert table[end + 1].startswith("server memory: ")
     assert [w.owner for w in after] == ["host-b"]
 
 

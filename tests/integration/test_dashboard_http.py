@@ -87,6 +87,12 @@ def test_ten_thousand_jobs_are_paged_and_a_page_loads_well_under_a_second() -> N
             counts = ask(base, "/").body
             assert 'ns=ns-1&amp;state=gave_up">2500<' in counts
             assert 'ns=ns-0&amp;state=gave_up">0<' in counts
+            memory = counts[counts.index('<section id="memory">'):]
+            memory = memory[:memory.index("</section>")]
+            assert "server memory: " in memory and "10,000 keys" in memory
+            assert re.search(r"<td>ns-3</td><td>job states</td><td class=\"count\">2,[0-9]{3}<",
+                             memory), memory
+            assert "bytes by MEMORY USAGE" in memory
         client.close()
 
 
@@ -191,7 +197,7 @@ def test_a_read_only_dashboard_has_no_reset_and_a_reset_needs_the_pages_csrf_and
         assert ask(base, "/reset", headers=own).status == 405  # GET changes nothing
         done = ask(base, "/reset", method="POST", form=form, cookies={"lockworker_csrf": cookie},
                    headers={"Referer": f"{base}/job?ns={namespace}&id=j1"})
-        assert done.status == 303 and "said=reset" in done.headers["location"]
+        assert done.status == 303 and "said=stranded" in done.headers["location"]
         assert state(redis_client, namespace, "j1") \
             is JobStatus.PENDING
 
@@ -234,3 +240,43 @@ def test_every_page_forbids_inline_scripts_and_framing(collector: Collector) -> 
         assert "script-src 'self'" in headers["content-security-policy"]
         assert "frame-ancestors 'none'" in headers["content-security-policy"]
         assert headers["x-content-type-options"] == "nosniff"
+
+
+def test_the_handovers_panel_starts_with_those_the_histories_record_and_a_reset_is_marked(
+    redis_client: redis.Redis, namespace: str, collector: Collector
+) -> None:
+    stopping: list[lockworker.Worker] = []
+
+    def fail(_job: lockworker.Job) -> None:
+        raise RuntimeError("boom")
+
+    def fail_and_stop(_job: lockworker.Job) -> None:
+        stopping[0].stop()  # this process goes away after its failed attempt
+        raise RuntimeError("boom")
+
+    common: dict[str, Any] = dict(namespace=namespace, handle_signals=False,
+                                  lock_timeout=2.0, retry_delay=0.0)
+    with lockworker.Worker(redis_client, owner="host-a", on_acquired=fail, max_attempts=1,
+                           **common) as a:
+        assert a.process("moved") is lockworker.Outcome.GAVE_UP
+        assert a.reset("moved")  # host-b runs it after a reset: a re-drive, no handover
+    with lockworker.Worker(redis_client, owner="host-a", on_acquired=fail_and_stop,
+                           **common) as a:
+        stopping.append(a)
+        assert a.process("handed") is lockworker.Outcome.STOPPED  # attempt 1 failed
+    with lockworker.Worker(redis_client, owner="host-b", on_acquired=lambda job: None,
+                           **common) as b:
+        assert b.process("moved") is lockworker.Outcome.DONE
+        assert b.process("handed") is lockworker.Outcome.DONE  # attempt 2: handed over
+    with serving(create_app(collector, url="redis://x")) as base:
+        page = ask(base, "/").body
+        recorded = [h for h in collector.handovers if h.recorded]
+        assert [(h.id, h.before, h.after, h.attempt) for h in recorded] == [
+            ("handed", "host-a", "host-b", 2)
+        ]
+        assert 'class="handover recorded"' in page
+        job = ask(base, f"/job?ns={namespace}&id=moved").body
+        assert job.count('class="reset-mark"') == 1
+        assert job.index('class="attempt gave_up"') < job.index('class="reset-mark"') \
+            < job.index('class="attempt done"')
+        assert 'class="reset-mark"' not in ask(base, f"/job?ns={namespace}&id=handed").body

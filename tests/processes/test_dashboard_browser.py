@@ -169,6 +169,8 @@ def test_a_given_up_jobs_error_is_on_its_page_and_an_id_with_markup_is_text(
     base = dashboard(procs, tmp_path, redis_server.url, "--namespace", namespace)
     browser.get(base + "/")
     shows(browser, "#gave-up td.id", lambda ids: sorted(ids) == sorted(["invoice-43", XSS_ID]))
+    shows(browser, "#memory tr.share", lambda rows: any(
+        r.startswith(f"{namespace} job states 2 ") for r in rows))
     browser.execute_script("window.__swaps = 0; new MutationObserver(() => window.__swaps++)"
                            ".observe(document.getElementById('live'), {childList: true});")
     wait_for(lambda: browser.execute_script("return window.__swaps;") >= 2, timeout=20)

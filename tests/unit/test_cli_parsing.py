@@ -48,6 +48,7 @@ def test_run_defaults() -> None:
     )
     # Worker-only options stay None so a Leader can tell they were not given.
     assert (args.max_attempts, args.concurrency, args.stream) == (None, None, None)
+    assert (args.retention, args.done_retention) == (None, None)
     assert args.grace == 10.0
     assert (args.log_format, args.log_level, args.redis) == ("auto", "info", None)
 
@@ -58,8 +59,10 @@ def test_run_every_option_and_name_alias() -> None:
         "--lock-timeout", "2.5", "--backup-delay", "0", "--max-attempts", "5",
         "--concurrency", "8", "--stream", "jobs", "--grace", "3", "--redis", "redis://x:1/0",
         "--log-format", "json", "--log-level", "debug", "--app-dir", "/srv/app",
+        "--retention", "604800", "--done-retention", "600",
     )
     assert args.namespace == "sched"
+    assert (args.retention, args.done_retention) == (604800.0, 600.0)
     assert (args.role, args.owner, args.lock_timeout, args.backup_delay) == (
         "backup", "host-b", 2.5, 0.0
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import fakeredis
@@ -34,6 +35,10 @@ CASES: list[tuple[dict[str, Any], type[Exception], str]] = [
     ({"retention": 5.0, "lock_timeout": 10.0}, lockworker.InvalidConfig, "retention"),
     ({"retention": 10.0, "lock_timeout": 10.0}, lockworker.InvalidConfig, "retention"),
     ({"retention": True}, lockworker.InvalidConfig, "retention"),
+    ({"done_retention": 10.0, "lock_timeout": 10.0}, lockworker.InvalidConfig, "done_retention"),
+    ({"done_retention": 0}, lockworker.InvalidConfig, "done_retention"),
+    ({"done_retention": "1h"}, lockworker.InvalidConfig, "done_retention"),
+    ({"done_retention": float("inf")}, lockworker.InvalidConfig, "done_retention"),
     ({"retry_delay": -1}, lockworker.InvalidConfig, "retry_delay"),
     ({"retry_delay": float("nan")}, lockworker.InvalidConfig, "retry_delay"),
     ({"retry_delay": float("inf")}, lockworker.InvalidConfig, "retry_delay"),
@@ -49,7 +54,6 @@ CASES: list[tuple[dict[str, Any], type[Exception], str]] = [
     ({"role": "leader"}, lockworker.InvalidConfig, "role"),
     ({"on_acquired": "not callable"}, lockworker.InvalidHook, "on_acquired"),
     ({"on_locked": 42}, lockworker.InvalidHook, "on_locked"),
-    ({"on_acquired": None}, lockworker.InvalidConfig, "on_acquired"),
     ({"on_gave_up": "x"}, lockworker.InvalidHook, "on_gave_up"),
     ({"on_lost": 1}, lockworker.InvalidHook, "on_lost"),
     ({"on_failed": object()}, lockworker.InvalidHook, "on_failed"),
@@ -64,9 +68,33 @@ def test_bad_worker_arguments_raise_a_clear_error(
         lockworker.Worker(fakeredis.FakeRedis(), **{**GOOD, **change})
 
 
-def test_a_worker_without_on_acquired_is_refused() -> None:
-    with pytest.raises(lockworker.InvalidConfig, match="on_acquired"):
-        lockworker.Worker(fakeredis.FakeRedis(), namespace="ns")
+def test_a_worker_without_on_acquired_may_be_built_but_runs_no_job() -> None:
+    """An operator's script builds one to inspect and reset; asked to run jobs, it
+    refuses with the same clear error, before any Redis call."""
+    worker = lockworker.Worker(fakeredis.FakeRedis(), namespace="ns", handle_signals=False)
+    try:
+        for run in (lambda: worker.process("j"), lambda: worker.serve([("j", None)])):
+            with pytest.raises(lockworker.InvalidConfig, match=r"on_acquired is required to "
+                               r"process jobs .*may inspect and reset"):
+                run()
+    finally:
+        worker.close()
+
+
+def test_an_asyncio_worker_without_on_acquired_runs_no_job() -> None:
+    from lockworker.aio import Worker as AsyncWorker
+
+    async def main() -> None:
+        worker = AsyncWorker(fakeredis.FakeAsyncRedis(), namespace="ns", handle_signals=False)
+        try:
+            with pytest.raises(lockworker.InvalidConfig, match="on_acquired is required"):
+                await worker.process("j")
+            with pytest.raises(lockworker.InvalidConfig, match="on_acquired is required"):
+                await worker.serve([("j", None)])
+        finally:
+            await worker.close()
+
+    asyncio.run(main())
 
 
 def test_errors_are_also_the_stdlib_types_callers_catch() -> None:

@@ -13,7 +13,8 @@ from lockworker.cli.dashboard import password_of
 from lockworker.cli.status import Row
 from lockworker.cli.web.app import PAGE, paged
 from lockworker.cli.web.guard import is_loopback, needs_token
-from lockworker.cli.web.view import count, handovers, last_error
+from lockworker.cli.web.view import count, handovers, last_error, recorded_handovers
+from lockworker.model.history import AttemptRecord, handed_over, reset_before
 
 
 def job(job_id: str, state: str, holder: str | None, token: int, attempt: int = 1) -> Row:
@@ -87,3 +88,36 @@ def test_every_password_of_a_url_is_masked_and_known() -> None:
     assert password_of(url) == ["pw1", "pw2"]
     assert password_of("redis://:s%40cret@h:6379/0") == ["s@cret"]
     assert password_of("redis://h:6379/0") == []
+
+
+def attempt(number: int, owner: str, ending: str | None, token: int = 0) -> AttemptRecord:
+    return AttemptRecord(number, token or number, owner, "r", 1000 * token, None, ending,
+                         None, None)
+
+
+def test_a_reset_is_read_from_the_attempt_numbers_and_a_refund_is_not_one() -> None:
+    records = [
+        attempt(1, "host-a", "stopped", 1),  # refunded: the next is attempt 1 again
+        attempt(1, "host-b", "failed", 2),
+        attempt(2, "host-b", "gave_up", 3),
+        attempt(1, "host-b", "failed", 4),  # after a reset
+        attempt(2, "host-c", "done", 5),
+    ]
+    assert reset_before(records) == {3}
+    assert reset_before(records[:1]) == frozenset()
+
+
+def test_recorded_handovers_are_attempts_by_another_owner_not_across_a_reset() -> None:
+    records = (
+        attempt(1, "host-a", "lost", 1),
+        attempt(2, "host-b", "gave_up", 2),
+        attempt(1, "host-a", "failed", 3),  # after a reset: a re-drive, not a handover
+        attempt(2, "host-a", "done", 4),
+    )
+    assert [(b.owner, a.owner, a.token) for b, a in handed_over(records)] == [
+        ("host-a", "host-b", 2)
+    ]
+    found = recorded_handovers(job("j", "done", "host-a", 4), records)
+    assert [(h.id, h.before, h.after, h.token, h.attempt, h.seen_at, h.recorded)
+            for h in found] == [("j", "host-a", "host-b", 2, 2, 2.0, True)]
+    assert recorded_handovers(job("j", "done", None, 1), [SimpleNamespace()] * 2) == []

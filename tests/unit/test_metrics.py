@@ -285,3 +285,18 @@ def test_redis_steps_given_up_count_by_step_at_zero_from_the_first_retry(
     job_log("n-2").error(events.REDIS_UNAVAILABLE, step="acquire job (job 'n-2')", tries=4)
     assert value(registry, unavailable, step="renew lease") == 1
     assert value(registry, unavailable, step="acquire job") == 1
+
+
+@pytest.mark.usefixtures("installed")
+def test_the_memory_check_sets_the_used_ratio(registry: CollectorRegistry) -> None:
+    from lockworker.model import servercheck as verdicts
+    from lockworker.runtime.servercheck import log_findings
+
+    where = {"server": "10.0.0.5:6379"}
+    log = events.logger(events.WORKER)
+    log_findings(log, [verdicts.memory_use(85, 100, None).on(where["server"])])
+    assert value(registry, "lockworker_server_memory_used_ratio", **where) == 0.85
+    assert value(registry, "lockworker_server_check", check="memory", **where) == 1
+    log_findings(log, [verdicts.memory_use(None, 100, None).on(where["server"])])
+    assert value(registry, "lockworker_server_memory_used_ratio", **where) == 0.85  # kept
+    assert value(registry, "lockworker_server_check", check="memory", **where) == 2

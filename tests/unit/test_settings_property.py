@@ -142,9 +142,11 @@ def once(**kwargs: Any) -> None:
 
 SETTINGS: list[tuple[str, str, Callable[[Any], None], Callable[[object], bool]]] = [
     ("Worker", "lock_timeout", lambda v: worker(lock_timeout=v),
-     both(a_lease, lambda v: v < 86400)),  # below the default retention
+     both(a_lease, lambda v: v < 3600)),  # below the default done_retention
     ("Worker", "max_attempts", lambda v: worker(max_attempts=v), count_from(1)),
     ("Worker", "retention", lambda v: worker(retention=v),
+     both(seconds_above_zero, lambda v: v > 10)),  # above the default lock_timeout
+    ("Worker", "done_retention", lambda v: worker(done_retention=v),
      both(seconds_above_zero, lambda v: v > 10)),  # above the default lock_timeout
     ("Worker", "retry_delay", lambda v: worker(retry_delay=v), timeout),  # None: default
     ("Worker", "backup_delay", lambda v: worker(backup_delay=v), seconds_from_zero),

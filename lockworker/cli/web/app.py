@@ -1,7 +1,8 @@
 """The dashboard's pages: a Starlette application over a :class:`~.view.Collector`.
 
 ``/``       leaders, live workers, jobs counted by state per namespace, handovers,
-            held jobs and given-up jobs (each list paged: ``?held=N``, ``?gave_up=N``);
+            held jobs and given-up jobs (each list paged: ``?held=N``, ``?gave_up=N``),
+            and what the server holds (keys and bytes per namespace by kind);
 ``/jobs``   every job, filtered by namespace, state and part of the id, paged;
 ``/job``    one job (``?ns=&id=``): its state, holder, lease and attempt history;
 ``/reset``, ``/reset-gave-up``   POST only, and only with ``allow_reset``;
@@ -35,16 +36,27 @@ from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
 from lockworker import __version__
+from lockworker.cli import footprint
 from lockworker.cli.cells import duration
 from lockworker.cli.web import guard
 from lockworker.cli.web.view import STATES, Collector
 from lockworker.errors import InvalidConfig
-from lockworker.model.state import Reset
+from lockworker.model.history import reset_before
 
 PAGE = 50
 """Rows per page of every list."""
 SAID = {
-    "reset": "The job is pending again. Submit it to its stream again to have it run.",
+    "reset": "The job is pending again.",
+    "redriven": "The job is pending again, and was added to its stream again: the workers "
+    "serving that stream run it.",
+    "stranded": "The job is pending again, but nothing will run it: its payload was not "
+    "kept (only a stream's job that gave up keeps it). Submit it again: "
+    "lockworker submit STREAM JOB_ID 'PAYLOAD_JSON'.",
+    "redriven_all": "The given-up jobs are pending again, each added to its stream again.",
+    "stranded_some": "The given-up jobs are pending again; those whose payload was kept "
+    "were added to their stream again, the others will not run until submitted again "
+    "(lockworker submit STREAM JOB_ID 'PAYLOAD_JSON'; the dashboard's log names each "
+    "with its command).",
     "held": "Not reset: a process holds the job now.",
     "absent": "Not reset: Redis knows no such job.",
     "bad": "Not reset: the request did not come from this page (or it has expired); "
@@ -107,7 +119,7 @@ def templates() -> Jinja2Templates:
     )
     env.filters.update(duration=duration, timestamp=timestamp)
     env.globals.update(job_link=job_link, with_query=with_query, STATES=STATES,
-                       version=__version__)
+                       version=__version__, footprint=footprint)
     return Jinja2Templates(env=env)
 
 
@@ -177,7 +189,8 @@ class Dashboard:
             return PlainTextResponse(str(exc), status_code=400)
         records = tuple(getattr(seen, "history", ()) or ()) if seen is not None else ()
         return self.render(request, "job.html", "job_detail.html", namespace=namespace,
-                           job_id=job_id, seen=seen, records=records)
+                           job_id=job_id, seen=seen, records=records,
+                           resets=reset_before(records))
 
     async def reset(self, request: Request) -> Response:
         form = await self.form(request)
@@ -190,7 +203,9 @@ class Dashboard:
         except InvalidConfig as exc:
             return PlainTextResponse(str(exc), status_code=400)
         await run_in_threadpool(self.collector.read)
-        return self.said(back, done.value)
+        if done.redriven:
+            return self.said(back, "redriven")
+        return self.said(back, "stranded" if done.stranded else done.result.value)
 
     async def reset_gave_up(self, request: Request) -> Response:
         form = await self.form(request)
@@ -199,10 +214,14 @@ class Dashboard:
         if not self.change_allowed(request, form):
             return self.said(back, "bad", 403)
         rows = self.collector.view.select(namespace=namespace or None, state="gave_up")
+        stranded = False
         for row in rows:  # one at a time, as `lockworker reset` does: a held job is refused
-            await run_in_threadpool(self.collector.reset, row.namespace, row.id)
+            done = await run_in_threadpool(
+                self.collector.reset, row.namespace, row.id, "gave_up"
+            )
+            stranded = stranded or done.stranded
         await run_in_threadpool(self.collector.read)
-        return self.said(back, Reset.RESET.value)
+        return self.said(back, "stranded_some" if stranded else "redriven_all")
 
     @staticmethod
     async def form(request: Request) -> dict[str, str]:

@@ -10,7 +10,12 @@ many jobs there are.
 Between two reads it compares who held each job and each leadership: a job (or a term)
 whose holder changed to another process with a greater fencing token was handed over,
 and the :class:`Handover` is kept (the newest :data:`KEPT` of them) for the page to
-show as it happens. A job's attempt history (``Snapshot.history``, where the library
+show as it happens. So that the panel does not start empty, the first read also reads
+the attempt histories of the :data:`SEEDED` most recently written jobs (bounded: no
+walk of every job) and keeps the handovers they record (:func:`recorded_handovers`).
+What the server holds (:mod:`lockworker.cli.footprint`: keys and bytes per namespace
+by kind, from a bounded sample) is read at most every :data:`MEMORY_EVERY` seconds.
+A job's attempt history (``Snapshot.history``, where the library
 records one) is read when a page shows the job.
 """
 
@@ -26,13 +31,20 @@ from typing import Any
 import redis
 import structlog
 
-from lockworker.cli import status
+from lockworker.cli import footprint, status
 from lockworker.cli.cells import natural
-from lockworker.cli.status import Row, WorkerRow
+from lockworker.cli.kept import Kept
+from lockworker.cli.status import Row
+from lockworker.cli.workers import WorkerRow, worker_rows
 from lockworker.clock import Clock, SystemClock, wall_time
+from lockworker.daemons.redrive import reset_job
+from lockworker.daemons.settings import DAY, DONE_RETENTION
 from lockworker.errors import ForeignValueError
+from lockworker.model.footprint import Footprint
+from lockworker.model.history import handed_over
 from lockworker.model.keys import JobKeys
-from lockworker.model.state import Reset, Snapshot
+from lockworker.model.redrive import Redrive
+from lockworker.model.state import Snapshot
 from lockworker.protocol import ScriptProtocol
 
 STATES = ("held", "pending", "done", "gave_up", "foreign")
@@ -41,6 +53,11 @@ KEPT = 100
 """How many handovers the dashboard remembers (the newest)."""
 BUSY = 3.0
 """A read is followed by at least BUSY times its own duration of rest."""
+SEEDED = 200
+"""How many jobs' histories (the most recently written) the first read looks through
+for the handovers they record."""
+MEMORY_EVERY = 30.0
+"""Seconds between two samples of what the server holds (memory moves slowly)."""
 
 log = structlog.get_logger("lockworker.cli.web")
 
@@ -60,6 +77,9 @@ class Handover:
     token: int
     """The new holder's fencing token (a term's number, for a leader)."""
     attempt: int | None
+    recorded: bool = False
+    """Read from the job's attempt history at the dashboard's start (``seen_at`` is
+    when the new holder's attempt started), not seen between two reads."""
 
 
 @dataclass(frozen=True)
@@ -76,6 +96,8 @@ class View:
     """Why the read failed (the previous rows are kept), with any password masked."""
     counts: dict[str, dict[str, int]] = field(default_factory=dict)
     """namespace -> state -> number of jobs."""
+    memory: Footprint | None = None
+    """What the server holds, as last sampled (None before the first sample)."""
 
     def select(
         self, *, namespace: str | None = None, state: str | None = None, query: str = ""
@@ -125,6 +147,19 @@ def handovers(seen: Seen, rows: Sequence[Row], at: float) -> tuple[list[Handover
     return found, now
 
 
+def recorded_handovers(row: Row, records: Sequence[Any]) -> list[Handover]:
+    """The handovers a job's attempt history records (:func:`handed_over`)."""
+    try:
+        pairs = handed_over(tuple(records))
+    except (AttributeError, TypeError):  # records of another shape: none to tell
+        return []
+    return [
+        Handover(after.started_ms / 1000.0, "job", row.namespace, row.id, before.owner,
+                 after.owner, after.token, after.attempt, recorded=True)
+        for before, after in pairs
+    ]
+
+
 def history(snapshot: Snapshot) -> tuple[Any, ...]:
     """The job's attempt records, oldest first (none where the library keeps none)."""
     return tuple(getattr(snapshot, "history", ()) or ())
@@ -145,11 +180,13 @@ class Collector:
     password) that must never appear in an error shown."""
 
     def __init__(
-        self, client: redis.Redis, *, retention: float = 86400.0, refresh: float = 1.0,
+        self, client: redis.Redis, *, retention: float = DAY, refresh: float = 1.0,
+        done_retention: float = DONE_RETENTION,
         namespace: str | None = None, masked: Sequence[str] = (), clock: Clock | None = None,
     ) -> None:
         self.client = client
         self.retention = retention
+        self.kept = Kept(retention, done_retention)
         self.refresh = refresh
         self.namespace = namespace
         self.masked = tuple(m for m in masked if m)
@@ -162,6 +199,7 @@ class Collector:
         self._reading = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._memory: tuple[float, Footprint] | None = None
 
     def mask(self, message: str) -> str:
         for secret in self.masked:
@@ -185,23 +223,24 @@ class Collector:
             started = self.clock.monotonic()
             try:
                 leaders = status.leader_rows(self.client) if self.namespace is None else []
-                workers = status.worker_rows(self.client, self.namespace)
+                workers = worker_rows(self.client, self.namespace)
                 keys = sorted(
                     status.state_keys(self.client, self.namespace),
                     key=lambda k: (natural(k[1]), natural(k[2])),
                 )
-                jobs = status.job_rows(self.client, keys, self.retention)
+                jobs = status.job_rows(self.client, keys, self.kept)
             except (redis.RedisError, OSError) as exc:
                 error = self.mask(f"{type(exc).__name__}: {exc}")
                 log.warning("dashboard.read_failed", error=error)
                 with self._lock:
                     old = self._view
                     self._view = View(wall_time(), old.read_seconds, old.leaders, old.workers,
-                                      old.jobs, error, old.counts)
+                                      old.jobs, error, old.counts, old.memory)
                     return self._view
+            memory = self.memory(started)
             took = self.clock.monotonic() - started
             view = View(wall_time(), took, tuple(leaders), tuple(workers), tuple(jobs),
-                        None, count(jobs))
+                        None, count(jobs), memory)
             found, seen = handovers(self._seen, [*leaders, *jobs], view.taken_at)
             with self._lock:
                 self._view, self._seen = view, seen
@@ -212,11 +251,48 @@ class Collector:
                          token=handover.token)
             return view
 
+    def memory(self, now: float) -> Footprint | None:
+        """What the server holds: sampled again once :data:`MEMORY_EVERY` seconds have
+        passed since the last sample; the last one kept if this one fails."""
+        last = self._memory
+        if last is not None and now - last[0] < MEMORY_EVERY:
+            return last[1]
+        try:
+            found = footprint.read(self.client, self.namespace)
+        except (redis.RedisError, OSError) as exc:
+            log.warning("dashboard.memory_failed", error=self.mask(f"{type(exc).__name__}: {exc}"))
+            return None if last is None else last[1]
+        self._memory = (now, found)
+        return found
+
     def start(self) -> None:
-        """Read once now, then keep reading in a daemon thread until :meth:`stop`."""
-        self.read()
+        """Read once now (with the handovers the recent jobs' histories record), then
+        keep reading in a daemon thread until :meth:`stop`."""
+        self.seed(self.read())
         self._thread = threading.Thread(target=self._run, name="dashboard-reader", daemon=True)
         self._thread.start()
+
+    def seed(self, view: View) -> None:
+        """Keep the handovers recorded in the histories of the :data:`SEEDED` jobs of
+        ``view`` written last, oldest first, before any seen since."""
+        recent = sorted(
+            (r for r in view.jobs if r.state != "foreign"),
+            key=lambda r: float("inf") if r.age is None else r.age,
+        )[:SEEDED]
+        found: list[Handover] = []
+        for row in recent:
+            try:
+                seen = self.inspect(row.namespace, row.id)
+            except (redis.RedisError, OSError):
+                return  # the next reads say why; the panel fills as handovers happen
+            if seen is not None:
+                found.extend(recorded_handovers(row, history(seen)))
+        found.sort(key=lambda h: h.seen_at)
+        with self._lock:
+            live = list(self._handovers)
+            self._handovers.clear()
+            self._handovers.extend(found[-KEPT:])
+            self._handovers.extend(live)
 
     def _run(self) -> None:
         while not self.clock.wait(self._stop, max(self.refresh, BUSY * self.view.read_seconds)):
@@ -260,9 +336,16 @@ class Collector:
             found[(row.namespace, row.id)] = error
         return found
 
-    def reset(self, namespace: str, job_id: str) -> Reset:
-        """Make a job that nobody holds pending again (a held one is refused)."""
+    def reset(self, namespace: str, job_id: str, expect: str | None = None) -> Redrive:
+        """Make a job that nobody holds pending again (a held one is refused), and
+        re-drive it (:mod:`lockworker.daemons.redrive`); with ``expect``, only if it is
+        still in that state."""
         keys = JobKeys.of(namespace, job_id)
-        done = ScriptProtocol(self.client).reset(keys, round(self.retention * 1000))
-        log.info("dashboard.reset", namespace=namespace, id=job_id, result=done.value)
+        done = reset_job(
+            self.client, ScriptProtocol(self.client), keys, round(self.retention * 1000),
+            expect=expect,
+        )
+        log.info("dashboard.reset", namespace=namespace, id=job_id, result=done.result.value,
+                 redriven=done.stream,
+                 resubmit=done.resubmit() if done.stranded else None)
         return done
