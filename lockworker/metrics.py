@@ -32,6 +32,11 @@ The metric names and labels below are a public contract (docs/daemons.md, "Metri
   ``lockworker_server_check{check="eviction"} == 3``);
 - ``lockworker_server_evicted_keys{server}``: the keys the server evicted since it
   started (``INFO stats``), as last checked (alert on any increase);
+- ``lockworker_stream_behind_seconds{stream,namespace}`` and
+  ``lockworker_stream_trimming_waits{stream,namespace}``: at this process's last save
+  of its stream position (``stream.progress``), how far that position was behind its
+  namespace's progress (what it then skipped), and 1 if trimming waits for its own
+  position (a reader of no namespace), 0 if only for its namespace's progress;
 - ``lockworker_server_memory_used_ratio{server}``: the server's ``used_memory`` over
   its ``maxmemory`` (else over its host's memory), as last checked (alert above 0.8,
   where ``lockworker check`` warns).
@@ -50,6 +55,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from lockworker.clock import Clock, SystemClock
+from lockworker.daemons.sources import PROGRESS as STREAM_PROGRESS
 from lockworker.errors import ExtraNotInstalled
 from lockworker.runtime import events
 
@@ -168,7 +174,7 @@ class Metrics:
     adding to: ``outcomes``, ``attempt_duration``, ``handover_wait``,
     ``takeover_latency``, ``leases_held``, ``leader``, ``leader_elections``,
     ``leader_lost``, ``redis_retries``, ``redis_unavailable``, ``server_check``,
-    ``evicted_keys``, ``memory_used``.
+    ``evicted_keys``, ``memory_used``, ``stream_behind``, ``stream_trimming_waits``.
     """
 
     def __init__(self, registry: CollectorRegistry, clock: Clock) -> None:
@@ -232,6 +238,18 @@ class Metrics:
             "Keys the server evicted since it started (INFO stats), as last checked.",
             ["server"], registry=registry,
         )
+        self.stream_behind = Gauge(
+            "lockworker_stream_behind_seconds",
+            "How far this process's stream position was behind its namespace's progress "
+            "at its last save (by entry time).",
+            ["stream", "namespace"], registry=registry,
+        )
+        self.stream_trimming_waits = Gauge(
+            "lockworker_stream_trimming_waits",
+            "1 if trimming waits for this process's own stream position, 0 if only for "
+            "its namespace's progress.",
+            ["stream", "namespace"], registry=registry,
+        )
         self.memory_used = Gauge(
             "lockworker_server_memory_used_ratio",
             "The server's used memory over its maxmemory (else its host's memory), as "
@@ -241,7 +259,7 @@ class Metrics:
             self.memory_used, self.outcomes, self.attempt_duration, self.handover_wait,
             self.takeover_latency, self.leases_held, self.leader, self.redis_retries,
             self.server_check, self.evicted_keys, self.leader_elections, self.leader_lost,
-            self.redis_unavailable,
+            self.redis_unavailable, self.stream_behind, self.stream_trimming_waits,
         )
         self._lock = threading.Lock()
         self._held: OrderedDict[tuple[str, str], tuple[Any, float]] = OrderedDict()
@@ -288,6 +306,15 @@ class Metrics:
             self.redis_unavailable.labels(step_label(fields.get("step"))).inc()
         elif event == events.SERVER_CHECK:
             self._server_check(fields)
+        elif event == STREAM_PROGRESS and logger_name == events.SOURCES:
+            self._stream(fields)
+
+    def _stream(self, fields: Mapping[str, Any]) -> None:
+        labels = (str(fields.get("stream", "")), str(fields.get("namespace") or ""))
+        behind = fields.get("behind_ms")
+        if isinstance(behind, int):
+            self.stream_behind.labels(*labels).set(behind / 1000.0)
+        self.stream_trimming_waits.labels(*labels).set(1 if fields.get("holds_trimming") else 0)
 
     def _server_check(self, fields: Mapping[str, Any]) -> None:
         server, check = str(fields.get("server", "")), str(fields.get("check", ""))

@@ -9,8 +9,10 @@ hour), so age = that - time left. Pass the workers' ``--retention`` and
 ``--done-retention`` if they use others. Leaders are read with
 :meth:`lockworker.Leader.current`, their age from the term's recorded start. The
 workers alive in each namespace (primaries and backups, as they registered:
-:mod:`lockworker.model.presence`) are read from the namespace's presence set. Last,
-what the server holds, by namespace and kind, from a bounded sample (:mod:`.footprint`).
+:mod:`lockworker.model.presence`) are read from the namespace's presence set, and the
+fan-out readers of each stream from the stream's keys (:mod:`lockworker.cli.readers`).
+Last, what the server holds, by namespace and kind, from a bounded sample
+(:mod:`.footprint`).
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ import redis
 from redis.cluster import RedisCluster
 from redis.crc import key_slot
 
-from lockworker.cli import footprint, summary
+from lockworker.cli import footprint, readers, summary
 from lockworker.cli.cells import aligned, duration, natural, printable
 from lockworker.cli.common import EXIT_OK, connect, redis_url
 from lockworker.cli.history import cut, history_table, last_error, record_json
@@ -295,6 +297,7 @@ def histories(client: redis.Redis, rows: list[Row]) -> dict[tuple[str, str], Any
 def main(args: argparse.Namespace) -> int:
     client = connect(redis_url(args.redis))
     found: dict[tuple[str, str], Any] = {}
+    streams: list[readers.StreamRow] = []
     held = None
     try:
         if jobs_only(args):
@@ -304,6 +307,7 @@ def main(args: argparse.Namespace) -> int:
         else:
             workers = worker_rows(client, args.namespace)
             rows = collect(client, args.namespace, kept(args))
+            streams = readers.stream_rows(client, args.namespace)
             held = footprint.read(client, args.namespace)
     finally:
         client.close()
@@ -315,6 +319,7 @@ def main(args: argparse.Namespace) -> int:
         json.dump(
             {
                 "workers": [asdict(w) for w in workers],
+                "streams": [asdict(s) for s in streams],
                 "leaders": [asdict(r) for r in rows if r.kind == "leader"],
                 "jobs": jobs,
                 "counts": summary.counts(rows),
@@ -335,6 +340,8 @@ def main(args: argparse.Namespace) -> int:
         print(history_table(records))
     if workers:
         print("\n" + workers_table(workers))
+    if streams:
+        print("\n" + readers.table(streams))
     if held is not None:
         print("\n" + "\n".join(footprint.lines(held)))
     return EXIT_OK

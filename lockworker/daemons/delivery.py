@@ -1,5 +1,6 @@
-"""What a source hands ``serve``: :class:`Delivery`, the :class:`Source` protocol, and
-how a stream entry's fields become a job (shared by fan-out and group delivery)."""
+"""What a source hands ``serve``: :class:`Delivery`, the :class:`Source` protocol, an
+iterable as a source, and how a stream entry's fields become a job (shared by fan-out
+and group delivery)."""
 
 from __future__ import annotations
 
@@ -7,9 +8,11 @@ import contextlib
 import json
 import math
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
+
+from lockworker.errors import InvalidConfig
 
 
 def _noop() -> None:
@@ -38,6 +41,35 @@ class Source(Protocol):
     """What ``serve`` needs of a source: deliveries until exhausted or ``stop`` is set."""
 
     def deliveries(self, stop: threading.Event) -> Iterator[Delivery]: ...
+
+
+class IterableSource:
+    """Any iterable of ``(job_id, payload)`` pairs, read lazily."""
+
+    def __init__(self, items: Iterable[Any]) -> None:
+        self.items = items
+
+    def deliveries(self, stop: threading.Event) -> Iterator[Delivery]:
+        for item in self.items:
+            if stop.is_set():
+                return
+            if not isinstance(item, (tuple, list)) or len(item) != 2:
+                raise InvalidConfig(
+                    f"source items must be (job_id, payload) pairs, got {item!r}"
+                )
+            yield Delivery(item[0], item[1])
+
+
+def as_source(source: object) -> Source:
+    """``source`` if it is a :class:`Source`, else an iterable wrapped as one."""
+    if hasattr(source, "deliveries"):
+        return source
+    if isinstance(source, (str, bytes, dict)) or not isinstance(source, Iterable):
+        raise InvalidConfig(
+            "source must be an iterable of (job_id, payload) pairs or a StreamSource, "
+            f"got {type(source).__name__}"
+        )
+    return IterableSource(source)
 
 
 Together = Callable[[], contextlib.AbstractContextManager[None]]

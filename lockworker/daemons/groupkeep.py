@@ -241,7 +241,7 @@ class Keeper:
             )
 
     def _tidy(self) -> None:
-        keys = [self.entries_key, self.keys.extra("positions"), self.keys.extra("readers")]
+        keys = streams.fanout_keys(self.keys)
         ttl_ms = max(1, round(self.reader_ttl * 1000))
         self._call(
             lambda: streams.TIDY(self.client, keys, [self.group, ttl_ms]),

@@ -17,15 +17,29 @@ Keys of stream ``jobs`` (one hash tag, so one Cluster slot)::
     lw:stream:streams:{jobs}:entries     the stream
     lw:stream:streams:{jobs}:positions   hash: owner -> last entry id resolved by that owner
     lw:stream:streams:{jobs}:readers     sorted set: owner -> when its registration ends (ms)
+    lw:stream:streams:{jobs}:namespaces  hash: owner -> the namespace it serves
+    lw:stream:streams:{jobs}:progress    hash: namespace -> entry id up to which every
+                                         entry is resolved in that namespace
+
+A stream's progress is the record of its finished entries. Job states are per
+namespace, so the progress is too: the highest position any reader of the namespace
+saved (a position is saved only past resolved jobs, and only as far as every entry
+before it is resolved). Under ``serve`` a reader knows its namespace (the worker's),
+and a reader behind its namespace's progress (restarted, lagging, a backup) skips to
+it without looking at any job there: when it starts, and whenever it reads while its
+last word from the server is :data:`SAVE_EVERY` old (the word comes back with the save
+of its own position, in the same call). An entry the progress shows resolved is never
+run again, whatever became of its job's DONE record.
 
 Trimming policy: each reader, when it saves its position (and at least every third of
 ``reader_ttl`` while idle), forgets readers whose registration ran out, then trims the
-entries below the lowest position of the live readers and below what any consumer
-group of the stream still has pending or undelivered. An entry is therefore removed
-only once every live reader has resolved it; a reader gone for longer than its
-``reader_ttl`` stops holding trimming back and loses its saved position. Trimmed entries
-are all resolved jobs (someone resolved them), so a reader that returns late misses
-nothing that still needs doing.
+entries up to the progress of every namespace that has a live reader, up to the
+position of every live reader of no namespace (a source read without ``serve``, or a
+0.3.0 process), and below what any consumer group of the stream still has pending or
+undelivered (:mod:`lockworker.protocol.streams`). A dead or lagging reader therefore
+holds back nothing its namespace has resolved; what it holds is its namespace's work
+not done yet, kept until a reader of the namespace does it or, if none is registered
+any more, for ``reader_ttl`` after the last one was.
 """
 
 from __future__ import annotations
@@ -34,20 +48,20 @@ import collections
 import contextlib
 import re
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import redis
 
 from lockworker.clock import Clock, SystemClock
 from lockworker.config import count, seconds
-from lockworker.daemons.delivery import Delivery, Source, job_of
+from lockworker.daemons.delivery import Delivery, IterableSource, Source, as_source, job_of
 from lockworker.daemons.groupsource import BAD_ENTRY, GroupReader, Member
 from lockworker.errors import InvalidConfig, LockworkerError
 from lockworker.model.codec import check_payload
 from lockworker.model.keys import JobKeys, Space, check_name
 from lockworker.protocol import text
-from lockworker.protocol.streams import TOUCH
+from lockworker.protocol.streams import TOUCH, entry_order, fanout_keys, touched
 from lockworker.runtime import events, retry
 
 __all__ = [
@@ -57,46 +71,26 @@ __all__ = [
 
 STREAMS_NAMESPACE = "streams"
 READER_TTL = 6 * 3600.0
-"""Default ``reader_ttl``: a quarter of the worker's default ``retention`` (a day), so
-that a reader catching up after a long absence finds old jobs DONE, not forgotten."""
+"""Default ``reader_ttl``: how long a namespace's unfinished entries are kept after its
+last reader was seen (a reader of no namespace: the entries after its position)."""
 SAVE_EVERY = 0.05
 """Seconds between two saves of a reader's position while jobs resolve: a busy stream
 saves once per this many jobs resolved, not once per job (a crash repeats at most
 this long's look-ups, each of which finds its job DONE); an idle one saves at once."""
 SAVE_FAILED = "stream.save_failed"
+PROGRESS = "stream.progress"
+"""Debug, at each touch: the ``position`` saved, the ``progress`` of the reader's
+``namespace`` (None: it names none), ``behind_ms`` (how far the position it had saved
+was behind that progress, by entry time: what it skips) and ``holds_trimming`` (whether trimming
+waits for this reader's own position: only for a reader of no namespace).
+:mod:`lockworker.metrics` shows the last of each stream."""
+SKIPPED = "stream.skipped"
+"""Debug: a reader jumped from ``from_id`` to its namespace's ``progress``, passing
+over the entries between without a look at their jobs."""
 GROUP_BATCH = 16
 """Default ``batch`` of a group member: entries it takes ahead of its slots (which no
 other member serves meanwhile), so kept small."""
 _ENTRY_ID = re.compile(r"^\d+-\d+$")
-
-
-class IterableSource:
-    """Any iterable of ``(job_id, payload)`` pairs, read lazily."""
-
-    def __init__(self, items: Iterable[Any]) -> None:
-        self.items = items
-
-    def deliveries(self, stop: threading.Event) -> Iterator[Delivery]:
-        for item in self.items:
-            if stop.is_set():
-                return
-            if not isinstance(item, (tuple, list)) or len(item) != 2:
-                raise InvalidConfig(
-                    f"source items must be (job_id, payload) pairs, got {item!r}"
-                )
-            yield Delivery(item[0], item[1])
-
-
-def as_source(source: object) -> Source:
-    """``source`` if it is a :class:`Source`, else an iterable wrapped as one."""
-    if hasattr(source, "deliveries"):
-        return source
-    if isinstance(source, (str, bytes, dict)) or not isinstance(source, Iterable):
-        raise InvalidConfig(
-            "source must be an iterable of (job_id, payload) pairs or a StreamSource, "
-            f"got {type(source).__name__}"
-        )
-    return IterableSource(source)
 
 
 def stream_keys(stream: str) -> JobKeys:
@@ -150,8 +144,10 @@ class StreamSource:
     :param start: where a new owner (no saved position) starts: ``"0"`` everything
         still in the stream, ``"$"`` only jobs submitted from now on, or an entry id.
     :param reader_ttl: seconds a reader stays registered without touching the stream
-        (default six hours); a reader gone longer stops holding back trimming and loses
-        its position. Keep it below the workers' ``retention``.
+        (default six hours); a reader gone longer loses its position. A reader under
+        ``serve`` holds back only its namespace's unfinished entries, and skips what its
+        namespace resolved (the stream's progress, see the module); one of no namespace
+        holds trimming back at its own position while registered.
     :param redis_retry: retry policy for connection errors while reading or saving;
         when it runs out, :class:`~lockworker.RedisUnavailable` ends ``serve``.
     :param group: a consumer group's name: share the stream's entries with the other
@@ -204,6 +200,11 @@ class StreamSource:
         self._unsaved: str | None = None
         self._closed = True
         self._buffered = 0
+        self.namespace: str | None = None
+        """The namespace of the worker serving this reader (``serve`` says, through
+        :meth:`attach`): its position counts toward that namespace's progress, and it
+        skips what the progress shows resolved. None: read as release 0.3.0 did."""
+        self._progress: str | None = None
         self._group = None if self.group is None else GroupReader(
             client, self.keys, owner=self.owner, group=self.group, block=self.block,
             batch=batch, start=start, reader_ttl=self.reader_ttl, clock=self.clock,
@@ -211,10 +212,12 @@ class StreamSource:
         )
 
     def attach(self, worker: Member) -> None:
-        """``serve`` tells a group source the worker it serves for (its lease, role and
-        presence); a fan-out source needs nothing of it."""
+        """``serve`` tells a source the worker it serves for: a group its lease, role
+        and presence; a fan-out reader its namespace, whose progress it follows."""
         if self._group is not None:
             self._group.attach(worker)
+        elif self.namespace != worker.namespace:
+            self.namespace, self._progress = worker.namespace, None
 
     @property
     def buffered(self) -> int:
@@ -242,19 +245,31 @@ class StreamSource:
         raw = self.client.hget(self.keys.extra("positions"), self.owner)
         return None if raw is None else text(raw)
 
+    def progress(self) -> str | None:
+        """The entry id up to which every entry is resolved in this reader's namespace,
+        as last read from the server (None: no namespace, or not read yet)."""
+        return self._progress
+
     def touch(self, position: str = "") -> str:
         """Register or refresh this reader, save ``position``, and trim; returns the
-        saved position."""
+        saved position (for a reader of a namespace, never behind its progress)."""
         self._last_touch = self.clock.monotonic()
-        keys = [self.entries_key, self.keys.extra("positions"), self.keys.extra("readers")]
         ttl_ms = max(1, round(self.reader_ttl * 1000))
-        args: list[str | int] = [self.owner, position, ttl_ms, self.start]
-        return text(
+        args: list[str | int] = [
+            self.owner, position, ttl_ms, self.start, self.namespace or "",
+        ]
+        saved, progress, behind = touched(
             self._call(
-                lambda: TOUCH(self.client, keys, args),
+                lambda: TOUCH(self.client, fanout_keys(self.keys), args),
                 "save the position of stream",
             )
         )
+        self._progress = progress
+        self._log.debug(
+            PROGRESS, namespace=self.namespace, position=saved, progress=progress,
+            behind_ms=behind, holds_trimming=progress is None,
+        )
+        return saved
 
     def deliveries(self, stop: threading.Event) -> Iterator[Delivery]:
         """Jobs after this owner's saved position, until ``stop`` is set (in a group:
@@ -276,10 +291,15 @@ class StreamSource:
 
     def _read_from(self, last_read: str, stop: threading.Event) -> Iterator[Delivery]:
         block_ms = max(1, round(self.block * 1000))
+        read_any = False
         while not stop.is_set():
             self._save(force=True)  # what resolved while the last batch was served
-            if self.clock.monotonic() - self._last_touch >= self.reader_ttl / 3:
-                self.touch()
+            since = self.clock.monotonic() - self._last_touch
+            if since >= self.reader_ttl / 3 or (
+                read_any and self.namespace is not None and since >= SAVE_EVERY
+            ):
+                self.touch()  # a reader that reads on hears of its namespace's progress
+            last_read = self._skip(last_read)
             reply = self._call(
                 lambda after=last_read: self.client.xread(  # type: ignore[misc]
                     {self.entries_key: after}, count=self.batch, block=block_ms
@@ -287,12 +307,15 @@ class StreamSource:
                 "read stream",
             )
             entries = _entries(reply)
+            read_any = bool(entries)
             self._buffered = len(entries)
             for entry_id, fields in entries:
                 self._buffered -= 1
                 if stop.is_set():
                     return
                 last_read = entry_id
+                if self._resolved_here(entry_id):
+                    continue  # resolved in the namespace: no look, nothing to save
                 with self._lock:
                     self._read.append(entry_id)
                 delivery = self._decode(entry_id, fields)
@@ -300,6 +323,20 @@ class StreamSource:
                     self._resolved(entry_id)
                     continue
                 yield delivery
+
+    def _skip(self, last_read: str) -> str:
+        """Where to read on from: past ``last_read``, or past the namespace's progress
+        if that is further (every entry up to it is resolved there)."""
+        progress = self._progress
+        if progress is None or entry_order(progress) <= entry_order(last_read):
+            return last_read
+        self._log.debug(SKIPPED, namespace=self.namespace, from_id=last_read, progress=progress)
+        return progress
+
+    def _resolved_here(self, entry_id: str) -> bool:
+        """Whether the namespace's progress, as last heard, is at or past ``entry_id``."""
+        progress = self._progress
+        return progress is not None and entry_order(entry_id) <= entry_order(progress)
 
     def _decode(self, entry_id: str, fields: dict[str, str]) -> Delivery | None:
         job = job_of(fields)

@@ -7,6 +7,15 @@ cluster unchanged. One rule decides trimming in both modes, whichever step trims
 (:data:`_KEEP_FROM`): an entry is removed only once every live fan-out reader resolved
 it *and* every consumer group of the stream delivered and acknowledged it. Fan-out
 readers and groups may therefore share a stream.
+
+A fan-out reader that names its namespace (``Worker.serve`` tells it the worker's) is
+counted through its namespace's **progress**: the entry id up to which every entry is
+resolved in that namespace (job states are per namespace), the highest position any
+of its readers saved. A reader behind it starts there (TOUCH returns it), and trimming
+keeps what follows the progress of each namespace with a live reader, not what follows
+each reader's own position: a dead or lagging reader holds back nothing its namespace
+has resolved. A reader that names no namespace (release 0.3.0's, or a source read
+without ``serve``) holds trimming back by its own position, as before.
 """
 
 from __future__ import annotations
@@ -35,20 +44,41 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 """
 
-# keep_from(entries, positions, readers): forget the fan-out readers whose registration
-# ran out; the lowest entry id some live reader or some consumer group still needs
-# (nil: nobody reads the stream). A reader needs what follows its position; a group
-# needs its oldest unacknowledged entry and what follows its last delivered one.
+# keep_from(entries, positions, readers, namespaces, progress): forget the fan-out
+# readers whose registration ran out (and the progress of a namespace left with no
+# live reader); the lowest entry id some live reader or some consumer group still
+# needs (nil: nobody reads the stream). A namespace's readers need what follows its
+# progress (a reader of it behind that skips to it); a reader of no namespace needs
+# what follows its own position; a group needs its oldest unacknowledged entry and
+# what follows its last delivered one.
 _KEEP_FROM = _IDS + """
-local function keep_from(entries, positions, readers)
+local function keep_from(entries, positions, readers, namespaces, progress)
   for _, o in ipairs(redis.call('ZRANGEBYSCORE', readers, '-inf', '(' .. now)) do
     redis.call('ZREM', readers, o)
     redis.call('HDEL', positions, o)
   end
   local low = nil
   local function lower(id) if low == nil or less(id, low) then low = id end end
+  local held = {}
+  for _, o in ipairs(redis.call('HKEYS', namespaces)) do
+    if redis.call('ZSCORE', readers, o) then  -- else forgotten (by 0.3.0's trimming too)
+      local ns, pos = redis.call('HGET', namespaces, o), redis.call('HGET', positions, o)
+      pos = pos or '0-0'
+      if held[ns] == nil or less(pos, held[ns]) then held[ns] = pos end
+    else
+      redis.call('HDEL', namespaces, o)
+    end
+  end
+  local flat = redis.call('HGETALL', progress)
+  for i = 1, #flat, 2 do
+    if held[flat[i]] == nil then redis.call('HDEL', progress, flat[i])
+    else held[flat[i]] = flat[i + 1] end
+  end
+  for _, pos in pairs(held) do lower(after(pos)) end
   for _, o in ipairs(redis.call('ZRANGE', readers, 0, -1)) do
-    lower(after(redis.call('HGET', positions, o) or '0-0'))
+    if redis.call('HEXISTS', namespaces, o) == 0 then
+      lower(after(redis.call('HGET', positions, o) or '0-0'))
+    end
   end
   if redis.call('TYPE', entries)['ok'] == 'stream' then
     for _, g in ipairs(redis.call('XINFO', 'GROUPS', entries)) do
@@ -66,14 +96,23 @@ local function keep_from(entries, positions, readers)
 end
 """
 
-# TOUCH (fan-out): register (or refresh) a reader, save its position, forget readers
-# gone too long, and trim what nobody needs any more.
-# KEYS[1] entries   KEYS[2] positions   KEYS[3] readers
+# TOUCH (fan-out): register (or refresh) a reader, save its position, move its
+# namespace's progress, forget readers gone too long, and trim what nobody needs.
+# KEYS[1] entries   KEYS[2] positions   KEYS[3] readers   KEYS[4] namespaces
+# KEYS[5] progress
 # ARGV[1] owner   ARGV[2] position to save ('' for none)   ARGV[3] reader ttl ms
-# ARGV[4] start for a new reader ('0-0', '$' or an entry id)
-# returns the owner's saved position (positions only move forward)
+# ARGV[4] start for a new reader ('0-0', '$' or an entry id)   ARGV[5] the reader's
+# namespace ('' for none)
+# returns {the owner's saved position, its namespace's progress ('' for none), how
+# many ms of entries it was behind that progress (what it skips, of the entries still
+# in the stream)}.
+# Positions and progress only move forward. A reader of a namespace is never behind
+# its progress once touched: everything up to it is resolved in the namespace. One
+# that joins a namespace (new, forgotten, or of no namespace until now) starts at the
+# progress; the first reader of a namespace starts the progress at its own position.
 TOUCH = LuaScript(_KEEP_FROM + """
-local pos = redis.call('HGET', KEYS[2], ARGV[1])
+local owner, ns = ARGV[1], ARGV[5]
+local pos = redis.call('HGET', KEYS[2], owner)
 if not pos then
   pos = ARGV[4]
   if pos == '$' then
@@ -81,12 +120,34 @@ if not pos then
     if #last > 0 then pos = last[1][1] else pos = '0-0' end
   end
 end
-if ARGV[2] ~= '' and less(pos, ARGV[2]) then pos = ARGV[2] end
-redis.call('HSET', KEYS[2], ARGV[1], pos)
-redis.call('ZADD', KEYS[3], now + tonumber(ARGV[3]), ARGV[1])
-local low = keep_from(KEYS[1], KEYS[2], KEYS[3])
+local progress, behind = '', 0
+if ns ~= '' then
+  local g = redis.call('HGET', KEYS[5], ns)
+  if redis.call('HGET', KEYS[4], owner) ~= ns then
+    if g then pos = g
+    elseif ARGV[2] ~= '' and less(pos, ARGV[2]) then pos = ARGV[2] end
+    redis.call('HSET', KEYS[4], owner, ns)
+  elseif ARGV[2] ~= '' and less(pos, ARGV[2]) then
+    pos = ARGV[2]
+  end
+  if g and less(pos, g) then
+    local gm, pm = split(g), split(pos)
+    local head = redis.call('XRANGE', KEYS[1], '-', '+', 'COUNT', 1)
+    if #head == 0 then pm = gm elseif less(pos, head[1][1]) then pm = split(head[1][1]) end
+    behind = math.max(0, tonumber(gm) - tonumber(pm))
+    pos = g
+  end
+  redis.call('HSET', KEYS[5], ns, pos)
+  progress = pos
+else
+  redis.call('HDEL', KEYS[4], owner)
+  if ARGV[2] ~= '' and less(pos, ARGV[2]) then pos = ARGV[2] end
+end
+redis.call('HSET', KEYS[2], owner, pos)
+redis.call('ZADD', KEYS[3], now + tonumber(ARGV[3]), owner)
+local low = keep_from(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5])
 if low then redis.call('XTRIM', KEYS[1], 'MINID', low) end
-return pos
+return {pos, progress, behind}
 """)
 
 _MINE = """
@@ -147,7 +208,8 @@ return redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], ARGV[3], unpack(ids))
 
 # TIDY (group): remove the group's consumers that own no entry and did nothing for
 # ARGV[2] ms (members gone), then trim what nobody needs any more.
-# KEYS[1] entries   KEYS[2] positions   KEYS[3] readers   ARGV[1] group   ARGV[2] ms
+# KEYS[1] entries   KEYS[2] positions   KEYS[3] readers   KEYS[4] namespaces
+# KEYS[5] progress   ARGV[1] group   ARGV[2] ms
 # returns {consumers removed, entries trimmed}
 TIDY = LuaScript(_KEEP_FROM + """
 local removed, trimmed = 0, 0
@@ -168,7 +230,7 @@ if redis.call('TYPE', KEYS[1])['ok'] == 'stream' then
     end
   end
 end
-local low = keep_from(KEYS[1], KEYS[2], KEYS[3])
+local low = keep_from(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5])
 if low then trimmed = redis.call('XTRIM', KEYS[1], 'MINID', low) end
 return {removed, trimmed}
 """)
@@ -193,6 +255,31 @@ for _, c in ipairs(consumers) do
 end
 return 0
 """)
+
+
+FANOUT_KEYS = ("entries", "positions", "readers", "namespaces", "progress")
+"""The keys TOUCH and TIDY take, in order (suffixes of the stream's keys): the
+``namespaces`` hash (owner -> namespace of a reader that named one) and the
+``progress`` hash (namespace -> entry id up to which all is resolved there) are new
+since release 0.3.0, which never reads them."""
+
+
+def fanout_keys(keys: JobKeys) -> list[str]:
+    """The :data:`FANOUT_KEYS` of a stream, as TOUCH and TIDY take them."""
+    return [keys.extra(suffix) for suffix in FANOUT_KEYS]
+
+
+def touched(reply: Any) -> tuple[str, str | None, int]:
+    """TOUCH's reply: the owner's saved position, its namespace's progress (None for a
+    reader of no namespace), and how many ms of entries it was behind that progress."""
+    position, progress, behind = reply
+    return text(position), (text(progress) or None), int(behind)
+
+
+def entry_order(entry_id: str) -> tuple[int, int]:
+    """An entry id (``<ms>-<seq>``) as a key that sorts as the stream does."""
+    ms, _, seq = entry_id.partition("-")
+    return int(ms), int(seq or 0)
 
 
 def group_channel(keys: JobKeys, group: str) -> str:

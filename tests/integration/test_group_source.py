@@ -260,7 +260,7 @@ def test_trimming_keeps_what_a_fan_out_reader_or_a_group_still_needs(
     wait_for(lambda: done_once(group, 8) and group.pending() == 0, timeout=10)
     late = StreamSource(redis_client, group.stream, owner="late", start="0", block=0.05)
     late.touch()  # a fan-out reader that has resolved nothing yet
-    keys = [group.entries, *(stream_keys(group.stream).extra(k) for k in ("positions", "readers"))]
+    keys = streams.fanout_keys(stream_keys(group.stream))
     streams.TIDY(redis_client, keys, [group.name, 3_600_000])  # the group's trimming
     assert redis_client.xlen(group.entries) == 3
 
