@@ -94,7 +94,7 @@ async def connect_async(
     try:
         await client.ping()
     except UNREACHABLE as exc:
-        await client.aclose()
+        await topology_urls.aclose(client)
         raise no_answer(url, exc) from exc
     return client
 
@@ -129,7 +129,7 @@ async def _run(
     finally:
         if sync_client is not None:
             sync_client.close()
-        await client.aclose()
+        await topology_urls.aclose(client)
 
 
 async def _serve(daemon: Any, args: argparse.Namespace, source: StreamSource | None) -> None:

@@ -1,10 +1,8 @@
 """A cluster client on too old a redis-py is refused at construction, naming the release
 it needs (lockworker.redispy); a single server's client never is.
 
-The clients here are never connected: the check reads only their kind. The suite's
-compatibility pass (scripts/compat.sh) also runs the real cluster's tests on the oldest
-redis-py lockworker declares, where tests/topologies/test_cluster_products.py shows the
-same refusal against a real cluster.
+The clients here are never connected: the check reads only their kind. On such a
+redis-py the suite's tests on a real cluster skip, naming the release (tests/conftest.py).
 """
 
 from __future__ import annotations
