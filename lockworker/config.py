@@ -27,6 +27,7 @@ from typing import Any, TypeAlias, cast
 
 import tenacity
 
+from lockworker import redispy
 from lockworker.errors import InvalidConfig
 
 MAX_SECONDS = 1e9
@@ -234,6 +235,7 @@ def client(
     offer pub/sub (the wake-ups). ``twin`` names the product on the other side, for
     the message (``Worker`` -> ``lockworker.aio.Worker``).
     """
+    redispy.require(value, argument)  # a cluster client on too old a redis-py, named first
     kind = "redis.asyncio" if asyncio else "redis.Redis"
     if not hasattr(value, "register_script") or (pubsub and not hasattr(value, "pubsub")):
         raise InvalidConfig(f"{argument} must be a {kind} client, got {_shown(value)}")

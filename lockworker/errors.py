@@ -23,6 +23,17 @@ class InvalidConfig(LockworkerError, ValueError):
     """An argument has a value lockworker cannot work with (raised before any Redis call)."""
 
 
+class RedisPyTooOld(InvalidConfig):
+    """The client given needs a newer redis-py than the one installed (a cluster client:
+    :mod:`lockworker.redispy`); the message names the release and the install line.
+    ``needed`` and ``installed`` are the two releases, as text."""
+
+    def __init__(self, message: str, *, needed: str, installed: str) -> None:
+        super().__init__(message)
+        self.needed = needed
+        self.installed = installed
+
+
 class InvalidHook(LockworkerError, TypeError):
     """A hook that is not callable was given."""
 

@@ -32,6 +32,14 @@ def resolve_format(fmt: str, stream: TextIO) -> str:
     return "console" if isatty is not None and isatty() else "json"
 
 
+def _drop_terminal_copy(_logger: Any, _method: str, event: Any) -> Any:
+    """Drop uvicorn's ``color_message`` extra: a copy of the message with terminal colour
+    codes, meant for uvicorn's own formatter; as a field it put escape codes in every JSON
+    line of the dashboard (and said the message twice on the console)."""
+    event.pop("color_message", None)
+    return event
+
+
 def configure(fmt: str = "auto", level: str = "info", stream: TextIO | None = None) -> str:
     """Route log events to ``stream`` (stderr) as ``fmt``; return the format used."""
     out = stream or sys.stderr
@@ -57,7 +65,8 @@ def configure(fmt: str = "auto", level: str = "info", stream: TextIO | None = No
             # Records from plain ``logging`` loggers: their extra fields, the logger's
             # name, then what structlog's events get.
             foreign_pre_chain=[
-                structlog.stdlib.ExtraAdder(), structlog.stdlib.add_logger_name, *shared
+                structlog.stdlib.ExtraAdder(), _drop_terminal_copy,
+                structlog.stdlib.add_logger_name, *shared,
             ],
         )
     )

@@ -66,9 +66,13 @@ def for_daemon(daemon: Any, url: str, socket_timeout: float) -> Probes:
 
 def client_retries(client: Any) -> int:
     """How many times ``client`` retries a command itself (redis-py 6 and later: ten
-    by default) before lockworker's retry policy sees the error."""
+    by default) before lockworker's retry policy sees the error. redis-py 5's ``Retry``
+    has no ``get_retries`` yet: its count is read where that keeps it."""
     retry = getattr(client, "get_retry", lambda: None)()
-    return int(retry.get_retries()) if retry is not None else 0
+    if retry is None:
+        return 0
+    count = getattr(retry, "get_retries", None)
+    return int(count() if count is not None else retry._retries)
 
 
 def pinger(url: str) -> Callable[[], object]:

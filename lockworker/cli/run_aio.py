@@ -100,7 +100,7 @@ async def connect_async(
     try:
         await client.ping()
     except UNREACHABLE as exc:
-        await client.aclose()
+        await topology_urls.aclose(client)
         raise no_answer(url, exc) from exc
     return client
 
@@ -147,7 +147,7 @@ async def _start(
     finally:
         if sync_client is not None:
             sync_client.close()
-        await client.aclose()
+        await topology_urls.aclose(client)
 
 
 async def _serve(daemon: Any, args: argparse.Namespace, source: StreamSource | None) -> None:

@@ -135,3 +135,13 @@ def _master(sentinel_class: Any, topology: Topology, kwargs: dict[str, Any]) -> 
         topology.master, db=topology.db, ssl=topology.tls,
         username=topology.username, password=topology.password, **kwargs,
     )
+
+
+async def aclose(client: Any) -> None:
+    """Close an asyncio client and, for a Sentinel's master, the Sentinels' own clients:
+    left open, they are closed only when collected, after the event loop has closed
+    (redis-py 5 prints ``RuntimeError: Event loop is closed`` for each)."""
+    await client.aclose()
+    manager = getattr(getattr(client, "connection_pool", None), "sentinel_manager", None)
+    for sentinel in getattr(manager, "sentinels", ()):
+        await sentinel.aclose()

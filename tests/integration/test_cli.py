@@ -491,6 +491,34 @@ def test_run_leads_and_status_shows_the_leader(
     client.close()
 
 
+def test_the_dashboard_s_json_log_lines_carry_no_colour_codes(
+    redis_server: RedisServer, procs: list[subprocess.Popen[str]]
+) -> None:
+    """uvicorn hands its records a coloured copy of the message (``color_message``), for
+    its own terminal formatter: a JSON line carried it as a field, escape codes and all."""
+    import urllib.request
+
+    from lockworker.testing.server import free_port
+
+    port = free_port()
+    proc = spawn(procs, "dashboard", "--redis", redis_server.url, "--port", str(port),
+                 "--log-format", "json")
+
+    def answers() -> bool:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=5):
+                return True
+        except OSError:
+            return proc.poll() is not None  # ended: the assertions below say why
+
+    wait_for(answers, timeout=30)
+    proc.send_signal(signal.SIGTERM)
+    _out, err = proc.communicate(timeout=20)
+    lines = [json.loads(line) for line in err.splitlines() if line.startswith("{")]
+    assert any("Uvicorn running on" in line["event"] for line in lines), err
+    assert "\\u001b" not in err and "\x1b" not in err  # escaped in JSON, or raw
+
+
 def test_console_script_and_python_dash_m_are_the_same_command() -> None:
     script = Path(sys.executable).parent / "lockworker"
     commands = [[sys.executable, "-m", "lockworker"], [sys.executable, "-m", "lockworker.cli"]]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import io
+import re
 
 import pytest
 
@@ -161,9 +162,9 @@ def test_safe_url_hides_passwords() -> None:
         ("redis://:top@secret@h:port/0", "Port could not be cast to integer value as 'port'"),
         ("http://:secret@h/0", "must specify one of the following schemes"),
         ("redis://:secret@h/zero", "the database must be a number, got 'zero'"),
-        ("redis://:secret@h/0?db=x", "Invalid value for 'db'"),
+        ("redis://:secret@h/0?db=x", "Invalid value for .db."),
         ("redis://:secret@h/0?frobnicate=1", "unknown option 'frobnicate'"),
-        ("redis://h/0?password=secret&socket_timeout=x", "Invalid value for 'socket_timeout'"),
+        ("redis://h/0?password=secret&socket_timeout=x", "Invalid value for .socket_timeout."),
     ],
 )
 def test_a_bad_url_is_a_usage_error_naming_it_without_its_password(url: str, reason: str) -> None:
@@ -172,7 +173,7 @@ def test_a_bad_url_is_a_usage_error_naming_it_without_its_password(url: str, rea
     message = str(caught.value)
     assert caught.value.code == 2
     assert message.startswith(f"--redis: invalid Redis URL {safe_url(url)!r}: ")
-    assert reason in message
+    assert re.search(reason, message)  # redis-py's own words: `db` before 6, 'db' since
     assert "secret" not in message
     assert "top" not in message
 

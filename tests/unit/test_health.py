@@ -277,3 +277,17 @@ def test_the_bounds_allow_a_period_late_and_a_renewal_with_the_clients_retries()
     assert http.bounds(30.0, 5.0, 10) == Bounds(late=10.0, call=30.0 + 11 * 6.0)
     assert http.bounds(1.5, 0.75, 0) == Bounds(late=1.0, call=1.5 + 1.75)
     assert http.client_retries(redis.Redis(retry=None)) == 0
+
+
+def test_the_clients_retries_are_read_from_a_redis_py_5_retry_too() -> None:
+    """redis-py 5's ``Retry`` keeps its count but has no ``get_retries`` (6.0 added it)."""
+
+    class Retry5:
+        def __init__(self, retries: int) -> None:
+            self._retries = retries
+
+    class Client:
+        def get_retry(self) -> Retry5:
+            return Retry5(3)
+
+    assert http.client_retries(Client()) == 3
