@@ -10,6 +10,7 @@ from __future__ import annotations
 from lockworker.clock import Clock, SystemClock
 from lockworker.daemons.job import Job
 from lockworker.daemons.leader import Leader, LeaderInfo
+from lockworker.daemons.schedules import ScheduleSource
 from lockworker.daemons.sources import Delivery, StreamSource, submit
 from lockworker.daemons.term import Term
 from lockworker.daemons.worker import Worker
@@ -35,6 +36,7 @@ from lockworker.errors import (
     StopRequested,
 )
 from lockworker.model.history import AttemptEnd, AttemptRecord
+from lockworker.model.schedule import Cron, Every, Schedule
 from lockworker.model.state import (
     Durability,
     JobStatus,
@@ -57,8 +59,10 @@ __all__ = [
     "Clock",
     "ConcurrentUse",
     "Contended",
+    "Cron",
     "Delivery",
     "Durability",
+    "Every",
     "ExtraNotInstalled",
     "ForeignValueError",
     "GiveUp",
@@ -85,6 +89,8 @@ __all__ = [
     "Retry",
     "RetryPolicy",
     "Role",
+    "Schedule",
+    "ScheduleSource",
     "Semaphore",
     "Snapshot",
     "StopRequested",
