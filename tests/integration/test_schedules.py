@@ -292,3 +292,30 @@ def test_tick_ids_and_payload(redis_client: redis.Redis, namespace: str) -> None
     assert job.scheduled_for is not None and job.scheduled_for.timestamp() == 1796018400
     assert Job("x", {"tick": 5}, 1, 1, 5, None).scheduled_for is None
     assert lockworker.Cron("c", "0 6 * * *").tick_id(1796018400) == "c@2026-11-30T06:00:00Z"
+
+
+def test_schedules_beside_a_stream_in_one_serve(
+    redis_client: redis.Redis, namespace: str
+) -> None:
+    done: list[str] = []
+    stream = f"jobs-{namespace}"
+    worker = Worker(
+        redis_client, namespace=namespace, handle_signals=False,
+        on_acquired=lambda job: done.append(job.id),
+    )
+    source = ScheduleSource(
+        redis_client, [Every("beat", 1)],
+        beside=lockworker.StreamSource(redis_client, stream, owner="me"),
+    )
+    thread = threading.Thread(target=worker.serve, args=(source,), daemon=True)
+    thread.start()
+    try:
+        for n in range(3):
+            lockworker.submit(redis_client, stream, f"job-{n}", {"n": n})
+        wait_for(lambda: {"job-0", "job-1", "job-2"} <= set(done), timeout=10)
+        wait_for(lambda: sum(job_id.startswith("beat@") for job_id in done) >= 2, timeout=10)
+    finally:
+        worker.stop()
+        thread.join(10)
+        worker.close()
+    assert not thread.is_alive()
