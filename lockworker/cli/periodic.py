@@ -29,11 +29,13 @@ def add_options(run: argparse.ArgumentParser) -> None:
     run.add_argument(
         "--every", action="append", metavar="NAME=SECONDS",
         help="Worker only, repeatable: run the hook once per tick of schedule NAME, every "
-        "SECONDS (a whole number >= 1), in one process of all that serve it",
+        "SECONDS (a whole number >= 1), in one process of all that serve it (default: none; "
+        "with a schedule, --stream is served beside it only when given)",
     )
     run.add_argument(
         "--cron", action="append", metavar="'NAME=EXPR'",
-        help="Worker only, repeatable: the same for a five-field cron expression",
+        help="Worker only, repeatable: the same for a five-field cron expression "
+        "(default: none)",
     )
     run.add_argument(
         "--tz", metavar="ZONE",
