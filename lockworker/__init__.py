@@ -10,6 +10,7 @@ from __future__ import annotations
 from lockworker.clock import Clock, SystemClock
 from lockworker.daemons.job import Job
 from lockworker.daemons.leader import Leader, LeaderInfo
+from lockworker.daemons.schedules import ScheduleSource
 from lockworker.daemons.sources import Delivery, StreamSource, submit
 from lockworker.daemons.term import Term
 from lockworker.daemons.worker import Worker
@@ -36,6 +37,7 @@ from lockworker.errors import (
     StopRequested,
 )
 from lockworker.model.history import AttemptEnd, AttemptRecord
+from lockworker.model.schedule import Cron, Every, Schedule
 from lockworker.model.state import (
     Durability,
     JobStatus,
@@ -58,8 +60,10 @@ __all__ = [
     "Clock",
     "ConcurrentUse",
     "Contended",
+    "Cron",
     "Delivery",
     "Durability",
+    "Every",
     "ExtraNotInstalled",
     "ForeignValueError",
     "GiveUp",
@@ -87,6 +91,8 @@ __all__ = [
     "Retry",
     "RetryPolicy",
     "Role",
+    "Schedule",
+    "ScheduleSource",
     "Semaphore",
     "Snapshot",
     "StopRequested",

@@ -206,10 +206,13 @@ JOB_STATES = ("pending", "held", "done", "gave_up")
 
 def job_state(value: object, name: str = "state") -> str:
     """``value`` if it is one of :data:`JOB_STATES`."""
-    if not isinstance(value, str) or value not in JOB_STATES:
-        raise InvalidConfig(
-            f"{name} must be one of {', '.join(JOB_STATES)}, got {_shown(value)}"
-        )
+    return choice(value, name, JOB_STATES)
+
+
+def choice(value: object, name: str, options: tuple[str, ...]) -> str:
+    """``value`` if it is one of the words ``options`` (a policy's name)."""
+    if not isinstance(value, str) or value not in options:
+        raise InvalidConfig(f"{name} must be one of {', '.join(options)}, got {_shown(value)}")
     return value
 
 

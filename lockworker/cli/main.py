@@ -26,6 +26,7 @@ from lockworker.cli import (
     history,
     kept,
     logs,
+    periodic,
     schedule,
     server,
     stopping,
@@ -187,6 +188,7 @@ def _add_run(sub: argparse._SubParsersAction[Parser], common: Parser) -> None:
         help="Worker only: attempts before giving a job up (default: 5)",
     )
     schedule.add_options(run)
+    periodic.add_options(run)
     kept.add_run_options(run, positive_float)
     run.add_argument(
         "--concurrency", type=positive_int, metavar="N",

@@ -53,7 +53,6 @@ from lockworker.cli.run_common import (
 )
 from lockworker.cli.target import describe_kind, is_leader
 from lockworker.clock import SystemClock
-from lockworker.daemons.sources import StreamSource
 from lockworker.errors import InvalidConfig
 from lockworker.model.state import ProtocolKind
 from lockworker.runtime import events, pools, servercheck
@@ -150,7 +149,7 @@ async def _start(
         await topology_urls.aclose(client)
 
 
-async def _serve(daemon: Any, args: argparse.Namespace, source: StreamSource | None) -> None:
+async def _serve(daemon: Any, args: argparse.Namespace, source: Any) -> None:
     if source is None:
         await daemon.run()  # closes the leader itself
         return

@@ -20,12 +20,12 @@ from typing import Any
 
 import redis
 
+from lockworker.cli import periodic
 from lockworker.cli import probes as http
 from lockworker.cli.common import EXIT_INTERRUPTED, EXIT_USAGE, CliError, safe_url
 from lockworker.cli.schedule import give_up_on
 from lockworker.cli.stopping import INTERRUPTED, exit_now
 from lockworker.cli.target import is_asyncio, is_leader
-from lockworker.daemons.sources import StreamSource
 from lockworker.errors import InvalidConfig, InvalidHook
 from lockworker.model.servercheck import Status
 from lockworker.runtime import events, health, servercheck
@@ -41,7 +41,7 @@ NO_OWNER = "run.no_owner"
 
 WORKER_ONLY = (
     "max_attempts", "concurrency", "stream", "group", "retry_delay", "give_up_on",
-    "retention", "done_retention",
+    "retention", "done_retention", "every", "cron", "tz",
 )
 
 
@@ -87,16 +87,13 @@ def build(cls: Any, client: Any, args: argparse.Namespace) -> Any:
         raise CliError(f"cannot construct {cls.__qualname__}: {exc}") from exc
 
 
-def stream_source(client: redis.Redis, args: argparse.Namespace, owner: str) -> StreamSource:
-    """The worker's stream (``--stream``, else the namespace), read under its owner on a
-    sync client (the asyncio Worker reads it in a worker thread), in consumer group
-    ``--group`` if given; a stream or group name it refuses is one line, exit 2."""
-    try:
-        return StreamSource(
-            client, args.stream or args.namespace, owner=owner, group=args.group
-        )
-    except InvalidConfig as exc:
-        raise CliError(str(exc)) from exc
+def stream_source(client: redis.Redis, args: argparse.Namespace, owner: str) -> Any:
+    """What the worker serves, read on a sync client (the asyncio Worker reads it in a
+    worker thread): its stream (``--stream``, else the namespace), under its owner, in
+    consumer group ``--group`` if given; or the schedules of ``--every``/``--cron``,
+    beside ``--stream`` if given (:mod:`lockworker.cli.periodic`). A name it refuses is
+    one line, exit 2."""
+    return periodic.source(client, args, owner)
 
 
 def require_safe(client: Any, args: argparse.Namespace) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from typing import Any
 
 from lockworker.clock import Clock
@@ -32,6 +33,19 @@ class Job(LeaseView):
     _clock: Clock | None = field(default=None, repr=False)
     _lease: Lease | None = field(default=None, repr=False)
     _stopping: Flag | None = field(default=None, repr=False)
+
+    @property
+    def scheduled_for(self) -> datetime | None:
+        """The nominal time of a schedule's tick (:class:`lockworker.Every`,
+        :class:`lockworker.Cron`), as an aware UTC datetime, read from the tick's payload
+        (never from its id); None for any other job. Jitter never changes it."""
+        payload = self.payload
+        if not (isinstance(payload, dict) and isinstance(payload.get("schedule"), str)):
+            return None
+        tick = payload.get("tick")
+        if isinstance(tick, bool) or not isinstance(tick, int):
+            return None
+        return datetime.fromtimestamp(tick, timezone.utc)
 
     @property
     def is_last_attempt(self) -> bool:

@@ -46,6 +46,7 @@ class Space(str, enum.Enum):
     REDLOCK = "redlock"
     STREAM = "stream"
     PRESENCE = "presence"
+    SCHEDULE = "schedule"
 
 
 def check_name(value: object, argument: str) -> str:

@@ -1,0 +1,114 @@
+"""The schedule steps: deciding a tick once for every process, and its progress.
+
+Each schedule has one hash on the server (:func:`schedule_key`, one hash tag, so one
+Cluster slot), the only record of what was decided about its ticks:
+
+    last        the latest tick decided (epoch seconds): a tick at or before it that
+                has no decision was dropped by a catch-up policy, and stays dropped
+    resolved    the progress: every tick at or before it is settled (its job resolved,
+                skipped or dropped); only ever grows
+    r:<tick>    a tick admitted to run whose job is not resolved yet (started or not)
+    w:<tick>    a tick waiting for the running one to end (``overlap="wait"``)
+    s:<tick>    a tick skipped (``overlap="skip"``), kept until the progress passes it
+    ran skipped caught_up    counts
+    last_ran    the latest tick whose job was resolved
+
+ADMIT decides one tick, the same way for every process that asks (the first to ask
+decides, the others read the decision); RESOLVE settles a tick whose job is resolved.
+Both move the progress to the first tick still open, minus one.
+"""
+
+from __future__ import annotations
+
+from lockworker.model.keys import JobKeys, Space
+from lockworker.protocol.luacall import LuaScript
+
+_ADVANCE = """
+local key = KEYS[1]
+local function open_ticks()
+  local runs, waits = {}, {}
+  for _, f in ipairs(redis.call('HKEYS', key)) do
+    local kind, tick = string.match(f, '^([rw]):(%d+)$')
+    if kind == 'r' then table.insert(runs, tonumber(tick)) end
+    if kind == 'w' then table.insert(waits, tonumber(tick)) end
+  end
+  return runs, waits
+end
+local function number(field)
+  return tonumber(redis.call('HGET', key, field) or '-1')
+end
+local function advance()
+  local runs, waits = open_ticks()
+  local low = nil
+  for _, t in ipairs(runs) do if low == nil or t < low then low = t end end
+  for _, t in ipairs(waits) do if low == nil or t < low then low = t end end
+  local progress = number('last')
+  if low ~= nil then progress = low - 1 end
+  if progress > number('resolved') then
+    redis.call('HSET', key, 'resolved', progress)
+    for _, f in ipairs(redis.call('HKEYS', key)) do
+      local tick = string.match(f, '^s:(%d+)$')
+      if tick and tonumber(tick) <= progress then redis.call('HDEL', key, f) end
+    end
+  end
+end
+local function promote()
+  local runs, waits = open_ticks()
+  if #runs == 0 and #waits > 0 then
+    redis.call('HDEL', key, 'w:' .. waits[1])
+    redis.call('HSET', key, 'r:' .. waits[1], 1)
+  end
+end
+"""
+
+# ADMIT: decide tick ARGV[1] (or read its decision).
+# KEYS[1] the schedule's hash
+# ARGV[1] tick (epoch s)   ARGV[2] overlap: skip, allow or wait
+# ARGV[3] 1 if the tick is a missed one that catch-up runs (counted if it decides)
+# returns 'run', 'wait', 'skip' or 'past' (settled already, or dropped)
+ADMIT = LuaScript(_ADVANCE + """
+local tick = tonumber(ARGV[1])
+if tick <= number('resolved') then return 'past' end
+promote()
+if redis.call('HEXISTS', key, 'r:' .. tick) == 1 then return 'run' end
+if redis.call('HEXISTS', key, 'w:' .. tick) == 1 then return 'wait' end
+if redis.call('HEXISTS', key, 's:' .. tick) == 1 then return 'skip' end
+if tick <= number('last') then return 'past' end
+redis.call('HSET', key, 'last', tick)
+if ARGV[3] == '1' then redis.call('HINCRBY', key, 'caught_up', 1) end
+local runs, waits = open_ticks()
+local verdict = 'run'
+if #runs > 0 and ARGV[2] == 'skip' then verdict = 'skip' end
+if #runs > 0 and ARGV[2] == 'wait' then
+  verdict = 'wait'
+  if #waits > 0 then verdict = 'skip' end
+end
+if verdict == 'run' then redis.call('HSET', key, 'r:' .. tick, 1) end
+if verdict == 'wait' then redis.call('HSET', key, 'w:' .. tick, 1) end
+if verdict == 'skip' then
+  redis.call('HSET', key, 's:' .. tick, 1)
+  redis.call('HINCRBY', key, 'skipped', 1)
+end
+advance()
+return verdict
+""")
+
+# RESOLVE: the job of tick ARGV[1] is resolved (DONE, done elsewhere, given up).
+# KEYS[1] the schedule's hash   ARGV[1] tick (epoch s)
+# returns 1 if this call settled it, 0 if it was settled already
+RESOLVE = LuaScript(_ADVANCE + """
+local tick = tonumber(ARGV[1])
+local settled = redis.call('HDEL', key, 'r:' .. tick)
+if settled == 1 then
+  redis.call('HINCRBY', key, 'ran', 1)
+  if tick > number('last_ran') then redis.call('HSET', key, 'last_ran', tick) end
+end
+promote()
+advance()
+return settled
+""")
+
+
+def schedule_key(namespace: str, name: str) -> str:
+    """The hash of schedule ``name`` in ``namespace`` (see the module docstring)."""
+    return JobKeys.of(namespace, name, Space.SCHEDULE).extra("ticks")
