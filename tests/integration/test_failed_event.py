@@ -8,10 +8,12 @@ lease free, by the time the event is logged, sync and asyncio alike.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import io
 import json
 import logging
 from collections.abc import Iterator
+from typing import TypeVar
 
 import pytest
 import redis
@@ -45,9 +47,19 @@ class LeaseAtFailed(logging.Handler):
 def lease_at_failed(redis_client: redis.Redis, namespace: str) -> Iterator[LeaseAtFailed]:
     """The handler on lockworker's logger, structlog as an application that never
     configured it (events go to ``logging``)."""
+    with on_lockworker_logger(LeaseAtFailed(redis_client, JobKeys.of(namespace, "j"))) as h:
+        yield h
+
+
+H = TypeVar("H", bound=logging.Handler)
+
+
+@contextlib.contextmanager
+def on_lockworker_logger(handler: H) -> Iterator[H]:
+    """``handler`` on lockworker's logger while structlog is unconfigured, as in an
+    application that never configured it; both put back as they were."""
     was_configured, saved = structlog.is_configured(), structlog.get_config()
     structlog.reset_defaults()
-    handler = LeaseAtFailed(redis_client, JobKeys.of(namespace, "j"))
     logger = logging.getLogger("lockworker")
     logger.addHandler(handler)
     try:
@@ -111,19 +123,8 @@ class Kept(logging.Handler):
 @pytest.fixture
 def kept() -> Iterator[Kept]:
     """A handler on lockworker's logger, structlog unconfigured (events go to ``logging``)."""
-    was_configured, saved = structlog.is_configured(), structlog.get_config()
-    structlog.reset_defaults()
-    handler = Kept()
-    logger = logging.getLogger("lockworker")
-    logger.addHandler(handler)
-    try:
+    with on_lockworker_logger(Kept()) as handler:
         yield handler
-    finally:
-        logger.removeHandler(handler)
-        if was_configured:
-            structlog.configure(**saved)
-        else:
-            structlog.reset_defaults()
 
 
 def failed_shown(kept: Kept) -> str:
