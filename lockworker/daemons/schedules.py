@@ -30,7 +30,8 @@ Events (on ``lockworker.daemons.sources``; :mod:`lockworker.metrics` counts them
 with ``schedule`` and ``tick`` (the tick's id): ``schedule.admitted`` (a tick admitted
 to run; ``late_ms``, server time then minus the nominal time; ``decided``, true in the
 one process whose ADMIT decided it), ``schedule.waiting``, ``schedule.skipped`` (both
-with ``decided``), ``schedule.ran`` (this process settled the tick: its job resolved),
+with ``decided``), ``schedule.ran`` (this process settled the tick: its job resolved;
+``tick_at``, its nominal time in epoch seconds),
 and ``schedule.progress`` (DEBUG, at the first look and whenever the latest resolved
 tick changes: ``last_ran`` from the hash, else ``since`` this process began serving,
 and ``period_s``, :func:`~lockworker.model.schedule.period`).
@@ -313,7 +314,8 @@ class ScheduleSource:
                 lambda: RESOLVE(self.client, [plan.key], [tick]), "settle a tick of schedule"
             ) == 1:
                 self._log.info(
-                    RAN, schedule=plan.schedule.name, tick=plan.schedule.tick_id(tick)
+                    RAN, schedule=plan.schedule.name, tick=plan.schedule.tick_id(tick),
+                    tick_at=tick,
                 )
             settled = True
         except (redis.RedisError, LockworkerError) as exc:  # delivered again, then settled
