@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Mapping
+from typing import Any
 
 import pytest
 import redis
@@ -16,6 +18,7 @@ from lockworker.cli.schedules import UNKNOWN, schedule_rows
 from lockworker.daemons.schedules import server_now
 from lockworker.protocol import text
 from lockworker.protocol.schedules import decode_progress, schedule_key
+from lockworker.runtime import events
 from lockworker.testing import RedisServer
 
 
@@ -101,3 +104,36 @@ def test_schedules_of_other_namespaces_are_left_out(
         assert {(namespace, "mine"), (namespace + "-other", "theirs")} <= names
     finally:
         redis_client.delete(schedule_key(namespace + "-other", "theirs"))
+
+
+def test_a_tick_that_waited_reports_its_start_when_its_wait_ends(
+    redis_client: redis.Redis, namespace: str
+) -> None:
+    """overlap="wait": the process that decided a tick should wait reports its admission
+    (and its lateness, the wait included) once the tick runs."""
+    seen: list[dict[str, Any]] = []
+
+    def observe(logger: str, event: str, fields: Mapping[str, Any]) -> None:
+        if event == "schedule.admitted" and fields.get("namespace") == namespace:
+            seen.append(dict(fields))
+
+    def hold(job: object) -> None:
+        threading.Event().wait(1.6)  # past the next tick: it waits for this one
+
+    events.add_observer(observe)
+    worker = Worker(redis_client, namespace=namespace, on_acquired=hold,
+                    handle_signals=False, lock_timeout=2.0)
+    source = ScheduleSource(redis_client, [Every("w", 1, overlap="wait")])
+    thread = threading.Thread(
+        target=worker.serve, args=(source,), kwargs={"concurrency": 2}, daemon=True
+    )
+    thread.start()
+    try:
+        wait_for(lambda: any(f.get("waited") for f in list(seen)), 15)
+    finally:
+        worker.stop()
+        thread.join(10)
+        worker.close()
+        events.remove_observer(observe)
+    waited = next(f for f in seen if f.get("waited"))
+    assert waited["decided"] is True and waited["late_ms"] >= 500
