@@ -10,7 +10,8 @@ hour), so age = that - time left. Pass the workers' ``--retention`` and
 :meth:`lockworker.Leader.current`, their age from the term's recorded start. The
 workers alive in each namespace (primaries and backups, as they registered:
 :mod:`lockworker.model.presence`) are read from the namespace's presence set, and the
-fan-out readers of each stream from the stream's keys (:mod:`lockworker.cli.readers`).
+fan-out readers of each stream from the stream's keys (:mod:`lockworker.cli.readers`),
+and each schedule from its hash (:mod:`lockworker.cli.schedules`).
 Last, what the server holds, by namespace and kind, from a bounded sample
 (:mod:`.footprint`).
 """
@@ -30,7 +31,7 @@ import redis
 from redis.cluster import RedisCluster
 from redis.crc import key_slot
 
-from lockworker.cli import footprint, readers, summary
+from lockworker.cli import footprint, readers, schedules, summary
 from lockworker.cli.cells import aligned, duration, natural, printable
 from lockworker.cli.common import EXIT_OK, connect, redis_url
 from lockworker.cli.history import cut, history_table, last_error, record_json
@@ -298,6 +299,7 @@ def main(args: argparse.Namespace) -> int:
     client = connect(redis_url(args.redis))
     found: dict[tuple[str, str], Any] = {}
     streams: list[readers.StreamRow] = []
+    timed: list[schedules.ScheduleRow] = []
     held = None
     try:
         if jobs_only(args):
@@ -308,6 +310,8 @@ def main(args: argparse.Namespace) -> int:
             workers = worker_rows(client, args.namespace)
             rows = collect(client, args.namespace, kept(args))
             streams = readers.stream_rows(client, args.namespace)
+            states = {(r.namespace, r.id): r.state for r in rows if r.kind == "job"}
+            timed = schedules.schedule_rows(client, args.namespace, states)
             held = footprint.read(client, args.namespace)
     finally:
         client.close()
@@ -320,6 +324,7 @@ def main(args: argparse.Namespace) -> int:
             {
                 "workers": [asdict(w) for w in workers],
                 "streams": [asdict(s) for s in streams],
+                "schedules": [asdict(s) for s in timed],
                 "leaders": [asdict(r) for r in rows if r.kind == "leader"],
                 "jobs": jobs,
                 "counts": summary.counts(rows),
@@ -342,6 +347,8 @@ def main(args: argparse.Namespace) -> int:
         print("\n" + workers_table(workers))
     if streams:
         print("\n" + readers.table(streams))
+    if timed:
+        print("\n" + schedules.table(timed))
     if held is not None:
         print("\n" + "\n".join(footprint.lines(held)))
     return EXIT_OK

@@ -26,6 +26,16 @@ every process decides alike and a process that starts late or again resumes from
   ``"none"`` admits only ticks that fell due since this source started serving. A
   schedule new to the server starts with the ticks after its first serving began.
 
+Events (on ``lockworker.daemons.sources``; :mod:`lockworker.metrics` counts them), each
+with ``schedule`` and ``tick`` (the tick's id): ``schedule.admitted`` (a tick admitted
+to run; ``late_ms``, server time then minus the nominal time; ``decided``, true in the
+one process whose ADMIT decided it), ``schedule.waiting``, ``schedule.skipped`` (both
+with ``decided``), ``schedule.ran`` (this process settled the tick: its job resolved;
+``tick_at``, its nominal time in epoch seconds),
+and ``schedule.progress`` (DEBUG, at the first look and whenever the latest resolved
+tick changes: ``last_ran`` from the hash, else ``since`` this process began serving,
+and ``period_s``, :func:`~lockworker.model.schedule.period`).
+
 ``beside=`` serves another source (a :class:`~lockworker.StreamSource`) in the same
 ``serve`` call: it is read in a thread of its own, one delivery ahead at most.
 """
@@ -33,6 +43,7 @@ every process decides alike and a process that starts late or again resumes from
 from __future__ import annotations
 
 import contextlib
+import json
 import queue
 import threading
 from collections.abc import Iterator
@@ -43,7 +54,7 @@ import redis
 from lockworker.clock import Clock, SystemClock
 from lockworker.daemons.delivery import Delivery
 from lockworker.errors import InvalidConfig, LockworkerError
-from lockworker.model.schedule import MAX_CATCH_UP, Schedule, as_schedules
+from lockworker.model.schedule import MAX_CATCH_UP, Schedule, as_schedules, definition, period
 from lockworker.protocol import text
 from lockworker.protocol.schedules import ADMIT, RESOLVE, schedule_key
 from lockworker.runtime import events, retry
@@ -55,6 +66,9 @@ POLL = 1.0
 process admitted, or a waiting tick promoted, is joined here."""
 SKIPPED = "schedule.skipped"
 ADMITTED = "schedule.admitted"
+WAITING = "schedule.waiting"
+RAN = "schedule.ran"
+PROGRESS = "schedule.progress"
 RESOLVE_FAILED = "schedule.resolve_failed"
 SLICE = 0.1
 """Seconds between two looks at the serving's stop flag while the source sleeps."""
@@ -78,6 +92,10 @@ class _Plan:
         self.settled: set[int] = set()
         """Ticks resolved here (not delivered again while the server still shows them
         open: its RESOLVE may be on the way)."""
+        self.waiting: set[int] = set()
+        """Ticks this process decided should wait: it reports their start."""
+        self.last_ran: int | None = -1
+        """The hash's ``last_ran`` at the last look (-1: not looked yet)."""
 
 
 class ScheduleSource:
@@ -154,6 +172,12 @@ class ScheduleSource:
         ``stop`` is set."""
         started = self._call(lambda: server_now(self.client), "read the server's time")
         plans = [_Plan(s, self.key(s), started) for s in self.schedules]
+        for plan in plans:  # for ``lockworker status``: what the ticks are
+            shown = json.dumps(definition(plan.schedule), sort_keys=True)
+            self._call(
+                lambda p=plan, d=shown: self.client.hset(p.key, "definition", d),  # type: ignore[misc]
+                "record schedule",
+            )
         others: queue.Queue[Any] | None = None
         ended = threading.Event()  # the source beside stops with this pass
         if self.beside is not None:
@@ -212,12 +236,16 @@ class ScheduleSource:
         resolved = int(fields.get("resolved", -1))
         last = int(fields["last"]) if "last" in fields else None
         runs = sorted(int(f[2:]) for f in fields if f.startswith("r:"))
+        schedule = plan.schedule
+        self._progress(plan, fields.get("last_ran"), now)
         with self._lock:
             plan.settled = {t for t in plan.settled if t > resolved}
             for tick in runs:  # started ticks: every process follows them
                 if tick not in plan.inflight and tick not in plan.settled:
                     ready.append(self._deliver(plan, tick))
-        schedule = plan.schedule
+                    if tick in plan.waiting:  # it waited: it starts now
+                        self._admitted(plan, tick, now, decided=True, waited=True)
+            plan.waiting = {t for t in plan.waiting if t > resolved and t not in runs}
         base = plan.started if last is None else float(last)
         if schedule.catch_up == "none":
             base = max(base, plan.started)
@@ -230,22 +258,45 @@ class ScheduleSource:
             wait = tick + schedule.delay(tick) - now
             if wait > 0:
                 return wait  # jitter: not due yet
-            verdict = text(self._call(
+            reply = self._call(
                 lambda t=tick: ADMIT(  # type: ignore[misc]
                     self.client, [plan.key], [t, schedule.overlap, int(backlog)]
                 ),
                 "admit a tick of schedule",
-            ))
+            )
+            verdict, decided = text(reply[0]), int(reply[1]) == 1
             if verdict == "run":
                 with self._lock:
                     if tick not in plan.inflight and tick not in plan.settled:
                         ready.append(self._deliver(plan, tick))
-                self._log.info(ADMITTED, tick=schedule.tick_id(tick), caught_up=backlog)
-            elif verdict == "skip":
-                self._log.info(SKIPPED, tick=schedule.tick_id(tick))
+                self._admitted(plan, tick, now, decided=decided, caught_up=backlog)
+            elif verdict in ("skip", "wait"):
+                if verdict == "wait" and decided:
+                    plan.waiting.add(tick)
+                self._log.info(
+                    SKIPPED if verdict == "skip" else WAITING, schedule=schedule.name,
+                    tick=schedule.tick_id(tick), decided=decided,
+                )
             base = max(base, tick)
         upcoming = schedule.next_after(max(now, base))
         return upcoming + schedule.delay(upcoming) - now
+
+    def _admitted(self, plan: _Plan, tick: int, now: float, **fields: Any) -> None:
+        self._log.info(
+            ADMITTED, schedule=plan.schedule.name, tick=plan.schedule.tick_id(tick),
+            late_ms=max(0, round((now - tick) * 1000)), **fields,
+        )
+
+    def _progress(self, plan: _Plan, raw: str | None, now: float) -> None:
+        """Report the latest resolved tick when it changed (for the metrics' gauges)."""
+        last_ran = int(raw) if raw is not None and raw.isdigit() else None
+        if last_ran == plan.last_ran:
+            return
+        plan.last_ran = last_ran
+        self._log.debug(
+            PROGRESS, schedule=plan.schedule.name, last_ran=last_ran,
+            since=round(plan.started, 3), period_s=period(plan.schedule, now),
+        )
 
     def _deliver(self, plan: _Plan, tick: int) -> Delivery:
         plan.inflight.add(tick)
@@ -259,9 +310,13 @@ class ScheduleSource:
         """The tick's job is resolved here: settle it on the server, then look again
         (the next tick of a backlog, a waiting tick promoted)."""
         try:
-            self._call(
+            if self._call(
                 lambda: RESOLVE(self.client, [plan.key], [tick]), "settle a tick of schedule"
-            )
+            ) == 1:
+                self._log.info(
+                    RAN, schedule=plan.schedule.name, tick=plan.schedule.tick_id(tick),
+                    tick_at=tick,
+                )
             settled = True
         except (redis.RedisError, LockworkerError) as exc:  # delivered again, then settled
             self._log.warning(

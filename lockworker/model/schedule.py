@@ -23,6 +23,7 @@ as Debian's cron and cronsim read it):
 from __future__ import annotations
 
 import hashlib
+import itertools
 import math
 from collections.abc import Iterator
 from datetime import datetime, timezone
@@ -250,3 +251,44 @@ def as_schedules(value: object) -> list[Schedule]:
     return list(value)
 
 
+
+
+def definition(schedule: Schedule) -> dict[str, Any]:
+    """What defines ``schedule``'s ticks, as JSON-ready data (kept in its hash on the
+    server for ``lockworker status``): ``{"every": 300}`` or
+    ``{"cron": "30 2 * * *", "tz": "Europe/Berlin"}``."""
+    if isinstance(schedule, Every):
+        return {"every": schedule.seconds}
+    if isinstance(schedule, Cron):
+        return {"cron": schedule.expression, "tz": schedule.tz.key}
+    raise InvalidConfig(f"a schedule must be an Every or a Cron, got {schedule!r}")
+
+
+def from_definition(name: str, found: object) -> Schedule | None:
+    """The schedule :func:`definition` describes, or None when ``found`` is none that
+    this release reads (written by another, or by hand): its ticks are then unknown."""
+    if not isinstance(found, dict):
+        return None
+    try:
+        if set(found) == {"every"}:
+            return Every(name, found["every"])
+        if set(found) == {"cron", "tz"}:
+            return Cron(name, found["cron"], tz=found["tz"])
+    except InvalidConfig:
+        return None
+    return None
+
+
+def period(schedule: Schedule, after: float, most: int = 10) -> int:
+    """Seconds between ticks, for alerting on a schedule that has not completed one in
+    N of them: an ``Every``'s interval; for a ``Cron``, the longest gap between its next
+    ``most`` ticks after ``after``, so that a weekday schedule's weekend, or a short
+    month, is not taken for ticks missed."""
+    if isinstance(schedule, Every):
+        return schedule.seconds
+    ticks = []
+    for tick in schedule._after(after):
+        ticks.append(tick)
+        if len(ticks) > most:
+            break
+    return max(b - a for a, b in itertools.pairwise(ticks))

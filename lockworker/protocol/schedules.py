@@ -12,6 +12,9 @@ Cluster slot), the only record of what was decided about its ticks:
     s:<tick>    a tick skipped (``overlap="skip"``), kept until the progress passes it
     ran skipped caught_up    counts
     last_ran    the latest tick whose job was resolved
+    definition  what the schedule was when a process last began serving it (JSON:
+                ``{"every": 300}`` or ``{"cron": "30 2 * * *", "tz": "UTC"}``), so
+                ``lockworker status`` can tell its next tick; no script reads it
 
 ADMIT decides one tick, the same way for every process that asks (the first to ask
 decides, the others read the decision); RESOLVE settles a tick whose job is resolved.
@@ -20,7 +23,12 @@ Both move the progress to the first tick still open, minus one.
 
 from __future__ import annotations
 
-from lockworker.model.keys import JobKeys, Space
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from lockworker.model.keys import JobKeys, Space, parse_state_key, state_pattern
 from lockworker.protocol.luacall import LuaScript
 
 _ADVANCE = """
@@ -65,15 +73,17 @@ end
 # KEYS[1] the schedule's hash
 # ARGV[1] tick (epoch s)   ARGV[2] overlap: skip, allow or wait
 # ARGV[3] 1 if the tick is a missed one that catch-up runs (counted if it decides)
-# returns 'run', 'wait', 'skip' or 'past' (settled already, or dropped)
+# returns {verdict, decided}: the verdict 'run', 'wait', 'skip' or 'past' (settled
+# already, or dropped), and 1 if this call decided it, 0 if it read an earlier decision
+# (so each decision is counted once, by the process that made it)
 ADMIT = LuaScript(_ADVANCE + """
 local tick = tonumber(ARGV[1])
-if tick <= number('resolved') then return 'past' end
+if tick <= number('resolved') then return {'past', 0} end
 promote()
-if redis.call('HEXISTS', key, 'r:' .. tick) == 1 then return 'run' end
-if redis.call('HEXISTS', key, 'w:' .. tick) == 1 then return 'wait' end
-if redis.call('HEXISTS', key, 's:' .. tick) == 1 then return 'skip' end
-if tick <= number('last') then return 'past' end
+if redis.call('HEXISTS', key, 'r:' .. tick) == 1 then return {'run', 0} end
+if redis.call('HEXISTS', key, 'w:' .. tick) == 1 then return {'wait', 0} end
+if redis.call('HEXISTS', key, 's:' .. tick) == 1 then return {'skip', 0} end
+if tick <= number('last') then return {'past', 0} end
 redis.call('HSET', key, 'last', tick)
 if ARGV[3] == '1' then redis.call('HINCRBY', key, 'caught_up', 1) end
 local runs, waits = open_ticks()
@@ -90,7 +100,7 @@ if verdict == 'skip' then
   redis.call('HINCRBY', key, 'skipped', 1)
 end
 advance()
-return verdict
+return {verdict, 1}
 """)
 
 # RESOLVE: the job of tick ARGV[1] is resolved (DONE, done elsewhere, given up).
@@ -112,3 +122,71 @@ return settled
 def schedule_key(namespace: str, name: str) -> str:
     """The hash of schedule ``name`` in ``namespace`` (see the module docstring)."""
     return JobKeys.of(namespace, name, Space.SCHEDULE).extra("ticks")
+
+
+def schedule_pattern(namespace: str | None = None) -> str:
+    """A SCAN pattern matching every schedule's hash (of ``namespace``, if given)."""
+    return state_pattern(Space.SCHEDULE, namespace)[: -len("state")] + "ticks"
+
+
+def parse_schedule_key(key: str) -> tuple[str, str] | None:
+    """``(namespace, name)`` of a schedule's hash, or None if ``key`` is not one."""
+    if not key.endswith(":ticks"):
+        return None
+    return parse_state_key(key[: -len("ticks")] + "state", Space.SCHEDULE)
+
+
+@dataclass(frozen=True)
+class Progress:
+    """A schedule's hash decoded (ticks in epoch seconds; see the module docstring)."""
+
+    last: int | None = None
+    resolved: int | None = None
+    last_ran: int | None = None
+    running: list[int] = field(default_factory=list)
+    waiting: list[int] = field(default_factory=list)
+    skipped_recent: list[int] = field(default_factory=list)
+    ran: int = 0
+    skipped: int = 0
+    caught_up: int = 0
+    definition: dict[str, Any] | None = None
+    """None when no process of this release recorded it, or it does not read as one."""
+
+    @property
+    def outcome(self) -> str | None:
+        """What became of the latest tick decided: ``running`` (admitted, its job not
+        resolved yet), ``waiting`` (for the running one), ``ran`` (its job resolved:
+        done, or given up after its attempts), ``skipped``; None before any."""
+        if self.last is None:
+            return None
+        if self.last in self.running:
+            return "running"
+        if self.last in self.waiting:
+            return "waiting"
+        if self.last == self.last_ran:
+            return "ran"
+        return "skipped"
+
+
+def decode_progress(fields: Mapping[str, str]) -> Progress:
+    """A schedule's hash (fields and values as text) as :class:`Progress`; a field
+    that does not read as lockworker writes it is left out."""
+
+    def number(name: str) -> int | None:
+        value = fields.get(name, "")
+        return int(value) if value.lstrip("-").isdigit() and int(value) >= 0 else None
+
+    def ticks(kind: str) -> list[int]:
+        return sorted(int(f[2:]) for f in fields if f.startswith(kind) and f[2:].isdigit())
+
+    try:
+        found = json.loads(fields.get("definition", "null"))
+    except ValueError:
+        found = None
+    return Progress(
+        last=number("last"), resolved=number("resolved"), last_ran=number("last_ran"),
+        running=ticks("r:"), waiting=ticks("w:"), skipped_recent=ticks("s:"),
+        ran=number("ran") or 0, skipped=number("skipped") or 0,
+        caught_up=number("caught_up") or 0,
+        definition=found if isinstance(found, dict) else None,
+    )

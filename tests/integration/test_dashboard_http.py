@@ -5,6 +5,7 @@ and the page's own origin)."""
 from __future__ import annotations
 
 import re
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -21,6 +22,7 @@ from lockworker.model.codec import StateValue
 from lockworker.model.keys import JobKeys
 from lockworker.model.state import JobStatus, Snapshot
 from lockworker.protocol import ScriptProtocol
+from lockworker.protocol.schedules import schedule_key
 from lockworker.testing import RedisServer
 
 HTML = {"Accept": "text/html"}
@@ -280,3 +282,38 @@ def test_the_handovers_panel_starts_with_those_the_histories_record_and_a_reset_
         assert job.index('class="attempt gave_up"') < job.index('class="reset-mark"') \
             < job.index('class="attempt done"')
         assert 'class="reset-mark"' not in ask(base, f"/job?ns={namespace}&id=handed").body
+
+
+def test_the_schedules_panel_shows_each_schedule_s_ticks_and_counts(
+    redis_client: redis.Redis, namespace: str
+) -> None:
+    worker = lockworker.Worker(redis_client, namespace=namespace, on_acquired=lambda job: None,
+                               handle_signals=False, lock_timeout=2.0)
+    source = lockworker.ScheduleSource(redis_client, [lockworker.Every("beat", 3600)])
+    source.attach(worker)
+    stopped = threading.Event()
+    stopped.set()
+    assert list(source.deliveries(stopped)) == []  # records the definition as it begins
+    worker.close()
+    tick = 1_699_999_200  # 2023-11-14T22:00:00Z
+    redis_client.hset(schedule_key(namespace, "<b>hand</b>"), mapping={
+        "last": tick, "resolved": tick - 60, "last_ran": tick, "ran": 4, "skipped": 2,
+        "caught_up": 1,
+    })
+    redis_client.hset(schedule_key(namespace, "beat"), mapping={"last": tick, f"r:{tick}": 1})
+    collector = Collector(redis_client, namespace=namespace, refresh=60.0)
+    with serving(create_app(collector, url="redis://x")) as base:
+        body = ask(base, "/").body
+    panel = body[body.index('<section id="schedules">'):]
+    panel = panel[: panel.index("</section>")]
+    rows_ = re.findall(r'<tr class="schedule">(.*?)</tr>', panel, re.S)
+    assert len(rows_) == 2, panel
+    beat = next(r for r in rows_ if "<td>beat</td>" in r)
+    assert "every 3600 s" in beat and "2023-11-14T22:00:00Z" in beat
+    assert '<td class="outcome">running</td>' in beat
+    assert "2023-11-14T23:00:00Z (overdue" in beat  # nobody serves it: the next is overdue
+    hand = next(r for r in rows_ if "&lt;b&gt;hand&lt;/b&gt;" in r)
+    assert "<b>hand</b>" not in panel  # the name is escaped
+    assert "unknown (no definition recorded)" in hand and '<td class="outcome">ran</td>' in hand
+    assert re.findall(r'<td class="count">(\d+)</td>', hand) == ["4", "2", "1"]
+    assert "its next tick is unknown" in panel

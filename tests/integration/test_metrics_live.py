@@ -61,3 +61,57 @@ def test_the_leader_gauge_is_1_while_leading_and_0_after(
         leader.close()
     assert not thread.is_alive()
     assert leading() == 0
+
+
+def test_schedule_metrics_follow_the_ticks_of_a_served_schedule(
+    metrics_registry: CollectorRegistry, redis_client: redis.Redis, namespace: str
+) -> None:
+    """Ticks run and skipped are counted as the schedule's hash counts them, each once;
+    every tick's lateness is observed; the gauges an alert needs are the hash's."""
+    from lockworker.protocol import text
+    from lockworker.protocol.schedules import decode_progress, schedule_key
+
+    release = threading.Event()
+
+    def hook(job: lockworker.Job) -> None:
+        if job.id.startswith("slow@"):
+            release.wait(2.5)  # past two ticks of its 1 s schedule: they are skipped
+
+    worker = lockworker.Worker(
+        redis_client, namespace=namespace, on_acquired=hook, handle_signals=False,
+        lock_timeout=2.0,
+    )
+    source = lockworker.ScheduleSource(
+        redis_client, [lockworker.Every("beat", 1), lockworker.Every("slow", 1)]
+    )
+    thread = threading.Thread(
+        target=worker.serve, args=(source,), kwargs={"concurrency": 2}, daemon=True
+    )
+    thread.start()
+
+    def sample(metric: str, name: str, **labels: str) -> float:
+        found = metrics_registry.get_sample_value(
+            metric, {"namespace": namespace, "schedule": name, **labels}
+        )
+        return 0.0 if found is None else found
+
+    ticks = "lockworker_schedule_ticks_total"
+    try:
+        wait_for(lambda: sample(ticks, "slow", outcome="skipped") >= 1, timeout=15)
+        wait_for(lambda: sample(ticks, "beat", outcome="ran") >= 3, timeout=15)
+    finally:
+        worker.stop()
+        thread.join(10)
+        worker.close()
+    for name in ("beat", "slow"):
+        raw = redis_client.hgetall(schedule_key(namespace, name))
+        seen = decode_progress({text(k): text(v) for k, v in raw.items()})
+        assert sample(ticks, name, outcome="ran") == seen.ran
+        assert sample(ticks, name, outcome="skipped") == seen.skipped
+        admitted = sample("lockworker_schedule_lateness_seconds_count", name)
+        assert admitted >= seen.ran  # each tick admitted to run (some may still be open)
+        assert sample("lockworker_schedule_lateness_seconds_bucket", name, le="10.0") == admitted
+        assert sample("lockworker_schedule_period_seconds", name) == 1
+        assert seen.last_ran is not None
+        assert sample("lockworker_schedule_last_completed_seconds", name) == seen.last_ran
+    assert sample(ticks, "beat", outcome="skipped") == 0

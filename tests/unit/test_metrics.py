@@ -300,3 +300,36 @@ def test_the_memory_check_sets_the_used_ratio(registry: CollectorRegistry) -> No
     log_findings(log, [verdicts.memory_use(None, 100, None).on(where["server"])])
     assert value(registry, "lockworker_server_memory_used_ratio", **where) == 0.85  # kept
     assert value(registry, "lockworker_server_check", check="memory", **where) == 2
+
+
+@pytest.mark.usefixtures("installed")
+def test_schedule_events_count_each_decision_once_and_set_the_alert_gauges(
+    registry: CollectorRegistry,
+) -> None:
+    log = events.logger(events.SOURCES, None, namespace=NS)
+    labels = {"namespace": NS, "schedule": "nightly"}
+
+    def ticks(kind: str) -> float | None:
+        return value(registry, "lockworker_schedule_ticks_total", **labels, outcome=kind)
+
+    log.debug("schedule.progress", schedule="nightly", last_ran=None, since=1000.5,
+              period_s=86400)
+    assert (ticks("ran"), ticks("skipped")) == (0, 0)  # at 0 from the first look
+    assert value(registry, "lockworker_schedule_last_completed_seconds", **labels) == 1000.5
+    assert value(registry, "lockworker_schedule_period_seconds", **labels) == 86400
+    log.info("schedule.admitted", schedule="nightly", tick="t1", late_ms=1500, decided=True)
+    log.info("schedule.admitted", schedule="nightly", tick="t1", late_ms=1700, decided=False)
+    log.info("schedule.skipped", schedule="nightly", tick="t2", decided=True)
+    log.info("schedule.skipped", schedule="nightly", tick="t2", decided=False)
+    log.info("schedule.ran", schedule="nightly", tick="t1", tick_at=86400)
+    assert (ticks("ran"), ticks("skipped")) == (1, 1)
+    lateness = "lockworker_schedule_lateness_seconds"
+    assert value(registry, f"{lateness}_count", **labels) == 1
+    assert value(registry, f"{lateness}_sum", **labels) == 1.5
+    completed = "lockworker_schedule_last_completed_seconds"
+    assert value(registry, completed, **labels) == 86400
+    log.info("schedule.ran", schedule="nightly", tick="t0", tick_at=0)  # an older one
+    assert value(registry, completed, **labels) == 86400
+    log.debug("schedule.progress", schedule="nightly", last_ran=172800, since=1000.5,
+              period_s=86400)
+    assert value(registry, completed, **labels) == 172800

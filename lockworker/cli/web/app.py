@@ -36,7 +36,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
 from lockworker import __version__
-from lockworker.cli import footprint
+from lockworker.cli import footprint, schedules
 from lockworker.cli.cells import duration
 from lockworker.cli.web import guard
 from lockworker.cli.web.view import STATES, Collector
@@ -119,7 +119,7 @@ def templates() -> Jinja2Templates:
     )
     env.filters.update(duration=duration, timestamp=timestamp)
     env.globals.update(job_link=job_link, with_query=with_query, STATES=STATES,
-                       version=__version__, footprint=footprint)
+                       version=__version__, footprint=footprint, schedules=schedules)
     return Jinja2Templates(env=env)
 
 

@@ -15,6 +15,8 @@ the attempt histories of the :data:`SEEDED` most recently written jobs (bounded:
 walk of every job) and keeps the handovers they record (:func:`recorded_handovers`).
 What the server holds (:mod:`lockworker.cli.footprint`: keys and bytes per namespace
 by kind, from a bounded sample) is read at most every :data:`MEMORY_EVERY` seconds.
+Each schedule's hash (:mod:`lockworker.cli.schedules`: few, found by their own key
+pattern) is read with every view.
 A job's attempt history (``Snapshot.history``, where the library
 records one) is read when a page shows the job.
 """
@@ -34,6 +36,7 @@ import structlog
 from lockworker.cli import footprint, status
 from lockworker.cli.cells import natural
 from lockworker.cli.kept import Kept
+from lockworker.cli.schedules import ScheduleRow, schedule_rows
 from lockworker.cli.status import Row
 from lockworker.cli.workers import WorkerRow, worker_rows
 from lockworker.clock import Clock, SystemClock, wall_time
@@ -98,6 +101,7 @@ class View:
     """namespace -> state -> number of jobs."""
     memory: Footprint | None = None
     """What the server holds, as last sampled (None before the first sample)."""
+    schedules: tuple[ScheduleRow, ...] = ()
 
     def select(
         self, *, namespace: str | None = None, state: str | None = None, query: str = ""
@@ -229,18 +233,21 @@ class Collector:
                     key=lambda k: (natural(k[1]), natural(k[2])),
                 )
                 jobs = status.job_rows(self.client, keys, self.kept)
+                states = {(r.namespace, r.id): r.state for r in jobs}
+                timed = schedule_rows(self.client, self.namespace, states)
             except (redis.RedisError, OSError) as exc:
                 error = self.mask(f"{type(exc).__name__}: {exc}")
                 log.warning("dashboard.read_failed", error=error)
                 with self._lock:
                     old = self._view
                     self._view = View(wall_time(), old.read_seconds, old.leaders, old.workers,
-                                      old.jobs, error, old.counts, old.memory)
+                                      old.jobs, error, old.counts, old.memory,
+                                      old.schedules)
                     return self._view
             memory = self.memory(started)
             took = self.clock.monotonic() - started
             view = View(wall_time(), took, tuple(leaders), tuple(workers), tuple(jobs),
-                        None, count(jobs), memory)
+                        None, count(jobs), memory, tuple(timed))
             found, seen = handovers(self._seen, [*leaders, *jobs], view.taken_at)
             with self._lock:
                 self._view, self._seen = view, seen

@@ -39,9 +39,11 @@ The metric names and labels below are a public contract (docs/daemons.md, "Metri
   position (a reader of no namespace), 0 if only for its namespace's progress;
 - ``lockworker_server_memory_used_ratio{server}``: the server's ``used_memory`` over
   its ``maxmemory`` (else over its host's memory), as last checked (alert above 0.8,
-  where ``lockworker check`` warns).
+  where ``lockworker check`` warns);
+- the schedules' ``lockworker_schedule_*{namespace,schedule}``: ticks, lateness, the
+  last completed tick and the period (:mod:`lockworker.metrics.schedules`).
 
-Only this module imports ``prometheus_client``; without it, importing this module
+Only this package imports ``prometheus_client``; without it, importing this module
 raises :class:`~lockworker.errors.ExtraNotInstalled` naming the install line.
 """
 
@@ -67,17 +69,11 @@ except ImportError as exc:
         "lockworker.metrics needs prometheus_client: pip install 'lockworker[metrics]'"
     ) from exc
 
+from lockworker.metrics.schedules import ScheduleMetrics
+
 __all__ = [
-    "ATTEMPT_BUCKETS",
-    "DEFAULT_HOST",
-    "LATENCY_BUCKETS",
-    "MAX_PAIRS",
-    "OUTCOMES",
-    "Metrics",
-    "install",
-    "serve_http",
-    "step_label",
-    "wsgi_app",
+    "ATTEMPT_BUCKETS", "DEFAULT_HOST", "LATENCY_BUCKETS", "MAX_PAIRS", "OUTCOMES", "Metrics",
+    "install", "serve_http", "step_label", "wsgi_app",
 ]
 
 OUTCOMES = {
@@ -174,7 +170,8 @@ class Metrics:
     adding to: ``outcomes``, ``attempt_duration``, ``handover_wait``,
     ``takeover_latency``, ``leases_held``, ``leader``, ``leader_elections``,
     ``leader_lost``, ``redis_retries``, ``redis_unavailable``, ``server_check``,
-    ``evicted_keys``, ``memory_used``, ``stream_behind``, ``stream_trimming_waits``.
+    ``evicted_keys``, ``memory_used``, ``stream_behind``, ``stream_trimming_waits``;
+    ``schedules`` holds the schedules' (:class:`~lockworker.metrics.schedules.ScheduleMetrics`).
     """
 
     def __init__(self, registry: CollectorRegistry, clock: Clock) -> None:
@@ -255,11 +252,13 @@ class Metrics:
             "The server's used memory over its maxmemory (else its host's memory), as "
             "last checked.", ["server"], registry=registry,
         )
+        self.schedules = ScheduleMetrics(registry)
         self._collectors = (
             self.memory_used, self.outcomes, self.attempt_duration, self.handover_wait,
             self.takeover_latency, self.leases_held, self.leader, self.redis_retries,
             self.server_check, self.evicted_keys, self.leader_elections, self.leader_lost,
             self.redis_unavailable, self.stream_behind, self.stream_trimming_waits,
+            *self.schedules.collectors,
         )
         self._lock = threading.Lock()
         self._held: OrderedDict[tuple[str, str], tuple[Any, float]] = OrderedDict()
@@ -308,6 +307,8 @@ class Metrics:
             self._server_check(fields)
         elif event == STREAM_PROGRESS and logger_name == events.SOURCES:
             self._stream(fields)
+        elif logger_name == events.SOURCES and event.startswith("schedule."):
+            self.schedules.observe(event, fields)
 
     def _stream(self, fields: Mapping[str, Any]) -> None:
         labels = (str(fields.get("stream", "")), str(fields.get("namespace") or ""))
