@@ -851,6 +851,7 @@ def schedule_sigkill(
         done = sorted(nominal[k] for k in nominal if final[k].status == "done")
         first, last = (done[0], done[-1]) if done else (0.0, -1.0)
         expected = [tick_id(first + i) for i in range(int(last - first) + 1)]
+        final.update(env.finals([key for key in expected if key not in final]))
         missing = 0
         for key in expected:
             returned = [s for s in history.sections if s.key == key and s.result == "returned"]
