@@ -646,13 +646,14 @@ def progress_restart(
     max_attempts: int = 6, seed: int | None = None,
 ) -> Result:
     """A reader that comes back after its entries' records expired runs none of them
-    again (issue 40). A primary and a backup (stable owners, one sync and one asyncio)
+    again (issue 40). A primary and a backup (stable owners; fan-out: an asyncio
+    primary, a sync backup that comes back asyncio; group: the other way round)
     serve a stream of jobs, fan-out or as members of one consumer group; the backup is
     SIGKILLed once registered; once the primary has resolved every entry, every job
     key of the namespace is deleted (the DONE records expired) and the backup comes
     back with the same owner, on the other side. A job submitted afterwards (the
     sentinel) shows both read on past it; none of the first jobs may run again."""
-    rng, seed = seeded(seed)
+    _rng, seed = seeded(seed)
     started = time.monotonic()
     name = "group_progress_restart" if group else "fanout_progress_restart"
     ids = job_ids(jobs)
@@ -668,7 +669,9 @@ def progress_restart(
         last = ""
         for job_id in ids:
             last = lockworker.submit(client, f"{env.namespace}-jobs", job_id)
-        first_async = rng.random() < 0.5
+        # The primary does the jobs: asyncio where the fan-out reader comes back sync,
+        # sync where the group member comes back asyncio, so each side is proven.
+        first_async = not group
         fleet.spawn(kind_of("worker", first_async), name="primary", owner="primary",
                     jobs=ids, role="primary")
         backup = fleet.spawn(kind_of("worker", not first_async), name="backup",

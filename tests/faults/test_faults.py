@@ -204,7 +204,7 @@ def test_a_fanout_reader_back_after_the_window_runs_nothing_again(tmp_path: Path
     result = scenarios.SCENARIOS["fanout_progress_restart"](tmp_path)
     verdict(result, tmp_path)
     assert result.extra["deleted"] >= 16, result.figure()  # the records were gone
-    assert result.extra["aio"] >= 1, result.figure()
+    assert result.extra["aio"] >= 1, result.figure()  # the asyncio primary did the jobs
 
 
 def test_a_group_member_back_after_the_window_gets_no_acknowledged_entry(
@@ -215,7 +215,6 @@ def test_a_group_member_back_after_the_window_gets_no_acknowledged_entry(
     result = scenarios.SCENARIOS["group_progress_restart"](tmp_path)
     verdict(result, tmp_path)
     assert result.extra["deleted"] >= 16, result.figure()
-    assert result.extra["aio"] >= 1, result.figure()
 
 
 def test_a_duplicate_inside_the_done_window_never_runs_one_after_it_does(
