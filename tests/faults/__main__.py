@@ -53,6 +53,10 @@ SOAK: dict[str, dict[str, Any]] = {
     "inline_sigkill": {"rounds": 30},
     "inline_sigstop": {"rounds": 12},
     "shared_sigkill": {"rounds": 30},
+    "fanout_progress_restart": {"jobs": 120},
+    "group_progress_restart": {"jobs": 120},
+    "done_window": {"retention": 5.0},
+    "schedule_sigkill": {"rounds": 12, "ticks": 40},
 }
 """Soak sizes per scenario (the battery's sizes are the scenarios' defaults)."""
 

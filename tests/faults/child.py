@@ -235,7 +235,11 @@ def recording(base: type[Any], rec: Recorder) -> type[Any]:
 
 
 def run_worker(config: dict[str, Any], rec: Recorder, work: Work) -> None:
+    client = redis_client(config, config["urls"][0])
+
     def on_acquired(job: lockworker.Job) -> None:
+        if job.scheduled_for is not None:
+            note_tick(rec, job, client.time())
         result = work.section(JOB, job.id, job.token, lambda: job.lost, attempt=job.attempt)
         if result != "returned":
             raise SectionEnded(result)
@@ -245,7 +249,7 @@ def run_worker(config: dict[str, Any], rec: Recorder, work: Work) -> None:
     if concurrency > 1 or own:
         note_batches(rec)
     worker = (lockworker.Worker if own else recording(lockworker.Worker, rec))(
-        redis_client(config, config["urls"][0]),
+        client,
         namespace=config["namespace"],
         owner=config.get("owner"),
         lock_timeout=float(config["lock_timeout"]),
@@ -255,16 +259,18 @@ def run_worker(config: dict[str, Any], rec: Recorder, work: Work) -> None:
         handle_signals=False,
         on_acquired=on_acquired,
         **serving(config),
+        **retention(config),
     )
     rec.owner = worker.owner
     first = list(config.get("first", []))
     rest = [j for j in config["jobs"] if j not in first]
     work.rng.shuffle(rest)
     rec.note("ready")
-    if config.get("group"):
-        source = group_source(config, worker.owner)
+    source = served_source(config, worker.owner)
+    if source is not None:
         watcher = threading.Thread(
-            target=stop_once_resolved, args=(worker, config["jobs"]), daemon=True
+            target=stop_on_file if config.get("until_stopped") else stop_once_resolved,
+            args=(worker, config), daemon=True,
         )
         watcher.start()
         with done_events(rec) if own else contextlib.nullcontext():
@@ -306,6 +312,49 @@ def shared_calls(worker: lockworker.Worker, jobs: list[str], calls: int, rng: An
 GROUP_DONE = frozenset({lockworker.JobStatus.DONE, lockworker.JobStatus.GAVE_UP})
 
 
+def retention(config: dict[str, Any]) -> dict[str, Any]:
+    """A worker's ``done_retention``, if the scenario shortens the DONE window."""
+    window = config.get("done_retention")
+    return {} if window is None else {"done_retention": float(window)}
+
+
+def served_source(config: dict[str, Any], owner: str) -> Any:
+    """The endless source a worker serves, if any (None: it processes ``jobs``): a
+    member of the scenario's consumer group (``group``), a fan-out reader of its stream
+    (``fanout``: every reader sees every entry), or the ticks of the schedule ``tick``
+    every ``schedule`` seconds."""
+    if config.get("group"):
+        return group_source(config, owner)
+    if config.get("fanout"):
+        return lockworker.StreamSource(
+            redis_client(config, config["urls"][0]), group_stream(config), owner=owner,
+            block=0.05,
+        )
+    if config.get("schedule"):
+        return lockworker.ScheduleSource(
+            redis_client(config, config["urls"][0]),
+            [lockworker.Every("tick", int(config["schedule"]))],
+        )
+    return None
+
+
+def note_tick(rec: Recorder, job: lockworker.Job, server_time: Any) -> None:
+    """Before a tick's section: the server's clock (``TIME``) and the tick's nominal
+    time, so the checker can tell no tick ran before it was due on the server."""
+    secs, micros = server_time
+    assert job.scheduled_for is not None
+    rec.note("tick", key=job.id, token=job.token, server=int(secs) + int(micros) / 1e6,
+             nominal=job.scheduled_for.timestamp())
+
+
+def stop_on_file(worker: Any, config: dict[str, Any]) -> None:
+    """Stop a worker serving an endless source once the scenario asks every child
+    to end (its jobs may be resolved, or deleted, long before)."""
+    while not stop_requested(config):
+        time.sleep(0.05)
+    worker.stop()
+
+
 def group_stream(config: dict[str, Any]) -> str:
     """The stream a group scenario's jobs are submitted to (one per namespace)."""
     return f"{config['namespace']}-jobs"
@@ -333,9 +382,10 @@ def group_source(config: dict[str, Any], owner: str) -> lockworker.StreamSource:
     )
 
 
-def stop_once_resolved(worker: lockworker.Worker, jobs: list[str]) -> None:
+def stop_once_resolved(worker: lockworker.Worker, config: dict[str, Any]) -> None:
     """A group member serves a stream, which never ends: stop it once every job of the
     scenario is DONE or GAVE_UP on the server (whoever served it)."""
+    jobs = config["jobs"]
     while not worker.stopping:
         try:
             if all(worker.inspect(job_id).status in GROUP_DONE for job_id in jobs):
@@ -466,6 +516,8 @@ def aredis_client(config: dict[str, Any], url: str) -> redis.asyncio.Redis:
 
 async def run_aworker(config: dict[str, Any], rec: Recorder, work: Work) -> None:
     async def on_acquired(job: lockworker.Job) -> None:
+        if job.scheduled_for is not None:
+            note_tick(rec, job, await client.time())
         result = await work.asection(
             JOB, job.id, job.token, lambda: job.lost, attempt=job.attempt
         )
@@ -487,15 +539,20 @@ async def run_aworker(config: dict[str, Any], rec: Recorder, work: Work) -> None
         handle_signals=False,
         on_acquired=on_acquired,
         **serving(config),
+        **retention(config),
     )
     rec.owner = worker.owner
     first = list(config.get("first", []))
     rest = [j for j in config["jobs"] if j not in first]
     work.rng.shuffle(rest)
     rec.note("ready")
-    if config.get("group"):
-        watcher = asyncio.ensure_future(astop_once_resolved(worker, config["jobs"]))
-        await worker.serve(group_source(config, worker.owner), concurrency=concurrency)
+    source = served_source(config, worker.owner)
+    if source is not None:
+        watcher = asyncio.ensure_future(
+            astop_on_file(worker, config) if config.get("until_stopped")
+            else astop_once_resolved(worker, config["jobs"])
+        )
+        await worker.serve(source, concurrency=concurrency)
         watcher.cancel()
     elif concurrency > 1:
         await worker.serve([(job_id, None) for job_id in first + rest], concurrency=concurrency)
@@ -523,6 +580,13 @@ async def astop_once_resolved(worker: aio.Worker, jobs: list[str]) -> None:
         except lockworker.LockworkerError:
             pass
         await asyncio.sleep(0.05)
+
+
+async def astop_on_file(worker: aio.Worker, config: dict[str, Any]) -> None:
+    """:func:`stop_on_file` for an asyncio worker."""
+    while not stop_requested(config):
+        await asyncio.sleep(0.05)
+    worker.stop()
 
 
 async def run_alock(config: dict[str, Any], rec: Recorder, work: Work) -> None:

@@ -28,7 +28,7 @@ import time
 import uuid
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -157,6 +157,18 @@ class Final:
     attempt: int
 
 
+@dataclass(frozen=True)
+class Window:
+    """A finished job whose DONE record expired (``done_retention`` over): the one case
+    where a job may run again. Granted by a scenario, per job, explicitly."""
+
+    expired: float
+    """When the record was gone (monotonic): sections and outcomes after it belong to
+    the job's next life."""
+    done: Final
+    """The job's state just before it expired: the first life's end."""
+
+
 @dataclass
 class History:
     sections: list[Section] = field(default_factory=list)
@@ -249,6 +261,7 @@ def check(
     once: bool = True,
     pending_ok: bool = True,
     max_attempts: int | None = None,
+    windows: Mapping[str, Window] | None = None,
 ) -> list[Violation]:
     """Every violation of lockworker's promises found in ``history``.
 
@@ -262,7 +275,11 @@ def check(
       inspectably pending (not pending if ``pending_ok`` is False), and its state never
       fell behind the tokens handed out;
     - ``max_attempts`` (jobs): the hook ran at most that many times per job;
-    - ``effects``: the store's accepted writes, checked for order and provenance.
+    - ``effects``: the store's accepted writes, checked for order and provenance;
+    - ``windows`` (job id -> :class:`Window`): jobs whose DONE record expired, which may
+      run once more after it; the DONE-once, nothing-lost and attempt checks judge each
+      life apart (``<id> (before the window's end)``: what came before, ending in
+      ``done``), while exclusion, tokens and fencing still span both.
     """
     out: list[Violation] = []
     grouped = _by_key(history.sections)
@@ -270,6 +287,9 @@ def check(
         out += _overlaps(grouped)
     if tokens:
         out += _token_order(grouped)
+    if windows:
+        history, effects, final = _lives(history, effects, final, windows)
+        grouped = _by_key(history.sections)
     jobs = {key for kind, key in grouped if kind == JOB}
     if once:
         out += _done_once(history, grouped, final, effects)
@@ -287,6 +307,44 @@ def check(
     if effects is not None:
         out += _fencing(grouped, effects, tokens=tokens)
     return out
+
+
+def earlier_life(key: str) -> str:
+    """The name the checker gives a job's life before its DONE record expired."""
+    return f"{key} (before the window's end)"
+
+
+def _lives(
+    history: History,
+    effects: Sequence[Effect] | None,
+    final: Mapping[str, Final] | None,
+    windows: Mapping[str, Window],
+) -> tuple[History, list[Effect] | None, dict[str, Final] | None]:
+    """``history`` with each windowed job's first life renamed (:func:`earlier_life`):
+    its sections and outcomes before the record expired, its store writes with tokens up
+    to its DONE's, and that DONE as its final state."""
+    def before(kind: str, key: str, expired_if: bool) -> str:
+        return earlier_life(key) if kind == JOB and key in windows and expired_if else key
+
+    sections = [
+        replace(s, key=before(s.kind, s.key, s.start < windows[s.key].expired))
+        if s.kind == JOB and s.key in windows else s
+        for s in history.sections
+    ]
+    outcomes = [
+        replace(o, key=before(o.kind, o.key, o.t < windows[o.key].expired))
+        if o.kind == JOB and o.key in windows else o
+        for o in history.outcomes
+    ]
+    moved = None if effects is None else [
+        replace(e, key=before(e.kind, e.key, e.token <= windows[e.key].done.token))
+        if e.kind == JOB and e.key in windows else e
+        for e in effects
+    ]
+    lives = None if final is None else {
+        **final, **{earlier_life(key): w.done for key, w in windows.items()}
+    }
+    return History(sections, outcomes, history.notes), moved, lives
 
 
 def _overlaps(grouped: Mapping[tuple[str, str], list[Section]]) -> list[Violation]:

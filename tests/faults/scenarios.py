@@ -26,14 +26,22 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import redis
+
 import lockworker
+from lockworker.daemons.sources import stream_keys
+from lockworker.model.keys import JobKeys
+from lockworker.protocol.decode import text
+from lockworker.protocol.schedules import schedule_key
+from lockworker.protocol.streams import entry_order
 
 from .child import CRASH_EXIT
-from .harness import DURABLE, WORKERS, Child, Env, environment, is_async, kind_of, restart
-from .history import JOB, History, Section, Violation, check, handovers
+from .harness import DURABLE, WORKERS, Child, Env, environment, is_async, kind_of, restart, wait_for
+from .history import JOB, History, Section, Violation, Window, check, handovers
 from .proxy import Proxy
 
 
@@ -601,6 +609,294 @@ def redlock(
                    **mixed})
 
 
+def deleted_job_keys(env: Env) -> int:
+    """Delete every job key of the scenario's namespace (states, leases, histories):
+    what the server does once DONE records expire. Returns how many were deleted."""
+    client = env.client()
+    keys = list(client.scan_iter(match=f"lw:job:{env.namespace}:*", count=500))
+    if keys:
+        client.delete(*keys)
+    return len(keys)
+
+
+def ran_after(
+    history: History, effects: Sequence[Any], since: float, allowed: Sequence[str] = (),
+) -> list[Violation]:
+    """Jobs (but ``allowed``) that ran again after ``since``, when their records were
+    deleted: sections started after it, and the store's commits from them."""
+    out: list[Violation] = []
+    late = {(s.run, s.sid): s for s in history.sections
+            if s.kind == JOB and s.key not in allowed and s.start > since}
+    for s in late.values():
+        out.append(Violation(
+            "double_done", s.key,
+            f"run {s.run} ({s.owner}, token {s.token}) started it {s.start - since:.3f} s "
+            "after its records were deleted: a reader past the window ran it again",
+        ))
+    for e in effects:
+        if (e.run, e.sid) in late and e.op == "commit":
+            out.append(Violation(
+                "double_done", e.key, f"the store accepted a second commit (token {e.token})"
+            ))
+    return out
+
+
+def progress_restart(
+    workdir: Path, *, group: bool, jobs: int = 16, lock_timeout: float = 0.5,
+    max_attempts: int = 6, seed: int | None = None,
+) -> Result:
+    """A reader that comes back after its entries' records expired runs none of them
+    again (issue 40). A primary and a backup (stable owners; fan-out: an asyncio
+    primary, a sync backup that comes back asyncio; group: the other way round)
+    serve a stream of jobs, fan-out or as members of one consumer group; the backup is
+    SIGKILLed once registered; once the primary has resolved every entry, every job
+    key of the namespace is deleted (the DONE records expired) and the backup comes
+    back with the same owner, on the other side. A job submitted afterwards (the
+    sentinel) shows both read on past it; none of the first jobs may run again."""
+    _rng, seed = seeded(seed)
+    started = time.monotonic()
+    name = "group_progress_restart" if group else "fanout_progress_restart"
+    ids = job_ids(jobs)
+    sentinel = "sentinel"
+    source: dict[str, Any] = {"group": "g"} if group else {"fanout": True}
+    with environment(workdir, lock_timeout=lock_timeout, max_attempts=max_attempts,
+                     steps=(1, 3), step=0.02, fail_rate=0.1, backup_delay=0.05,
+                     retry_delay=[0.0, 0.05, 0.1], until_stopped=True, **source) as env:
+        fleet = env.fleet
+        client = env.client()
+        keys = stream_keys(f"{env.namespace}-jobs")
+        entries = keys.extra("entries")
+        last = ""
+        for job_id in ids:
+            last = lockworker.submit(client, f"{env.namespace}-jobs", job_id)
+        # The primary does the jobs: asyncio where the fan-out reader comes back sync,
+        # sync where the group member comes back asyncio, so each side is proven.
+        first_async = not group
+        fleet.spawn(kind_of("worker", first_async), name="primary", owner="primary",
+                    jobs=ids, role="primary")
+        backup = fleet.spawn(kind_of("worker", not first_async), name="backup",
+                             owner="backup", jobs=ids, role="backup")
+
+        def member(owner: str) -> dict[str, Any] | None:
+            try:
+                found = client.xinfo_consumers(entries, "g")
+            except redis.ResponseError:
+                return None  # no group yet
+            return next((c for c in found if text(c["name"]) == owner), None)
+
+        def registered() -> bool:
+            if group:
+                return member("backup") is not None
+            return client.zscore(keys.extra("readers"), "backup") is not None
+
+        def resolved(jobs: list[str]) -> bool:
+            return all(f.status in ("done", "gave_up") for f in env.finals(jobs).values())
+
+        def read_past(owner: str, entry: str, jobs: list[str]) -> bool:
+            if not resolved(jobs):
+                return False
+            if group:
+                info = next(g for g in client.xinfo_groups(entries) if text(g["name"]) == "g")
+                return int(info["pending"]) == 0 and entry_order(
+                    text(info["last-delivered-id"])) >= entry_order(entry)
+            position = client.hget(keys.extra("positions"), owner)
+            return position is not None and entry_order(text(position)) >= entry_order(entry)
+
+        wait_for(registered, 20.0, "the backup registered")
+        fleet.kill(backup)
+        wait_for(lambda: read_past("primary", last, ids), 30.0, "the primary past the last entry")
+        before = env.finals(ids)
+        deleted_at = time.monotonic()
+        deleted = deleted_job_keys(env)
+        backup = fleet.respawn(backup, mode=other_side(backup.mode))
+        fleet.wait_ready(backup)
+        ready_at = time.monotonic()
+        wait_for(registered, 20.0, "the backup registered again")
+        tail = lockworker.submit(client, f"{env.namespace}-jobs", sentinel)
+        wait_for(lambda: read_past("backup", tail, [sentinel]), 20.0,
+                 "the backup past the sentinel")
+        if group:  # the member read on after it came back (its own entries, then new ones)
+            def interacted() -> bool:
+                found = member("backup")
+                return found is not None and (
+                    time.monotonic() - int(found["idle"]) / 1000 > ready_at
+                )
+            wait_for(interacted, 20.0, "the backup reading after it came back")
+        fleet.stop()
+        problems = finish(env)
+        history = fleet.history()
+        effects = env.store.effects()
+        final = {**before, **env.finals([sentinel])}
+        violations = problems + check(
+            history, effects=effects, final=final, pending_ok=False, max_attempts=max_attempts,
+        ) + ran_after(history, effects, deleted_at, allowed=[sentinel])
+        mixed = sides(env, history)
+    return Result(name, 1, 1, handovers(history), violations, time.monotonic() - started,
+                  {"seed": seed, "deleted": deleted, **mixed})
+
+
+def done_window(
+    workdir: Path, *, retention: float = 3.0, lock_timeout: float = 0.5, max_attempts: int = 3,
+) -> Result:
+    """A duplicate submitted inside the DONE window never runs; one after it runs
+    again with a larger token. ``X`` is done by a sync process, submitted again inside
+    the window (``done_retention``) by an asyncio one (it must end DONE_ELSEWHERE with
+    no section), and once the DONE record expired (a condition on the server) by an
+    asyncio one again: a new section, a larger token. The checker is told explicitly that the
+    job's window ended then (:class:`~faults.history.Window`); nothing else may run
+    twice."""
+    assert retention > lock_timeout
+    started = time.monotonic()
+    job = "X"
+    with environment(workdir, lock_timeout=lock_timeout, max_attempts=max_attempts,
+                     steps=(2, 4), step=0.03, done_retention=retention) as env:
+        fleet = env.fleet
+        client = env.client()
+        state = JobKeys.of(env.namespace, job).state
+        runs = []
+        for name, mode in (("first", "worker"), ("inside", "aworker")):
+            child = fleet.spawn(mode, name=name, jobs=[job])
+            fleet.wait_exit([child], 30.0)
+            runs.append(fleet.state(child).run)
+        done = env.finals([job])[job]
+        wait_for(lambda: not client.exists(state), retention + 10.0, "the DONE record to expire")
+        expired = time.monotonic()
+        after = fleet.spawn("aworker", name="after", jobs=[job])
+        fleet.wait_exit([after], 30.0)
+        runs.append(fleet.state(after).run)
+        problems = finish(env)
+        history = fleet.history()
+        violations = problems + check(
+            history, effects=env.store.effects(), final=env.finals([job]), pending_ok=False,
+            max_attempts=max_attempts, windows={job: Window(expired, done)},
+        )
+        ended = {o.run: o.outcome for o in history.outcomes}
+        sections = {run: [s for s in history.sections if s.run == run] for run in runs}
+        if done.status != "done" or ended.get(runs[0]) != "done":
+            violations.append(Violation("lost", job, f"the first run ended {done.status}"))
+        if ended.get(runs[1]) != "done_elsewhere" or sections[runs[1]]:
+            violations.append(Violation(
+                "double_done", job,
+                f"the duplicate inside the window ended {ended.get(runs[1])} with "
+                f"{len(sections[runs[1]])} section(s), not DONE_ELSEWHERE with none",
+            ))
+        again = [s for s in sections[runs[2]] if s.result == "returned"]
+        if ended.get(runs[2]) != "done" or not again or again[0].token <= done.token:
+            violations.append(Violation(
+                "lost", job,
+                f"after the window it ended {ended.get(runs[2])} with tokens "
+                f"{[s.token for s in sections[runs[2]]]}, not a new run above {done.token}",
+            ))
+        mixed = sides(env, history)
+    return Result("done_window", 1, 0, handovers(history), violations,
+                  time.monotonic() - started, {"first_token": done.token, **mixed})
+
+
+TICK = "%Y-%m-%dT%H:%M:%SZ"
+
+
+def tick_id(nominal: float) -> str:
+    return "tick@" + datetime.fromtimestamp(nominal, UTC).strftime(TICK)
+
+
+def schedule_sigkill(
+    workdir: Path, *, rounds: int = 3, ticks: int = 9, lock_timeout: float = 0.3,
+    max_attempts: int = 6, seed: int | None = None,
+) -> Result:
+    """Workers serving the ticks of ``Every("tick", 1)`` (issue 41): a primary and two
+    backups, sync and asyncio mixed; the holder of a tick SIGKILLed mid-section
+    ``rounds`` times (each replaced on the other side, same owner). Every tick from the
+    first to the last one resolved must have run exactly once (one section that
+    returned; overlap, tokens and DONE once as everywhere), none before it was due on
+    the server's clock (``TIME`` noted at each section's start), and each killed
+    holder's tick finished by another run with a larger token. Sections are short, so
+    the overlap policy skips none (a skip or catch-up drop the server counted would
+    excuse a missing tick, and shows in the figure)."""
+    rng, seed = seeded(seed)
+    started = time.monotonic()
+    with environment(workdir, lock_timeout=lock_timeout, max_attempts=max_attempts,
+                     steps=(1, 3), step=0.03, backup_delay=0.05, schedule=1,
+                     until_stopped=True, retry_delay=[0.0, 0.05, 0.1], jobs=[]) as env:
+        fleet = env.fleet
+        fleet.spawn("worker", name="primary", owner="primary", role="primary")
+        fleet.spawn("aworker", name="backup1", owner="backup1", role="backup")
+        fleet.spawn("worker", name="backup2", owner="backup2", role="backup")
+        killed: list[dict[str, Any]] = []
+        for _ in range(rounds):
+            child, section = fleet.wait_holder(timeout=15.0)
+            time.sleep(rng.uniform(0, 0.02))  # inside its section (30-90 ms), mostly
+            fleet.kill(child)
+            killed.append(section)
+            fleet.respawn(child, mode=other_side(child.mode))
+
+        def noted() -> dict[str, dict[str, Any]]:
+            return {n["key"]: n for n in fleet.history().notes if n.get("what") == "tick"}
+
+        def enough() -> bool:
+            seen = sorted(noted().values(), key=lambda n: n["nominal"])
+            return len(seen) >= ticks and env.finals([seen[-1]["key"]])[
+                seen[-1]["key"]].status == "done"
+        wait_for(enough, ticks + 15.0, f"{ticks} ticks, the last one done", interval=0.1)
+        fleet.stop()
+        problems = finish(env)
+        history = fleet.history()
+        notes = [n for n in history.notes if n.get("what") == "tick"]
+        ids = sorted({n["key"] for n in notes} | {s.key for s in history.sections})
+        final = env.finals(ids)
+        violations = problems + check(
+            history, effects=env.store.effects(), final=final, max_attempts=max_attempts,
+        )
+        counts = {text(k): int(v) for k, v in env.client().hgetall(
+            schedule_key(env.namespace, "tick")).items()
+            if text(k) in ("skipped", "caught_up")}
+        excused = sum(counts.values())
+        nominal = {n["key"]: n["nominal"] for n in notes}
+        done = sorted(nominal[k] for k in nominal if final[k].status == "done")
+        first, last = (done[0], done[-1]) if done else (0.0, -1.0)
+        expected = [tick_id(first + i) for i in range(int(last - first) + 1)]
+        final.update(env.finals([key for key in expected if key not in final]))
+        missing = 0
+        for key in expected:
+            returned = [s for s in history.sections if s.key == key and s.result == "returned"]
+            if not returned or final[key].status != "done":
+                missing += 1
+                if missing > excused:
+                    violations.append(Violation(
+                        "lost", key, f"never ran to the end ({final[key].status}), and the "
+                        f"server counted {excused} skipped or dropped ticks"))
+            elif len(returned) > 1:
+                violations.append(Violation(
+                    "double_done", key, f"{len(returned)} sections returned: tokens "
+                    f"{[s.token for s in returned]}"))
+        for n in notes:
+            if n["server"] < n["nominal"]:
+                violations.append(Violation(
+                    "early", n["key"], f"run {n['run']} started it at server time "
+                    f"{n['server']:.3f}, {n['nominal'] - n['server']:.3f} s before it was due"))
+        took_over = finished_first = 0
+        for section in killed:
+            key = section["key"]
+            if key not in final or final[key].status != "done":
+                continue  # reported above if it should have run
+            lived = [s for s in history.sections
+                     if s.key == key and s.token == section["token"]]
+            if final[key].token > section["token"]:
+                took_over += 1
+            elif any(s.result == "returned" for s in lived):
+                finished_first += 1  # the kill came after its work and its DONE
+            else:
+                violations.append(Violation(
+                    "lost", key, f"its holder (token {section['token']}) was killed inside "
+                    f"its section, yet the tick ended with that token"))
+        mixed = sides(env, history)
+    return Result("schedule_sigkill", rounds, rounds, handovers(history), violations,
+                  time.monotonic() - started,
+                  {"seed": seed, "ticks": len(expected), "took_over": took_over,
+                   "finished_first": finished_first,
+                   "skipped": counts.get("skipped", 0), "caught_up": counts.get("caught_up", 0),
+                   **mixed})
+
+
 Scenario = Callable[..., Result]
 
 
@@ -667,6 +963,14 @@ def _batch_restart(workdir: Path, **kw: Any) -> Result:
     return replace(result, scenario="batch_server_restart")
 
 
+def _fanout_progress(workdir: Path, **kw: Any) -> Result:
+    return progress_restart(workdir, group=False, **kw)
+
+
+def _group_progress(workdir: Path, **kw: Any) -> Result:
+    return progress_restart(workdir, group=True, **kw)
+
+
 SCENARIOS: dict[str, Scenario] = {
     "sigkill": sigkill,
     "sigstop": sigstop,
@@ -690,4 +994,8 @@ SCENARIOS: dict[str, Scenario] = {
     "inline_sigkill": _killed(INLINE, "inline_sigkill"),
     "inline_sigstop": _paused(INLINE, "inline_sigstop"),
     "shared_sigkill": _killed(SHARED, "shared_sigkill"),
+    "fanout_progress_restart": _fanout_progress,
+    "group_progress_restart": _group_progress,
+    "done_window": done_window,
+    "schedule_sigkill": schedule_sigkill,
 }

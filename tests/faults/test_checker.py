@@ -25,6 +25,7 @@ from .history import (
     Recorder,
     Section,
     Violation,
+    Window,
     check,
     handovers,
     load,
@@ -343,3 +344,33 @@ def test_every_scenario_has_a_soak_size() -> None:
     from .scenarios import SCENARIOS
 
     assert set(SOAK) == set(SCENARIOS)
+
+
+def test_a_run_after_the_done_window_is_accepted_only_where_granted() -> None:
+    """A job run again after its DONE record expired: a double DONE, unless the checker
+    is told that job's window ended before the second run (and only after it)."""
+    lines = [
+        json.dumps({"ev": "start", "run": "r1", "sid": 1, "kind": JOB, "key": "x",
+                    "token": 5, "t": 1.0, "believed": True}),
+        json.dumps({"ev": "end", "run": "r1", "sid": 1, "t": 1.1, "result": "returned"}),
+        json.dumps({"ev": "outcome", "run": "r1", "kind": JOB, "key": "x",
+                    "outcome": "done", "t": 1.2}),
+        json.dumps({"ev": "start", "run": "r2", "sid": 1, "kind": JOB, "key": "x",
+                    "token": 9, "t": 5.0, "believed": True}),
+        json.dumps({"ev": "end", "run": "r2", "sid": 1, "t": 5.1, "result": "returned"}),
+        json.dumps({"ev": "outcome", "run": "r2", "kind": JOB, "key": "x",
+                    "outcome": "done", "t": 5.2}),
+    ]
+    history = parse_lines(lines)
+    effects = [Effect(JOB, "x", 5, "r1", 1, "commit", 1),
+               Effect(JOB, "x", 9, "r2", 1, "commit", 2)]
+    final = {"x": Final("done", 9, 1)}
+    first = Final("done", 5, 1)
+    plain = check(history, effects=effects, final=final, pending_ok=False)
+    assert {v.kind for v in plain} == {"double_done"}, plain
+    granted = check(history, effects=effects, final=final, pending_ok=False,
+                    windows={"x": Window(3.0, first)})
+    assert granted == []
+    too_early = check(history, effects=effects, final=final, pending_ok=False,
+                      windows={"x": Window(6.0, first)})
+    assert {v.kind for v in too_early} >= {"double_done"}, too_early

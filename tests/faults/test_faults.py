@@ -195,3 +195,43 @@ def test_threads_and_tasks_sharing_one_worker_under_sigkill(tmp_path: Path) -> N
     verdict(result, tmp_path)
     assert result.extra["met"] >= 1, result.figure()  # calls of one process met on an id
     mixed(result)
+
+
+def test_a_fanout_reader_back_after_the_window_runs_nothing_again(tmp_path: Path) -> None:
+    """A fan-out backup SIGKILLed, every job's records deleted once the primary read
+    past the last entry (the DONE window over), the backup back with the same owner:
+    it reads on past everything, and no job runs again."""
+    result = scenarios.SCENARIOS["fanout_progress_restart"](tmp_path)
+    verdict(result, tmp_path)
+    assert result.extra["deleted"] >= 16, result.figure()  # the records were gone
+    assert result.extra["aio"] >= 1, result.figure()  # the asyncio primary did the jobs
+
+
+def test_a_group_member_back_after_the_window_gets_no_acknowledged_entry(
+    tmp_path: Path,
+) -> None:
+    """The same with members of one consumer group: acknowledged entries are never
+    delivered again, whatever their jobs' records say."""
+    result = scenarios.SCENARIOS["group_progress_restart"](tmp_path)
+    verdict(result, tmp_path)
+    assert result.extra["deleted"] >= 16, result.figure()
+
+
+def test_a_duplicate_inside_the_done_window_never_runs_one_after_it_does(
+    tmp_path: Path,
+) -> None:
+    """A job submitted again inside ``done_retention`` ends DONE_ELSEWHERE with no
+    section; once its DONE record expired it runs again, with a larger token."""
+    result = scenarios.SCENARIOS["done_window"](tmp_path)
+    verdict(result, tmp_path)
+    mixed(result)
+
+
+def test_schedule_ticks_under_sigkill_of_their_holders(tmp_path: Path) -> None:
+    """Workers serving ``Every("tick", 1)``, holders SIGKILLed mid-tick: every tick ran
+    once, none before it was due on the server's clock, killed ticks taken over."""
+    result = scenarios.SCENARIOS["schedule_sigkill"](tmp_path)
+    verdict(result, tmp_path)
+    assert result.extra["ticks"] >= 6, result.figure()
+    assert result.extra["took_over"] >= 1, result.figure()
+    mixed(result)
