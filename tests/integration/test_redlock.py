@@ -379,7 +379,8 @@ class BlackHole:
         self._listener = socket.create_server(("127.0.0.1", 0))
         self.port = int(self._listener.getsockname()[1])
         self._accepted: list[socket.socket] = []
-        threading.Thread(target=self._accept, daemon=True).start()
+        self._thread = threading.Thread(target=self._accept, daemon=True)
+        self._thread.start()
 
     def _accept(self) -> None:
         with contextlib.suppress(OSError):
@@ -387,6 +388,11 @@ class BlackHole:
                 self._accepted.append(self._listener.accept()[0])
 
     def close(self) -> None:
+        """Cut every connection, accepted or not yet: closing the listener alone would
+        not end the accept blocked in its thread, which takes one more connection."""
+        with contextlib.suppress(OSError):
+            self._listener.shutdown(socket.SHUT_RDWR)  # ends the blocked accept
+        self._thread.join(timeout=5.0)
         self._listener.close()
         for conn in self._accepted:
             conn.close()
