@@ -516,3 +516,19 @@ def test_an_unreachable_majority_is_an_error_naming_each_master(
     assert not lock.held and not trio[0].client().exists(lock.keys.lock)  # given back
     with pytest.raises(QuorumNotReached):  # blocking: the same verdict after its tries
         lock.acquire(timeout=0.2)
+
+
+def test_a_call_a_step_stopped_waiting_for_is_pending_until_its_master_answers(
+    trio: list[RedisServer], hole: BlackHole, namespace: str
+) -> None:
+    """What the suite's end-of-test check counts: a call to a silent master still runs
+    after the step gave up on it, until the master answers or the connection ends."""
+    from lockworker.primitives import masters
+
+    lock = Redlock([ordinary(trio[0].port), ordinary(trio[1].port), silent(hole)], "r",
+                   ttl=TTL, namespace=namespace)
+    assert lock.acquire(blocking=False)
+    lock.release()
+    assert masters.pending() >= 1  # the hole's calls still hang
+    hole.close()
+    wait_for(lambda: masters.pending() == 0, timeout=10)
