@@ -4,11 +4,14 @@ the metrics installed on a registry of the test's own, and logging as each test 
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import structlog
+
+from tests.helpers import leftovers
 
 pytest_plugins = ["lockworker.testing.plugin"]
 
@@ -42,6 +45,29 @@ def _restore_logging() -> Iterator[None]:
         structlog.reset_defaults()
     root.handlers[:] = handlers
     root.setLevel(level)
+
+
+GUARDED = frozenset({"unit", "integration", "aio"})
+"""The directories whose tests end with nothing of theirs still running."""
+
+
+@pytest.fixture(autouse=True)
+def _nothing_left_running(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Fail a test that leaves a thread of its own running, or a Redlock call pending,
+    after its fixtures are torn down. Closes every wake hub first (idle hubs linger by
+    design; the next test's waiters get new ones).
+
+    Why: such a thread outlives its test and keeps working while later tests run, say
+    redis-py retrying a server its test stopped; redis-py's backoff draws from the
+    global ``random``, and a Hypothesis test drawing meanwhile sees its state change
+    (``HypothesisDeprecationWarning``, an error in this suite)."""
+    if GUARDED.isdisjoint(request.node.path.relative_to(request.config.rootpath).parts):
+        yield
+        return
+    before = set(threading.enumerate())
+    yield
+    left = leftovers(before)
+    assert not left, f"still running after the test: {left}"
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -208,3 +208,32 @@ class FailingReports:
 
     def deliveries(self, stop: threading.Event) -> Iterator[Delivery]:
         return iter([self.delivery(job_id) for job_id in self.ids])
+
+
+SHARED_THREADS = frozenset({"lockworker-nudge", "lockworker-redlock"})
+"""Threads one process keeps for all its objects, started by whichever test came first
+(the Redlock pool's are checked idle instead)."""
+LEFT_DEADLINE = 10.0
+"""Seconds a test's threads get to end after it: generous, as they end in milliseconds
+once the wake hubs are closed and no Redlock call is left."""
+
+
+def leftovers(before: set[threading.Thread], deadline: float = LEFT_DEADLINE) -> list[str]:
+    """What is still running of what a test started, once the wake hubs are closed and
+    ``deadline`` seconds passed (at once when nothing is): thread names, and the
+    Redlock calls not finished."""
+    from lockworker.primitives import masters
+    from lockworker.runtime import wake
+
+    wake.close_all()
+    end = time.monotonic() + deadline
+    while True:
+        threads = sorted(
+            t.name for t in threading.enumerate()
+            if t not in before and t.is_alive() and t.name not in SHARED_THREADS
+        )
+        calls = masters.pending()
+        left = threads + ([f"{calls} Redlock call(s)"] if calls else [])
+        if not left or time.monotonic() >= end:
+            return left
+        threading.Event().wait(0.01)

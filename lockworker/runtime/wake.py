@@ -290,12 +290,17 @@ class WakeHub:
 
     def close(self) -> None:
         """Stop the reader thread and close the connection (tests, interpreter exit)."""
+        thread = self._closing()
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout=READ_TIMEOUT * 4)
+
+    def _closing(self) -> threading.Thread | None:
+        """Tell the reader to stop (at its next turn); its thread, to join."""
         with self._lock:
             self._closed = True
             thread = self._thread
         self.wake_all()
-        if thread is not None and thread is not threading.current_thread():
-            thread.join(timeout=READ_TIMEOUT * 4)
+        return thread
 
 
 class _Registry:
@@ -319,6 +324,17 @@ class _Registry:
 
 _registry = _Registry()
 os.register_at_fork(after_in_child=_registry.forget)
+
+
+def close_all() -> list[threading.Thread]:
+    """Close every hub of this process, all at once (a waiter that comes later gets a
+    new one); return their reader threads, which end at their next turn (within
+    :data:`READ_TIMEOUT`) unless redis-py is still retrying a broken connection in
+    them. For tests, which end with nothing of theirs left running."""
+    with _registry.lock:
+        hubs = list(_registry.hubs.values())
+    threads = [hub._closing() for hub in hubs]
+    return [t for t in threads if t is not None and t is not threading.current_thread()]
 
 
 def hub_for(client: redis.Redis) -> WakeHub:

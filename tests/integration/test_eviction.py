@@ -11,6 +11,8 @@ from typing import Any
 import pytest
 import redis
 from helpers import wait_for
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 import lockworker
 from lockworker.model.keys import JobKeys
@@ -35,7 +37,9 @@ def fill(client: redis.Redis) -> None:
 
 def run_scenario(policy: str) -> dict[str, Any]:
     with RedisServer(extra_args=("--maxmemory", "8mb", "--maxmemory-policy", policy)) as server:
-        client = server.client(decode_responses=True)
+        # No redis-py retries: the wake hub's reader, left with lingering channels when
+        # the server stops below, then ends at once instead of retrying it for seconds.
+        client = server.client(decode_responses=True, retry=Retry(NoBackoff(), 0))
         first = lockworker.Worker(client, namespace="ev", handle_signals=False,
                                   lock_timeout=5.0, on_acquired=lambda job: None)
         for i in range(JOBS):

@@ -70,3 +70,26 @@ def test_an_asyncio_hub_whose_server_is_gone_closes_once_nobody_listens() -> Non
     finally:
         server.close()
     assert ended.is_set()
+
+
+def test_close_all_ends_every_reader_at_once_and_a_later_waiter_gets_a_new_hub(
+    redis_server: RedisServer,
+) -> None:
+    clients = [redis_server.client() for _ in range(2)]
+    hubs = [wake.hub_for(c) for c in clients]
+    for hub, client in zip(hubs, clients, strict=True):
+        with hub.listen(client, "wake-close-all"):
+            pass  # the channel lingers: the reader would stay for seconds
+    readers = [hub._thread for hub in hubs]
+    assert all(r is not None and r.is_alive() for r in readers)
+    ended = wake.close_all()
+    assert set(ended) >= set(readers)
+    for reader in ended:  # all told at once: one reader's turn, not one per hub
+        reader.join(timeout=10)
+        assert not reader.is_alive()
+    fresh = wake.hub_for(clients[0])
+    assert fresh is not hubs[0]
+    with fresh.listen(clients[0], "wake-close-all") as event:
+        clients[0].publish("wake-close-all", "hello")
+        wait_for(event.is_set, timeout=10)
+    fresh.close()
