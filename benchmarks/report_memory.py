@@ -4,6 +4,25 @@ the serving processes' resident memory, and what a DONE record costs."""
 from __future__ import annotations
 
 from benchmarks.stream_memory import DONE_TARGET, MemoryRun
+from lockworker.daemons.settings import DONE_RETENTION
+
+DAY_RATE = 1000
+"""Jobs per second of the day the page sizes: issue's yardstick of a busy fleet."""
+DAY_TARGET = 2**30
+"""A day at :data:`DAY_RATE` keeps at most this many bytes of finished-job records."""
+
+
+def day_kept(m: MemoryRun) -> float:
+    """Bytes of finished-job records a day of serving at :data:`DAY_RATE` jobs/s keeps
+    with the defaults: the records of the last ``done_retention`` (an hour), each as
+    large as a DONE record measured here (a day's records beyond the window expired)."""
+    return DAY_RATE * min(86400.0, DONE_RETENTION) * m.done_record
+
+
+def day_line(m: MemoryRun) -> str:
+    kept = day_kept(m)
+    return (f"{kept / 2**30:.2f} GiB ({DAY_RATE:,} jobs/s x {DONE_RETENTION:,.0f} s of "
+            f"`done_retention` x {_n(m.done_record)} B a record)")
 
 FLAT = 1.25
 """A memory figure stays flat if its largest sample is at most this times its smallest."""
@@ -77,6 +96,8 @@ def memory(m: MemoryRun | None) -> list[str]:
     out.append(f"| server memory per job, processes stopped | {_n(m.per_job(m.after))} B |")
     out.append(f"| a DONE record (`MEMORY USAGE`, {m.done_keys}) | {_n(m.done_record)} B "
                f"(target <= {DONE_TARGET} B: {_verdict(m.done_record <= DONE_TARGET)}) |")
+    out.append(f"| a day at {DAY_RATE:,} jobs/s keeps, with the defaults | {day_line(m)} "
+               f"(target <= 1 GiB: {_verdict(day_kept(m) <= DAY_TARGET)}) |")
     out.append(f"| serving processes' resident memory | {rss_line(m)} |")
     out.append("")
     return out

@@ -138,3 +138,18 @@ def test_each_target_names_the_floor_of_per_job_keys_beside_it() -> None:
     found = measured()
     assert "floor row) reach 800 jobs/s = 0.80x" in found["`serve()` primary + 2 backups"]
     assert "floor row) reach 1,000 jobs/s = 0.50x" in found["shared group of 3 (`group=`)"]
+
+
+def test_the_page_says_what_a_day_at_1000_jobs_a_second_keeps_with_the_defaults() -> None:
+    """The records of the last ``done_retention`` (an hour), each as large as the DONE
+    record measured, against the 1 GiB target: met at 162 B, not at 400 B."""
+    from benchmarks import report_memory
+    from benchmarks.stream_memory import MemoryRun
+
+    small = MemoryRun(jobs=100, done_record=162.0, done_keys="state")
+    assert report_memory.day_kept(small) == 1000 * 3600 * 162.0
+    table = "\n".join(report_memory.memory(small))
+    assert "a day at 1,000 jobs/s keeps, with the defaults | 0.54 GiB" in table
+    assert "target <= 1 GiB: met" in table
+    large = MemoryRun(jobs=100, done_record=400.0, done_keys="state")
+    assert "target <= 1 GiB: **not met**" in "\n".join(report_memory.memory(large))
