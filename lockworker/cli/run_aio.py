@@ -61,13 +61,19 @@ from lockworker.runtime import events, pools, servercheck
 def main(cls: Any, args: argparse.Namespace, url: str, metrics: ModuleType | None) -> int:
     """Run ``cls`` (an asyncio class, loaded and checked by the caller) until stopped."""
     check(cls, args)
+    startup = getattr(args, "startup", None)
     try:
         asyncio.run(_run(cls, args, url, metrics))
     except asyncio.CancelledError as cancelled:
-        startup = getattr(args, "startup", None)
         if startup is None:
             raise
         raise startup.stopped(cancelled) from None
+    except CliError:
+        # A start-up that met an error after a stop was asked for (a call that did not
+        # honour the cancel, then timed out) ends as the stop: the operator asked for it.
+        if startup is None or not startup.signals or startup.running:
+            raise
+        raise startup.stopped(asyncio.CancelledError()) from None
     return EXIT_OK
 
 

@@ -35,10 +35,16 @@ from typing import Any, NoReturn
 
 from lockworker.cli.common import EXIT_INTERRUPTED, EXIT_OK
 from lockworker.runtime import events
-from lockworker.runtime.signals import raise_on_signals
+from lockworker.runtime.signals import raise_on_signals, waking
 
 LAST_WORDS = 1.0
 """Seconds the last log line of an exit may take before the process exits anyway."""
+
+UNWIND = 2.0
+"""Seconds an asyncio start-up cancelled by a stop has to unwind before the process
+ends anyway, exit 0 (nothing was taken yet): a library call that does not honour the
+cancel (redis-py's connect waiting for an answer, in some of its states) cannot hold a
+stopped process up to its socket timeout, or for ever."""
 
 STOPPED_WHILE_STARTING = "run.stopped_while_starting"
 INTERRUPTED = "run.interrupted"
@@ -59,6 +65,8 @@ class StartUp:
     def __init__(self) -> None:
         self.signals: list[int] = []
         self.running = False
+        self.unwound = threading.Event()
+        """Set once a cancelled start-up has unwound (the command ends as a stop)."""
         self._cancel: Callable[[], object] | None = None
 
     def on_signal(self, signum: int) -> None:
@@ -68,12 +76,26 @@ class StartUp:
         if len(self.signals) == 1 and not self.running:
             if self._cancel is not None:
                 self._cancel()
+                self._deadline(signum)
                 return
             raise StoppedWhileStarting(signum)
         exit_now(EXIT_INTERRUPTED, lambda: _log().warning(
             INTERRUPTED, signal=signum, exit_code=EXIT_INTERRUPTED,
             starting=not self.running,
         ))
+
+    def _deadline(self, signum: int) -> None:
+        """End the process, as a stop while starting, if the cancelled start-up has not
+        unwound within :data:`UNWIND` seconds (and the daemon not started meanwhile)."""
+
+        def overdue() -> None:
+            if not self.running and not self.unwound.wait(UNWIND):
+                exit_now(EXIT_OK, lambda: _log().info(
+                    STOPPED_WHILE_STARTING, signal=signum, exit_code=EXIT_OK,
+                    unwound=False,
+                ))
+
+        threading.Thread(target=overdue, name="lockworker-stopping", daemon=True).start()
 
     @contextlib.contextmanager
     def cancelling(self, task: asyncio.Task[Any]) -> Iterator[None]:
@@ -83,7 +105,8 @@ class StartUp:
         loop = task.get_loop()
         self._cancel = lambda: loop.call_soon_threadsafe(task.cancel)
         try:
-            yield
+            with waking(loop):  # a signal that lands in another thread wakes the loop
+                yield
         finally:
             self._cancel = None
 
@@ -91,6 +114,7 @@ class StartUp:
         """What a start-up cancelled by :meth:`cancelling` ends with: the stop, or
         ``cancelled`` itself if no signal cancelled it."""
         if self.signals:
+            self.unwound.set()
             return StoppedWhileStarting(self.signals[0])
         return cancelled
 

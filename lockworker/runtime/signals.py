@@ -118,3 +118,39 @@ def raise_on_signals(on_signal: Callable[[int], None]) -> Iterator[bool]:
     finally:
         for stop_signal, before in previous.items():
             signal.signal(stop_signal, before)
+
+
+@contextlib.contextmanager
+def waking(loop: Any) -> Iterator[None]:
+    """While the block runs ``loop`` in the main thread: a signal wakes the loop, so the
+    Python handler runs at once, whichever thread the operating system delivered the
+    signal to.
+
+    Why: CPython runs a signal's Python handler in the main thread, but only once the
+    main thread runs again. A signal the kernel delivers to another thread (asyncio's
+    executor resolving a host name, a library's thread) does not interrupt the loop's
+    ``select``, which then sleeps to its next timer (a socket timeout, seconds away)
+    before the handler can cancel anything. A wake-up fd read by the loop ends that
+    sleep. Nothing is done outside the main thread (``set_wakeup_fd`` refuses it)."""
+    import socket  # noqa: PLC0415 (only here: the wake-up pair)
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    reader, writer = socket.socketpair()
+    reader.setblocking(False)
+    writer.setblocking(False)
+
+    def drain() -> None:
+        with contextlib.suppress(OSError):
+            reader.recv(4096)
+
+    previous = signal.set_wakeup_fd(writer.fileno(), warn_on_full_buffer=False)
+    loop.add_reader(reader.fileno(), drain)
+    try:
+        yield
+    finally:
+        loop.remove_reader(reader.fileno())
+        signal.set_wakeup_fd(previous)
+        reader.close()
+        writer.close()
