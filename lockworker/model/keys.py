@@ -26,6 +26,7 @@ import enum
 from dataclasses import dataclass, field
 
 from lockworker.errors import InvalidConfig
+from lockworker.model.slots import same_slot_tag, tags
 
 PREFIX = "lw"
 MAX_NAME_LENGTH = 1024
@@ -109,16 +110,33 @@ class JobKeys:
         object.__setattr__(self, "state", base + ":state")
         object.__setattr__(self, "wake", base + ":wake")
         object.__setattr__(self, "history", base + ":history")
+        object.__setattr__(self, "index", index_key(self.namespace, escape(self.job_id))
+                           if self.space is Space.JOB else base + ":lock")
 
     base: str = field(default="", init=False, repr=False, compare=False)
     lock: str = field(default="", init=False, repr=False, compare=False)
     state: str = field(default="", init=False, repr=False, compare=False)
     wake: str = field(default="", init=False, repr=False, compare=False)
     history: str = field(default="", init=False, repr=False, compare=False)
+    index: str = field(default="", init=False, repr=False, compare=False)
+    """A job's: its namespace's index key in its slot (:mod:`lockworker.model.index`);
+    any other product's: its lock key, which the steps take as "no index"."""
 
     def extra(self, suffix: str) -> str:
         """Another key in the same slot, for primitives that need more than three."""
         return f"{self.base}:{suffix}"
+
+
+def index_key(namespace: str, job_tag: str) -> str:
+    """The index key (:mod:`lockworker.model.index`) of ``namespace`` in the slot of a
+    job whose hash tag (its escaped id) is ``job_tag``."""
+    return f"{PREFIX}:index:{escape(namespace)}:{{{same_slot_tag(job_tag)}}}"
+
+
+def all_index_keys(namespace: str) -> list[str]:
+    """Every index key ``namespace`` can have: one per slot, in slot order."""
+    head = f"{PREFIX}:index:{escape(namespace)}:"
+    return [f"{head}{{{tag}}}" for tag in tags()]
 
 
 def state_pattern(space: Space = Space.JOB, namespace: str | None = None) -> str:

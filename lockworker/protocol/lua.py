@@ -19,6 +19,8 @@ from __future__ import annotations
 
 from lockworker.model.codec import LUA_PROLOGUE
 from lockworker.model.history import FOLD_LIMIT_MS, HISTORY_CAP
+from lockworker.model.index import LUA as INDEX
+from lockworker.model.index import Kind
 
 # The attempt history (lockworker.model.history): KEYS[3] of every job step, a list of
 # records ``lw2|<attempt>|<token>|<run>|<started ms>|<ended ms>|<ending>|<JSON>``.
@@ -87,7 +89,7 @@ end
 """
 
 # ACQUIRE: take the next attempt of a pending job, or report why not.
-# KEYS[1] lock   KEYS[2] state   KEYS[3] history
+# KEYS[1] lock   KEYS[2] state   KEYS[3] history   KEYS[4] index (or the lock: none)
 # ARGV[1] owner  ARGV[2] lease ms  ARGV[3] max attempts  ARGV[4] retention ms
 # ARGV[5] wake channel  ARGV[6] run  ARGV[7] the JSON that ends the grant's record
 # returns one of
@@ -101,7 +103,7 @@ end
 # the same owner label has a new run, and waits out its predecessor's lease.
 # A grant appends its attempt's record; it, and an acquire that gives the job up, first
 # close the last record as lost if it is still open (its lease ran out).
-ACQUIRE = LUA_PROLOGUE + HISTORY + """
+ACQUIRE = LUA_PROLOGUE + HISTORY + INDEX + """
 local status, attempt, token, run, last, due = 'pending', '0', nil, '', '', nil
 local raw = redis.call('GET', KEYS[2])
 if raw then
@@ -125,10 +127,12 @@ if rec == nil then return {'foreign', KEYS[3], seen} end
 if token and not lw_gt(ARGV[3], attempt) then
   redis.call('SET', KEYS[2], lw_state_value('gave_up', attempt, token, due or run, last),
              'PX', ARGV[4])
+  local now = lw_now_ms()
   if rec and rec.ending == '' then
-    lw_close_lost(KEYS[3], rec, lw_ms(lw_now_ms()))
+    lw_close_lost(KEYS[3], rec, lw_ms(now))
     lw_keep(KEYS[3], ARGV[4])
   end
+  lw_index(4, now, ARGV[4])
   redis.call('PUBLISH', ARGV[5], 'gave_up')
   return {'gave_up', attempt, token, last, run}
 end
@@ -151,25 +155,33 @@ lw_close_lost(KEYS[3], rec, now)
 local length = redis.call('RPUSH', KEYS[3], lw_record_value({attempt = attempt, token = token,
   run = ARGV[6], started = now, ended = '', ending = '', tail = ARGV[7]}))
 lw_keep(KEYS[3], ARGV[4], length)
+lw_index(1, tonumber(now), ARGV[4])
 return {'granted', attempt, token, 0}
 """
 
 # RENEW: extend the lease, only for the holder of this exact attempt and run (and keep
 # the job's history as long as its state, if it is a list: never another's key).
-# KEYS[1] lock   KEYS[2] state   KEYS[3] history
+# KEYS[1] lock   KEYS[2] state   KEYS[3] history   KEYS[4] index (or the lock: none)
 # ARGV[1] expected lock value   ARGV[2] lease ms   ARGV[3] retention ms
+# A job's renewal moves its held entry in the index to now (lockworker.model.index):
+# an entry older than a lease is a holder that stopped renewing.
 # returns 1 renewed, 0 not the holder any more,
 #        -1 not the holder, and the job's state is gone: the server lost its data
-RENEW = """
+RENEW = ("""
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   redis.call('PEXPIRE', KEYS[2], ARGV[3])
   if redis.call('TYPE', KEYS[3])['ok'] == 'list' then redis.call('PEXPIRE', KEYS[3], ARGV[3]) end
+  if KEYS[4] and KEYS[4] ~= KEYS[1] then
+    local t = redis.call('TIME')
+    redis.call('ZADD', KEYS[4], 'XX', string.format('%.0f', INDEX_HELD + t[1] * 1000
+      + math.floor(t[2] / 1000)), string.match(KEYS[2], '{([^}]*)}:state$'))
+  end
   return 1
 end
 if redis.call('EXISTS', KEYS[2]) == 0 then return -1 end
 return 0
-"""
+""").replace("INDEX_HELD", str(Kind.HELD.low))
 
 # The tail of every settle step once the caller's lease is not there: applied already
 # (2), refused (0), or refused because the job's state is gone too (-1). A failure that
@@ -191,7 +203,7 @@ return 0
 # SETTLE: end an attempt (complete, fail, give up or release), close its record in the
 # history, and wake the waiters. Nothing is written unless the caller holds the lease:
 # a stale holder writes no record.
-# KEYS[1] lock   KEYS[2] state   KEYS[3] history
+# KEYS[1] lock   KEYS[2] state   KEYS[3] history   KEYS[4] index (or the lock: none)
 # ARGV[1] expected lock value   ARGV[2] new state value   ARGV[3] retention ms
 # ARGV[4] wake channel          ARGV[5] wake message
 # ARGV[6] (a failure with a retry delay) ms until the next attempt is due: the state
@@ -209,16 +221,24 @@ return 0
 # deleted), the settle appends one that starts when it ends. A DONE whose record is the
 # history's only one, clean, started at its token's milliseconds, folds it into the
 # state instead (its duration after the run) and deletes the history key (lw_folds).
-SETTLE = LUA_PROLOGUE + HISTORY + """
+SETTLE = LUA_PROLOGUE + HISTORY + INDEX + """
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   local rec, seen, count = lw_tail(KEYS[3])
   if rec == nil then return -2 end
   local value = ARGV[2]
   local now = lw_now_ms()
+  local status = lw_state(value).status
   if ARGV[6] and ARGV[6] ~= '' then
     local st = lw_state(value)
     local due = string.format('%.0f', now + tonumber(ARGV[6]))
     value = lw_state_value(st.status, st.attempt, st.token, due, st.owner)
+    lw_index(2, now + tonumber(ARGV[6]), ARGV[3])
+  elseif status == 'done' then
+    lw_index(0)
+  elseif status == 'gave_up' then
+    lw_index(4, now, ARGV[3])
+  else
+    lw_index(3, now, ARGV[3])
   end
   local held = lw_lock(ARGV[1])
   if lw_folds(rec, count, held.token, ARGV[7], ARGV[8], now) then
@@ -251,7 +271,7 @@ end
 # RESET: make a known job pending again with no attempts spent. The token counter is
 # kept, so fencing tokens never repeat; so is the attempt history (kept as long as the
 # state again, if it is a list; a DONE state's folded attempt is written back to it).
-# KEYS[1] lock   KEYS[2] state   KEYS[3] history
+# KEYS[1] lock   KEYS[2] state   KEYS[3] history   KEYS[4] index (or the lock: none)
 # ARGV[1] force (0|1)   ARGV[2] retention ms   ARGV[3] wake channel
 # ARGV[4] (optional) the state the caller expects: pending, held, done or gave_up
 # returns {'reset', previous status}   the job is pending again
@@ -260,7 +280,7 @@ end
 #         {'absent'}                   the server knows no such job; nothing written
 #         {'foreign', key, value}      a key holds a value we did not write (and not
 #                                      forced; forced, the value is replaced)
-RESET = LUA_PROLOGUE + HISTORY + """
+RESET = LUA_PROLOGUE + HISTORY + INDEX + """
 local force = ARGV[1] == '1'
 local cur = redis.call('GET', KEYS[1])
 local raw = redis.call('GET', KEYS[2])
@@ -294,6 +314,7 @@ if started and #started <= 15 and kind == 'none' then
   kind = 'list'
 end
 if kind == 'list' then redis.call('PEXPIRE', KEYS[3], ARGV[2]) end
+lw_index(3, lw_now_ms(), ARGV[2])
 redis.call('PUBLISH', ARGV[3], 'reset')
 return {'reset', (st and st.status) or 'pending'}
 """

@@ -42,8 +42,8 @@ from typing import Any
 
 from lockworker.protocol.luacall import LuaScript
 
-KEYS_PER_STEP = 3
-"""Every job step's script takes the job's lock, state and history keys."""
+KEYS_PER_STEP = 4
+"""Every job step's script takes the job's lock, state, history and index keys."""
 
 _WRAP = """
 local lw_n = tonumber(ARGV[1])

@@ -63,7 +63,7 @@ class ReplicatedScriptProtocol(ScriptProtocol):
         # One connection for both: WAIT counts the writes of its own connection.
         pipe = self.client.pipeline(transaction=False)
         pipe.execute_command(  # type: ignore[no-untyped-call]
-            "EVALSHA", script.sha, 3, *script_keys(keys), *args
+            "EVALSHA", script.sha, 4, *script_keys(keys), *args
         )
         pipe.execute_command("WAIT", self.replicas, self.timeout_ms)  # type: ignore[no-untyped-call]
         reply, acked = pipe.execute()

@@ -64,14 +64,16 @@ class Step(Generic[R]):
     result if the step's writes were applied, else None (the error stands)."""
 
     @property
-    def names(self) -> tuple[str, str, str]:
-        """The script's KEYS: the job's lock, state and history (one hash slot)."""
+    def names(self) -> tuple[str, str, str, str]:
+        """The script's KEYS: the job's lock, state, history and index (one hash
+        slot; :mod:`lockworker.model.index`)."""
         return script_keys(self.keys)
 
 
-def script_keys(keys: JobKeys) -> tuple[str, str, str]:
-    """The KEYS every job step's script takes: lock, state, history."""
-    return (keys.lock, keys.state, keys.history)
+def script_keys(keys: JobKeys) -> tuple[str, str, str, str]:
+    """The KEYS every job step's script takes: lock, state, history and the
+    namespace's index key of the job's slot (a primitive's lock key again: no index)."""
+    return (keys.lock, keys.state, keys.history, keys.index)
 
 
 def acquire_step(

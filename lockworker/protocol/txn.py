@@ -29,7 +29,8 @@ from lockworker.model.history import (
     parse_record,
     record_tail,
 )
-from lockworker.model.keys import JobKeys, Space
+from lockworker.model.index import Kind, score
+from lockworker.model.keys import JobKeys, Space, escape
 from lockworker.model.presence import handover_channel
 from lockworker.model.state import Ending, Grant, JobStatus, Renewal, Reset, Settle, Snapshot
 from lockworker.protocol.decode import (
@@ -139,12 +140,13 @@ class TxnProtocol(SettleSteps):
                     None if state is None else state.due_ms,
                 )
                 open_ = last is not None and last.ending is None
-                now = server_ms(pipe.time()) if open_ else 0
+                now = server_ms(pipe.time())
                 pipe.multi()
                 pipe.set(keys.state, gave_up.encode(), px=retention_ms)
                 if open_:
                     close_lost(pipe, keys, last, now)
                     keep(pipe, keys, retention_ms)
+                index(pipe, keys, Kind.GAVE_UP, now, retention_ms)
                 pipe.publish(keys.wake, "gave_up")
                 pipe.execute()
                 return Snapshot(
@@ -170,6 +172,7 @@ class TxnProtocol(SettleSteps):
                 attempt, token, who.run, now, None, None, record_tail(who.owner)
             ).encode())
             keep(pipe, keys, retention_ms)
+            index(pipe, keys, Kind.HELD, now, retention_ms)
             pipe.execute()
             return Grant(attempt, token)
 
@@ -184,11 +187,14 @@ class TxnProtocol(SettleSteps):
             if text_or_none(raw_lock) != held.encode():
                 return Renewal.NOT_HOLDER if raw_state is not None else Renewal.STATE_LOST
             ours = text(pipe.type(keys.history)) == "list"
+            now = server_ms(pipe.time()) if keys.index != keys.lock else 0
             pipe.multi()
             pipe.pexpire(keys.lock, lease_ms)
             pipe.pexpire(keys.state, retention_ms)
             if ours:
                 pipe.pexpire(keys.history, retention_ms)
+            if now:
+                pipe.zadd(keys.index, {escape(keys.job_id): score(Kind.HELD, now)}, xx=True)
             pipe.execute()
             return Renewal.RENEWED
 
@@ -237,6 +243,10 @@ class TxnProtocol(SettleSteps):
             else:
                 pipe.rpush(keys.history, record)
                 keep(pipe, keys, retention_ms)
+            if delay:
+                index(pipe, keys, Kind.BACKOFF, now + delay, retention_ms)
+            else:
+                index(pipe, keys, INDEXED.get(new_state.status), now, retention_ms)
             pipe.publish(keys.wake, wake_message(message, delay))
             if keys.space is Space.JOB and hands_over(kind, message, delay):
                 pipe.publish(handover_channel(keys.namespace), wake_message(message, delay))
@@ -288,6 +298,7 @@ class TxnProtocol(SettleSteps):
                         state.attempt, state.token, state.run, *times,
                         AttemptEnd.DONE.value, record_tail(state.owner),
                     )
+            now = server_ms(pipe.time())
             pipe.multi()
             pipe.delete(keys.lock)
             pipe.set(
@@ -298,12 +309,33 @@ class TxnProtocol(SettleSteps):
                 pipe.rpush(keys.history, back.encode())
             if kind == "list" or back is not None:
                 pipe.pexpire(keys.history, retention_ms)
+            index(pipe, keys, Kind.PENDING, now, retention_ms)
             pipe.publish(keys.wake, "reset")
             pipe.execute()
             return Reset.RESET
 
         done: Reset = self._watched(keys, step)
         return done
+
+
+INDEXED = {JobStatus.PENDING: Kind.PENDING, JobStatus.GAVE_UP: Kind.GAVE_UP}
+"""The index entry a settle leaves (none: DONE removes it), as the script's."""
+
+
+def index(
+    pipe: Pipeline, keys: JobKeys, kind: Kind | None, ms: int, retention_ms: int
+) -> None:
+    """Queue the job's index entry (:mod:`lockworker.model.index`), as the scripts'
+    ``lw_index`` writes it: ``kind`` at ``ms``, or removed (None), and that kind's
+    entries older than ``retention_ms`` trimmed. Nothing for a primitive."""
+    if keys.index == keys.lock:
+        return
+    member = escape(keys.job_id)
+    if kind is None:
+        pipe.zrem(keys.index, member)
+        return
+    pipe.zadd(keys.index, {member: score(kind, ms)})
+    pipe.zremrangebyscore(keys.index, kind.low, f"({score(kind, ms - retention_ms)}")
 
 
 def last_record(pipe: Pipeline, keys: JobKeys) -> RawRecord | None:
