@@ -95,11 +95,11 @@ local function lw_index(kind, ms, retention)
     redis.call('ZREM', KEYS[4], id)
     return
   end
-  local base = kind * %(span)d
-  redis.call('ZADD', KEYS[4], string.format('%%.0f', base + ms), id)
+  local base = kind * SPAN
+  redis.call('ZADD', KEYS[4], string.format('%.0f', base + ms), id)
   if retention then
-    redis.call('ZREMRANGEBYSCORE', KEYS[4], string.format('%%.0f', base),
-               '(' .. string.format('%%.0f', base + ms - tonumber(retention)))
+    redis.call('ZREMRANGEBYSCORE', KEYS[4], string.format('%.0f', base),
+               '(' .. string.format('%.0f', base + ms - tonumber(retention)))
   end
 end
-""" % {"span": SPAN}
+""".replace("SPAN", str(SPAN))
