@@ -118,7 +118,8 @@ def add_counts(replies: Sequence[Sequence[Any]]) -> Counts:
         for i in range(4):
             total[i] += int(reply[i])
         now = max(now, int(reply[4]))
-    return Counts(*total, now_ms=now)
+    held, backoff, pending, gave_up = total
+    return Counts(held, backoff, pending, gave_up, now)
 
 
 def entries(replies: Sequence[Sequence[Any]], limit: int | None) -> list[Entry]:

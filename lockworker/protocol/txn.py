@@ -298,7 +298,7 @@ class TxnProtocol(SettleSteps):
                         state.attempt, state.token, state.run, *times,
                         AttemptEnd.DONE.value, record_tail(state.owner),
                     )
-            now = server_ms(pipe.time())
+            reset_at = server_ms(pipe.time())
             pipe.multi()
             pipe.delete(keys.lock)
             pipe.set(
@@ -309,7 +309,7 @@ class TxnProtocol(SettleSteps):
                 pipe.rpush(keys.history, back.encode())
             if kind == "list" or back is not None:
                 pipe.pexpire(keys.history, retention_ms)
-            index(pipe, keys, Kind.PENDING, now, retention_ms)
+            index(pipe, keys, Kind.PENDING, reset_at, retention_ms)
             pipe.publish(keys.wake, "reset")
             pipe.execute()
             return Reset.RESET
