@@ -16,8 +16,10 @@ from collections.abc import AsyncIterator, Callable
 
 from lockworker.aio.wake import hub_for, wait
 from lockworker.model import presence
+from lockworker.model import registry as names
 from lockworker.model.presence import Member, View
 from lockworker.protocol import presence as steps
+from lockworker.protocol import registry
 from lockworker.runtime import events
 from lockworker.runtime.presence import FAILURES, PresenceBase
 
@@ -44,6 +46,8 @@ class AsyncPresence(PresenceBase):
         async with self._starting:
             if self.started or self.stopped:
                 return
+            with contextlib.suppress(*FAILURES):  # the views' list; a later start adds it
+                await registry.aregister(self.client, names.namespace(self.keys.job_id))
             await self.refresh(presence.JOINED)
             self._wake = asyncio.Event()
             self._task = asyncio.get_running_loop().create_task(

@@ -35,8 +35,10 @@ import redis
 from lockworker.clock import Clock, SystemClock
 from lockworker.errors import LockworkerError
 from lockworker.model import presence
+from lockworker.model import registry as names
 from lockworker.model.presence import Member, View
 from lockworker.protocol import presence as steps
+from lockworker.protocol import registry
 from lockworker.runtime import events
 from lockworker.runtime.wake import hub_for
 
@@ -117,6 +119,8 @@ class Presence(PresenceBase):
         with self._lock:
             if self.started or self.stopped:
                 return
+            with contextlib.suppress(*FAILURES):  # the views' list; a later start adds it
+                registry.register(self.client, names.namespace(self.keys.job_id))
             self.refresh(presence.JOINED)
             self._thread = threading.Thread(
                 target=self._run, name="lockworker-presence", daemon=True
