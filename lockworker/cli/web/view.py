@@ -33,7 +33,7 @@ from typing import Any
 import redis
 import structlog
 
-from lockworker.cli import footprint, status
+from lockworker.cli import footprint, indexed, status
 from lockworker.cli.cells import natural
 from lockworker.cli.kept import Kept
 from lockworker.cli.schedules import ScheduleRow, schedule_rows
@@ -229,7 +229,7 @@ class Collector:
                 leaders = status.leader_rows(self.client) if self.namespace is None else []
                 workers = worker_rows(self.client, self.namespace)
                 keys = sorted(
-                    status.state_keys(self.client, self.namespace),
+                    indexed.walk(self.client, self.namespace),
                     key=lambda k: (natural(k[1]), natural(k[2])),
                 )
                 jobs = status.job_rows(self.client, keys, self.kept)
