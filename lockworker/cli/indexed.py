@@ -19,18 +19,10 @@ from typing import Any
 
 import redis
 
-from lockworker.model.index import Kind
+from lockworker.model.index import STATES
 from lockworker.model.keys import JobKeys, Space, parse_state_key, state_pattern
 from lockworker.model.registry import NAMESPACE
 from lockworker.protocol import index, registry, text
-
-KINDS_OF = {
-    "held": (Kind.HELD,),
-    "pending": (Kind.PENDING, Kind.BACKOFF),
-    "gave_up": (Kind.GAVE_UP,),
-}
-"""The index kinds a listed state is found in (a held entry whose lease ran out reads
-as pending once its keys are read; a pending one whose retry is due later is BACKOFF)."""
 
 Key = tuple[str, str, str]
 """(state key, namespace, job id): a job as the status' reader takes it."""
@@ -73,7 +65,7 @@ def listed(
                 for key in walk(client, ns):
                     seen.setdefault((ns, key[2]), key)
                 continue
-            for kind in KINDS_OF[state]:
+            for kind in STATES[state]:
                 for e in index.listed(client, ns, kind, limit):
                     seen.setdefault((ns, e.job_id), key_of(ns, e.job_id))
     return list(seen.values())

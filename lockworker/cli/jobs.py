@@ -150,7 +150,7 @@ def reset_in_state(args: argparse.Namespace) -> int:
     try:
         wanted = argparse.Namespace(
             namespace=args.namespace, job=None, state=args.state, retention=args.retention,
-            done_retention=DONE_RETENTION,
+            done_retention=DONE_RETENTION, all=True, limit=None,
         )
         rows = selected(client, wanted)
     finally:

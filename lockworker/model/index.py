@@ -35,7 +35,7 @@ from dataclasses import dataclass
 
 from lockworker.model.keys import all_index_keys, index_key, unescape
 
-__all__ = ["SPAN", "Entry", "Kind", "all_index_keys", "entry", "index_key", "score"]
+__all__ = ["SPAN", "STATES", "Entry", "Kind", "all_index_keys", "entry", "index_key", "score"]
 
 SPAN = 10**13
 """The score span of one kind: milliseconds since the epoch stay below it until 2286."""
@@ -56,6 +56,16 @@ class Kind(enum.IntEnum):
     @property
     def high(self) -> int:
         return (self.value + 1) * SPAN - 1
+
+
+STATES = {
+    "held": (Kind.HELD,),
+    "pending": (Kind.PENDING, Kind.BACKOFF),
+    "gave_up": (Kind.GAVE_UP,),
+}
+"""The kinds each listed job state is found in (a held entry whose lease ran out reads
+as pending once its keys are read; a pending job whose retry is due later is BACKOFF).
+``done`` has none: a DONE ends a job's entry."""
 
 
 @dataclass(frozen=True, slots=True)
