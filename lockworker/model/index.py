@@ -22,9 +22,12 @@ gave_up    4     when it was given up
 =========  ====  ==========================================================
 
 A DONE removes the entry. Entries follow the job's state key, which expires after
-``retention`` from its last write: each write of a kind trims that kind's entries older
-than ``retention`` (ZREMRANGEBYSCORE, amortised), and the views count only entries
-younger than that. A held entry whose lease ran out (its holder died) stays held until
+``retention`` from its last write: each write of a kind other than held (a failure, a
+give-up, a reset: never a clean job's step) trims that kind's entries and the held ones
+older than ``retention`` (ZREMRANGEBYSCORE, amortised; a held entry is renewed with its
+lease, so an old one is a holder that died and whose job nobody took since), and the
+views count only entries younger than that. A clean job costs one ZADD at its grant
+and one ZREM at its DONE. A held entry whose lease ran out (its holder died) stays held until
 the next step on the job; the views tell it by the lease itself.
 """
 
@@ -107,9 +110,11 @@ local function lw_index(kind, ms, retention)
   end
   local base = kind * SPAN
   redis.call('ZADD', KEYS[4], string.format('%.0f', base + ms), id)
-  if retention then
+  if retention and kind > 1 then
+    local cut = ms - tonumber(retention)
     redis.call('ZREMRANGEBYSCORE', KEYS[4], string.format('%.0f', base),
-               '(' .. string.format('%.0f', base + ms - tonumber(retention)))
+               '(' .. string.format('%.0f', base + cut))
+    redis.call('ZREMRANGEBYSCORE', KEYS[4], SPAN, '(' .. string.format('%.0f', SPAN + cut))
   end
 end
 """.replace("SPAN", str(SPAN))
