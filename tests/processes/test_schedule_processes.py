@@ -13,6 +13,7 @@ began serving is its ``schedule.progress`` event (``since``, the server's time).
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import os
@@ -315,7 +316,7 @@ def test_overlap_skip_never_runs_two_ticks_at_once_across_processes(fleet: Fleet
         end = [r for r in runs if r["event"] == "end" and r["tick"] == start["tick"]]
         spans[start["second"]] = (start["t"], end[0]["t"] if end else math.inf, start)
     ordered = sorted(spans.values(), key=lambda span: span[0])
-    for (_, ended, a), (began, _, b) in zip(ordered, ordered[1:], strict=False):
+    for (_, ended, a), (began, _, b) in itertools.pairwise(ordered):
         assert ended <= began, (a, b)  # the next run began after the previous ended
     # Every tick from the first to the progress ran or was recorded skipped, not both.
     first = min(spans)
