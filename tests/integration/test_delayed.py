@@ -26,8 +26,8 @@ from lockworker.testing import RedisServer
 
 DELAY = 2.5
 """Seconds the delayed job waits: far longer than the ordinary jobs take."""
-BLOCK = 3.0
-"""The readers' XREAD block, longer than DELAY: a reader that did not shorten its
+BLOCK = 4.0
+"""The readers' XREAD block, well past DELAY: a reader that did not shorten its
 block to the due time would start the delayed job a second or more late."""
 PROMPT_MS = 700
 """How late, at most, a due job may start (the poll and the job's look-up)."""
@@ -198,11 +198,11 @@ def test_at_a_future_time_runs_no_earlier_than_it_by_the_servers_clock(
     redis_client: redis.Redis, namespace: str, serving: Any
 ) -> None:
     stream = f"{namespace}-jobs"
-    ran = Ran(redis_client)
-    serving(stream, ran, "w1", block=BLOCK)
     at = datetime.fromtimestamp((server_ms(redis_client) + 1500) / 1000, timezone.utc)
     done = submit_job(redis_client, stream, "timed", at=at)
     assert done.entry is None and done.due_ms == round(at.timestamp() * 1000)
+    ran = Ran(redis_client)
+    serving(stream, ran, "w1", block=BLOCK)  # its first read blocks past the due time
     wait_for(lambda: "timed" in ran.ends, timeout=BLOCK + 10)
     assert done.due_ms <= ran.starts["timed"][0] < done.due_ms + PROMPT_MS
 

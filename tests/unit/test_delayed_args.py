@@ -33,7 +33,7 @@ def parse(*argv: str) -> Any:
         ({"delay": "30s"}, "delay must be .*, got '30s'"),
         ({"delay": True}, "delay must be .*, got True"),
         ({"delay": 2e9}, "delay must be at most 1000000000 seconds"),
-        ({"at": datetime(2030, 1, 1)}, "at must be an aware datetime.*2030"),  # noqa: DTZ001
+        ({"at": datetime(2030, 1, 1)}, "at must be an aware datetime.*2030"),
         ({"at": "2030-01-01T00:00:00Z"}, "at must be an aware datetime.*'2030"),
         ({"at": 1_900_000_000}, "at must be an aware datetime.*1900000000"),
         ({"delay": 5, "at": datetime(2030, 1, 1, tzinfo=timezone.utc)},
