@@ -20,6 +20,10 @@ Keys of stream ``jobs`` (one hash tag, so one Cluster slot)::
     lw:stream:streams:{jobs}:namespaces  hash: owner -> the namespace it serves
     lw:stream:streams:{jobs}:progress    hash: namespace -> entry id up to which every
                                          entry is resolved in that namespace
+    lw:stream:streams:{jobs}:delayed     sorted set: jobs submitted with delay=/at=,
+                                         waiting off the stream until due (server ms):
+                                         every reader moves the due ones in before it
+                                         reads (:mod:`lockworker.daemons.submit`)
 
 A stream's progress is the record of its finished entries. Job states are per
 namespace, so the progress is too: the highest position any reader of the namespace
