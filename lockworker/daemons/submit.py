@@ -13,6 +13,7 @@ any other, served as any other.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 import redis
@@ -52,7 +53,7 @@ class Submitted:
 
 def submit_job(
     client: redis.Redis, stream: str, job_id: str, payload: Any = None, *,
-    delay: float | None = None, at: Any = None,
+    delay: float | None = None, at: datetime | None = None,
 ) -> Submitted:
     """:func:`submit`, saying where the job went and when it is due."""
     keys = stream_keys(stream)
@@ -70,7 +71,7 @@ def submit_job(
 
 def submit(
     client: redis.Redis, stream: str, job_id: str, payload: Any = None, *,
-    delay: float | None = None, at: Any = None,
+    delay: float | None = None, at: datetime | None = None,
 ) -> str:
     """Add a job to ``stream`` for every reader to see; returns the entry id.
 
