@@ -28,6 +28,7 @@ from lockworker.cli import (
     kept,
     logs,
     periodic,
+    reindex,
     schedule,
     server,
     stopping,
@@ -315,6 +316,7 @@ def build_parser() -> Parser:
     server.add_parser(sub, _common(top=False, redis=False), tcp_port)
     check.add_parser(sub, common, positive_float, positive_int)
     dashboard.add_parser(sub, common, positive_float, tcp_port)
+    reindex.add_parser(sub, common, positive_float)
     return parser
 
 
@@ -335,7 +337,7 @@ HANDLERS = {
     "run": ("run", "main"), "submit": ("jobs", "submit_main"),
     "reset": ("jobs", "reset_main"), "status": ("status", "main"),
     "server": ("server", "main"), "demo": ("demo", "main"), "check": ("check", "main"),
-    "dashboard": ("dashboard", "main"),
+    "dashboard": ("dashboard", "main"), "index": ("reindex", "main"),
 }
 
 
