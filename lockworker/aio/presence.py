@@ -48,6 +48,8 @@ class AsyncPresence(PresenceBase):
                 return
             with contextlib.suppress(*FAILURES):  # the views' list; a later start adds it
                 await registry.aregister(self.client, names.namespace(self.keys.job_id))
+                if not await registry.ais_indexed(self.client, self.keys.job_id):
+                    self.not_indexed()
             await self.refresh(presence.JOINED)
             self._wake = asyncio.Event()
             self._task = asyncio.get_running_loop().create_task(

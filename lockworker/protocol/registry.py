@@ -41,3 +41,13 @@ def indexed(client: Any) -> dict[str, int]:
 
 def mark_indexed(client: Any, namespace: str, ms: int) -> None:
     client.hset(INDEXED, namespace, ms)
+
+
+def is_indexed(client: Any, namespace: str) -> bool:
+    """Whether ``namespace`` is marked indexed (one HEXISTS)."""
+    return bool(client.hexists(INDEXED, namespace))
+
+
+async def ais_indexed(client: Any, namespace: str) -> bool:
+    """:func:`is_indexed` on a ``redis.asyncio`` client."""
+    return bool(await client.hexists(INDEXED, namespace))

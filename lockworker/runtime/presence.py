@@ -6,7 +6,9 @@ steps: :mod:`lockworker.protocol.presence`. Here the I/O and its schedule, for a
 
 - :meth:`Presence.start` (the worker's first ``process`` or ``serve``) registers in one
   round trip, so a primary is registered before it takes its first job, then starts
-  the thread. It costs nothing per job.
+  the thread. It costs nothing per job. Before, it adds the namespace to the registry
+  and, if the namespace is not marked indexed, logs :data:`NOT_INDEXED` (two commands,
+  once per worker).
 - The thread refreshes the registration every third of its time to live; a backup's
   also listens on the namespace's presence channel (through the process's wake hub)
   and re-reads when a worker joins or leaves, and when the registration of the last
@@ -27,6 +29,7 @@ out by itself, as after a crash, which only makes backups compete at once.
 from __future__ import annotations
 
 import contextlib
+import shlex
 import threading
 from collections.abc import Callable, Iterator
 
@@ -45,6 +48,10 @@ from lockworker.runtime.wake import hub_for
 REFRESH_FAILED = "presence.refresh_failed"
 PRIMARY_GONE = "presence.primary_gone"
 PRIMARY_SERVING = "presence.primary_serving"
+NOT_INDEXED = "index.missing"
+"""At a worker's start, its namespace is not marked indexed (:mod:`lockworker.model.
+registry`): jobs written before the index existed are not listed until ``command``
+runs (INFO, once per worker)."""
 FAILURES = (redis.RedisError, OSError, LockworkerError)
 
 
@@ -91,6 +98,11 @@ class PresenceBase:
         if wake:
             self.on_gone()
 
+    def not_indexed(self) -> None:
+        """Say, once, that the namespace's older jobs are not indexed, and the fix."""
+        self.log.info(NOT_INDEXED, command="lockworker index --namespace "
+                      + shlex.quote(self.keys.job_id))
+
     def refresh_failed(self, exc: BaseException, sent_at: float) -> None:
         """Log the first failure of a streak; try again soon."""
         self.view.failed(sent_at)
@@ -121,6 +133,8 @@ class Presence(PresenceBase):
                 return
             with contextlib.suppress(*FAILURES):  # the views' list; a later start adds it
                 registry.register(self.client, names.namespace(self.keys.job_id))
+                if not registry.is_indexed(self.client, self.keys.job_id):
+                    self.not_indexed()
             self.refresh(presence.JOINED)
             self._thread = threading.Thread(
                 target=self._run, name="lockworker-presence", daemon=True

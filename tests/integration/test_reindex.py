@@ -5,10 +5,14 @@ indexed, and a second run writes the same entries."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import pytest
 import redis
 from helpers import RETENTION, grant, held
 
+import lockworker
 from lockworker.cli.main import main
 from lockworker.cli.reindex import index_all, unindexed_note
 from lockworker.model import registry as names
@@ -19,6 +23,8 @@ from lockworker.model.state import JobStatus
 from lockworker.protocol import ScriptProtocol, registry
 from lockworker.protocol import index as reading
 from lockworker.protocol.reindex import index_jobs
+from lockworker.runtime import events
+from lockworker.runtime.presence import NOT_INDEXED
 from lockworker.testing import RedisServer
 
 LATER_MS = 600_000
@@ -188,3 +194,31 @@ def test_a_namespace_nobody_knows_is_not_marked(
     assert out == [f"no jobs found in namespace {namespace}"]
     assert namespace not in registry.indexed(redis_client)
     assert namespace not in registry.names(redis_client, names.NAMESPACE)
+
+
+@pytest.mark.parametrize("marked", [False, True])
+def test_a_worker_starting_in_a_namespace_not_indexed_says_so_once(
+    redis_client: redis.Redis, namespace: str, marked: bool
+) -> None:
+    seen: list[tuple[str, dict[str, object]]] = []
+
+    def observe(logger: str, event: str, fields: Mapping[str, Any]) -> None:
+        if event == NOT_INDEXED:
+            seen.append((event, dict(fields)))
+
+    if marked:
+        registry.mark_indexed(redis_client, namespace, 1)
+    events.add_observer(observe)
+    try:
+        with lockworker.Worker(redis_client, namespace=namespace, handle_signals=False,
+                               on_acquired=lambda job: None) as worker:
+            worker.process("a")
+            worker.process("b")
+    finally:
+        events.remove_observer(observe)
+    if marked:
+        assert seen == []
+    else:
+        [(_, fields)] = seen
+        assert fields["namespace"] == namespace
+        assert fields["command"] == f"lockworker index --namespace {namespace}"
