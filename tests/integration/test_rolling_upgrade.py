@@ -10,6 +10,10 @@ with a strict grammar: the due time sits where it reads a run (a failure's is em
 so it accepts the value and ignores the field. It does not honour the schedule (it
 takes the next attempt when it sees the job free, as 0.2.0 always did), which
 docs/deployment.md says; it never misreads a job or reports it foreign.
+
+Release 0.3.0 (built the same way, from its tag or release commit) writes no entry in
+the namespace's index: the jobs it resolved are listed once ``lockworker index`` has
+run, and a job this release moves later is indexed by that step, without it.
 """
 
 from __future__ import annotations
@@ -28,16 +32,20 @@ import redis
 from helpers import LEASE, RETENTION, grant, held, sh, who
 
 import lockworker
+from lockworker.cli.main import main as cli_main
 from lockworker.model.codec import decode_state
+from lockworker.model.index import Kind
 from lockworker.model.keys import JobKeys
 from lockworker.model.state import Grant, JobStatus, Outcome, Settle, Snapshot
 from lockworker.protocol import ScriptProtocol
+from lockworker.protocol import index as reading
 from lockworker.testing import RedisServer
 
 pytestmark = pytest.mark.processes
 
 ROOT = Path(__file__).resolve().parents[2]
 PREVIOUS = "0.2.0"
+LAST = "0.3.0"
 LATER_MS = 600_000
 
 OLD_SIDE = textwrap.dedent("""
@@ -74,30 +82,41 @@ OLD_SIDE = textwrap.dedent("""
 
 
 
-def release_commit() -> str:
-    """The previous release's commit: its tag, else the commit whose message starts
-    ``Release 0.2.0``; skipped outside a git checkout that has either."""
+def release_commit(version: str = PREVIOUS) -> str:
+    """A release's commit: its tag, else the commit whose message starts
+    ``Release <version>``; skipped outside a git checkout that has either."""
     if shutil.which("git") is None or not (ROOT / ".git").exists():
         pytest.skip("not a git checkout: the previous release's commit is not at hand")
     tagged = subprocess.run(
-        ["git", "rev-parse", "--verify", "--quiet", f"v{PREVIOUS}^{{commit}}"],
+        ["git", "rev-parse", "--verify", "--quiet", f"v{version}^{{commit}}"],
         cwd=ROOT, capture_output=True, text=True, check=False,
     )
     if tagged.returncode == 0 and tagged.stdout.strip():
         return tagged.stdout.strip()
     found = subprocess.run(
-        ["git", "log", "--all", "--format=%H", f"--grep=^Release {PREVIOUS}", "-n", "1"],
+        ["git", "log", "--all", "--format=%H", f"--grep=^Release {version}", "-n", "1"],
         cwd=ROOT, capture_output=True, text=True, check=False,
     ).stdout.strip()
     if not found:
-        pytest.skip(f"no tag v{PREVIOUS} nor a 'Release {PREVIOUS}' commit here")
+        pytest.skip(f"no tag v{version} nor a 'Release {version}' commit here")
     return found
 
 
 @pytest.fixture(scope="module")
 def old_python(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A Python whose ``lockworker`` is the previous release, built from its commit."""
-    commit = release_commit()
+    return built(PREVIOUS, tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def last_python(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A Python whose ``lockworker`` is release 0.3.0, the last without the index."""
+    return built(LAST, tmp_path_factory)
+
+
+def built(version: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A Python whose ``lockworker`` is ``version``, built from its commit."""
+    commit = release_commit(version)
     src = tmp_path_factory.mktemp("old-src")
     archive = subprocess.run(
         ["git", "archive", "--format=tar", commit], cwd=ROOT, capture_output=True,
@@ -106,7 +125,7 @@ def old_python(tmp_path_factory: pytest.TempPathFactory) -> Path:
     subprocess.run(["tar", "-x", "-C", str(src)], input=archive, check=True)
     dist = tmp_path_factory.mktemp("old-dist")
     sh(sys.executable, "-m", "build", "--wheel", "--outdir", dist, src, cwd=src)
-    (wheel,) = dist.glob(f"lockworker-{PREVIOUS}-*.whl")
+    (wheel,) = dist.glob(f"lockworker-{version}-*.whl")
     venv = tmp_path_factory.mktemp("old-venv")
     sh(sys.executable, "-m", "venv", "--without-pip", venv, cwd=venv)
     python = venv / "bin" / "python"
@@ -119,11 +138,11 @@ def old_python(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def old(python: Path, server: RedisServer, namespace: str, action: str, job: str, *,
-        max_attempts: int = 3) -> dict[str, Any]:
+        max_attempts: int = 3, version: str = PREVIOUS) -> dict[str, Any]:
     out = sh(python, "-c", OLD_SIDE, server.url, namespace, action, job, str(max_attempts),
              cwd=python.parent)
     result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
-    assert result["version"] == PREVIOUS and Path(result["file"]).is_relative_to(
+    assert result["version"] == version and Path(result["file"]).is_relative_to(
         python.parents[1]
     ), result
     return result
@@ -224,3 +243,41 @@ def test_the_previous_release_reads_a_folded_done_as_done(
     )
     ran = old(old_python, redis_server, namespace, "process", "folded")
     assert (ran["outcome"], ran["ran"]) == ("done_elsewhere", [])
+
+
+def test_jobs_the_last_release_resolved_are_listed_after_the_index_command(
+    last_python: Path, redis_server: RedisServer, redis_client: redis.Redis, namespace: str,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Jobs 0.3.0 gave up, failed and finished have no index entry; ``lockworker
+    index`` lists each in its kind (the DONE one not at all). A job 0.3.0 left that
+    this release moves later is indexed by that step, without the command."""
+    def listed() -> dict[str, Kind]:
+        return {e.job_id: kind for kind in Kind
+                for e in reading.listed(redis_client, namespace, kind)}
+
+    def by_last(action: str, job: str, max_attempts: int = 3) -> dict[str, Any]:
+        return old(last_python, redis_server, namespace, action, job,
+                   max_attempts=max_attempts, version=LAST)
+
+    assert by_last("fail", "spent", max_attempts=1)["settled"] == "gave_up"
+    assert by_last("fail", "failed")["settled"] == "released"
+    assert by_last("fail", "later")["settled"] == "released"
+    assert by_last("process", "done")["outcome"] == "done"
+    assert listed() == {}
+    # This release moves "later" before the command runs: its step writes its entry.
+    protocol = ScriptProtocol(redis_client)
+    g = grant(protocol, JobKeys.of(namespace, "later"), "new")
+    assert listed() == {"later": Kind.HELD}
+
+    assert cli_main(["index", "--namespace", namespace, "--redis", redis_server.url,
+                     "--retention", str(60)]) == 0
+    assert f"namespace {namespace}: marked indexed" in capsys.readouterr().out
+    assert listed() == {"spent": Kind.GAVE_UP, "failed": Kind.PENDING, "later": Kind.HELD}
+    # ... and the steps of this release move the entries the command wrote.
+    assert protocol.complete(JobKeys.of(namespace, "later"), held(g, "new"),
+                             RETENTION) is Settle.DONE
+    with lockworker.Worker(redis_client, namespace=namespace, handle_signals=False,
+                           on_acquired=lambda job: None) as worker:
+        assert worker.process("failed") is Outcome.DONE
+    assert listed() == {"spent": Kind.GAVE_UP}
