@@ -13,6 +13,7 @@ import redis
 from helpers import RETENTION, grant, held
 
 import lockworker
+from lockworker.cli import reindex
 from lockworker.cli.main import main
 from lockworker.cli.reindex import index_all, unindexed_note
 from lockworker.model import registry as names
@@ -222,3 +223,20 @@ def test_a_worker_starting_in_a_namespace_not_indexed_says_so_once(
         [(_, fields)] = seen
         assert fields["namespace"] == namespace
         assert fields["command"] == f"lockworker index --namespace {namespace}"
+
+
+def test_a_scan_that_fails_marks_nothing(
+    redis_server: RedisServer, redis_client: redis.Redis, namespace: str,
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+) -> None:
+    every_state(redis_client, namespace)
+    forget_index(redis_client, namespace)
+
+    def broken(*args: object) -> list[object]:
+        raise redis.ConnectionError("gone")
+
+    monkeypatch.setattr(reindex, "index_jobs", broken)
+    assert main(["index", "--namespace", namespace, "--redis", redis_server.url]) == 1
+    assert "ConnectionError: gone" in capsys.readouterr().err
+    assert namespace in registry.names(redis_client, names.NAMESPACE)
+    assert namespace not in registry.indexed(redis_client)
