@@ -240,3 +240,36 @@ def test_a_scan_that_fails_marks_nothing(
     assert "ConnectionError: gone" in capsys.readouterr().err
     assert namespace in registry.names(redis_client, names.NAMESPACE)
     assert namespace not in registry.indexed(redis_client)
+
+
+def test_an_asyncio_worker_in_a_namespace_not_indexed_says_so_once(
+    redis_server: RedisServer, namespace: str
+) -> None:
+    import asyncio
+
+    import redis.asyncio
+
+    from lockworker.aio.worker import Worker as AsyncWorker
+
+    seen: list[Mapping[str, Any]] = []
+
+    def observe(logger: str, event: str, fields: Mapping[str, Any]) -> None:
+        if event == NOT_INDEXED:
+            seen.append(fields)
+
+    async def serve() -> None:
+        client = redis.asyncio.Redis(port=redis_server.port, decode_responses=True)
+        try:
+            async with AsyncWorker(client, namespace=namespace, handle_signals=False,
+                                   on_acquired=lambda job: None) as worker:
+                await worker.process("a")
+                await worker.process("b")
+        finally:
+            await client.aclose()
+
+    events.add_observer(observe)
+    try:
+        asyncio.run(serve())
+    finally:
+        events.remove_observer(observe)
+    assert [f["command"] for f in seen] == [f"lockworker index --namespace {namespace}"]
