@@ -17,12 +17,9 @@ some 315,000 CRCs of short strings), and every tag is at most 5 characters.
 from __future__ import annotations
 
 import binascii
-import threading
+import functools
 
 SLOTS = 16384
-
-_TAGS: list[str] = []
-_BUILDING = threading.Lock()
 
 
 def slot_of(tag: str) -> int:
@@ -30,22 +27,20 @@ def slot_of(tag: str) -> int:
     return binascii.crc_hqx(tag.encode("utf-8"), 0) % SLOTS
 
 
-def tags() -> list[str]:
-    """The canonical tag of every slot, by slot (built once)."""
-    if not _TAGS:
-        with _BUILDING:
-            if not _TAGS:
-                table: list[str | None] = [None] * SLOTS
-                left, i, crc = SLOTS, 0, binascii.crc_hqx
-                while left:
-                    text = b"%x" % i
-                    slot = crc(text, 0) % SLOTS
-                    if table[slot] is None:
-                        table[slot] = text.decode("ascii")
-                        left -= 1
-                    i += 1
-                _TAGS.extend(t for t in table if t is not None)
-    return _TAGS
+@functools.cache
+def tags() -> tuple[str, ...]:
+    """The canonical tag of every slot, by slot (built once; two threads that build it
+    at once build the same table, and the cache keeps one, whole)."""
+    table: list[str | None] = [None] * SLOTS
+    left, i, crc = SLOTS, 0, binascii.crc_hqx
+    while left:
+        text = b"%x" % i
+        slot = crc(text, 0) % SLOTS
+        if table[slot] is None:
+            table[slot] = text.decode("ascii")
+            left -= 1
+        i += 1
+    return tuple(t for t in table if t is not None)
 
 
 def tag_of_slot(slot: int) -> str:
