@@ -20,7 +20,7 @@ from lockworker.model import registry as names
 from lockworker.model.presence import Member, View
 from lockworker.protocol import presence as steps
 from lockworker.protocol import registry
-from lockworker.runtime import events
+from lockworker.runtime import events, reindex
 from lockworker.runtime.presence import FAILURES, PresenceBase
 
 
@@ -36,6 +36,9 @@ class AsyncPresence(PresenceBase):
         self._starting: asyncio.Lock | None = None
         self._wake: asyncio.Event | None = None
         self._task: asyncio.Task[None] | None = None
+        self._indexing: asyncio.Task[None] | None = None
+        """The first worker's pass over its namespace's older jobs (kept: a task
+        nobody references may be collected before it ends)."""
 
     async def start(self) -> None:
         """Register (the first call only) and start the task; no-op once stopped."""
@@ -46,16 +49,34 @@ class AsyncPresence(PresenceBase):
         async with self._starting:
             if self.started or self.stopped:
                 return
+            unmarked = False
             with contextlib.suppress(*FAILURES):  # the views' list; a later start adds it
                 await registry.aregister(self.client, names.namespace(self.keys.job_id))
-                if not await registry.ais_indexed(self.client, self.keys.job_id):
-                    self.not_indexed()
+                unmarked = not await registry.ais_indexed(self.client, self.keys.job_id)
             await self.refresh(presence.JOINED)
+            if unmarked and self.alone:
+                self._indexing = asyncio.get_running_loop().create_task(
+                    self._index(), name="lockworker-index"
+                )
+            elif unmarked:
+                self.not_indexed()
             self._wake = asyncio.Event()
             self._task = asyncio.get_running_loop().create_task(
                 self._run(self._wake), name="lockworker-presence"
             )
             self.started = True
+
+    async def _index(self) -> None:
+        """The sync worker's ``_index``, on this client (:mod:`lockworker.runtime.
+        reindex`)."""
+        try:
+            jobs = await reindex.aindex_namespace(
+                self.client, self.keys.job_id, reindex.RETENTION_MS
+            )
+        except FAILURES as exc:
+            self.not_indexed(repr(exc))
+            return
+        self.indexed(jobs)
 
     def stop(self) -> None:
         """Leave: the task removes the registration and ends. Call it in the loop."""

@@ -20,93 +20,20 @@ from __future__ import annotations
 
 import argparse
 import shlex
-from collections import Counter
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 from typing import Any
 
 from lockworker.cli.common import EXIT_OK, CliError, connect, redis_url
 from lockworker.cli.kept import RETENTION_HELP
 from lockworker.daemons.settings import DAY
-from lockworker.errors import ForeignValueError, InvalidConfig
+from lockworker.errors import InvalidConfig
 from lockworker.model import registry as names
-from lockworker.model.index import Kind
-from lockworker.model.keys import JobKeys, check_name
+from lockworker.model.keys import check_name
 from lockworker.protocol import registry
-from lockworker.protocol.decode import server_ms
-from lockworker.protocol.reindex import Indexed, index_jobs, scan_jobs
+from lockworker.runtime.reindex import index_all
 
-BATCH = 1000
-"""Jobs indexed per call of :func:`lockworker.protocol.reindex.index_jobs` (a few
-round trips: it sends 256 steps at a time)."""
-PROGRESS = 10_000
-"""A progress line every this many jobs."""
 FOREIGN_SHOWN = 20
 """Foreign values named one by one; the rest are counted."""
-
-WORDS = {Kind.HELD: "held", Kind.BACKOFF: "backing off", Kind.PENDING: "pending",
-         Kind.GAVE_UP: "given up", None: "done/forgotten"}
-
-
-@dataclass
-class Tally:
-    """What the command wrote in one namespace."""
-
-    kinds: Counter[Kind | None] = field(default_factory=Counter)
-    foreign: list[str] = field(default_factory=list)
-
-    @property
-    def jobs(self) -> int:
-        return sum(self.kinds.values())
-
-    def line(self, namespace: str) -> str:
-        counts = ", ".join(f"{word} {self.kinds[kind]}" for kind, word in WORDS.items())
-        return f"indexed {self.jobs} jobs in namespace {namespace}: {counts}"
-
-
-def index_all(
-    client: Any, namespace: str | None, retention_ms: int,
-    say: Callable[[str], None] = lambda line: None,
-) -> dict[str, Tally]:
-    """Index every job (of ``namespace``, or of every namespace), register the
-    namespaces found, and mark them (and the registered ones in scope) indexed once
-    the scan is complete; what was written, by namespace. ``say``: progress lines."""
-    tallies: dict[str, Tally] = {}
-    pending: list[JobKeys] = []
-    done = 0
-
-    def flush() -> None:
-        nonlocal done
-        for keys, result in zip(pending, index_jobs(client, pending, retention_ms),
-                                strict=True):
-            tally = tallies[keys.namespace]
-            if isinstance(result, Indexed):
-                tally.kinds[result.kind] += 1
-            elif isinstance(result, ForeignValueError):
-                tally.foreign.append(f"job {keys.job_id!r}: {result}")
-            else:
-                raise result
-        before, done = done, done + len(pending)
-        pending.clear()
-        if done // PROGRESS > before // PROGRESS:
-            say(f"... {done} jobs so far")
-
-    for keys in scan_jobs(client, namespace):
-        if keys.namespace not in tallies:
-            tallies[keys.namespace] = Tally()
-            registry.register(client, names.namespace(keys.namespace))
-        pending.append(keys)
-        if len(pending) >= BATCH:
-            flush()
-    flush()
-    in_scope = set(registry.names(client, names.NAMESPACE))
-    if namespace is not None:
-        in_scope &= {namespace}
-    now = server_ms(client.time())
-    for name in sorted(in_scope | set(tallies)):
-        registry.mark_indexed(client, name, now)
-        tallies.setdefault(name, Tally())
-    return tallies
 
 
 def command(namespace: str) -> str:

@@ -7,7 +7,7 @@ namespace, a stream's reader, a schedule's source, a leader's first campaign): o
 SADD to one set, ``lw:registry``, whose members are JSON arrays ``[kind, name...]``
 (injective whatever the names hold). The set is small (one member per thing ever
 served) and has no time to live: a namespace nobody serves any more is still listed,
-with nothing in it, until ``lockworker index --forget`` takes it out.
+with nothing in it (``SREM`` takes it out).
 
 A second key, ``lw:registry:indexed`` (a hash: namespace -> server ms), records the
 namespaces whose jobs written before the index existed have all been indexed

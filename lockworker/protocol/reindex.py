@@ -93,7 +93,7 @@ if kind == 0 then lw_index(0) else lw_index(kind, ms, ARGV[1]) end
 return {kind, string.format('%.0f', ms)}
 """
 
-_INDEX = LuaScript(INDEX)
+INDEX_SCRIPT = _INDEX = LuaScript(INDEX)
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,7 +105,8 @@ class Indexed:
     ms: int
 
 
-def _indexed(keys: JobKeys, reply: Any) -> Indexed:
+def indexed_reply(keys: JobKeys, reply: Any) -> Indexed:
+    """The INDEX script's reply (ForeignValueError raised for a foreign value)."""
     if text(reply[0]) == "foreign":
         raise ForeignValueError(text(reply[1]), text(reply[2]))
     code = int(reply[0])
@@ -115,7 +116,7 @@ def _indexed(keys: JobKeys, reply: Any) -> Indexed:
 def index_step(keys: JobKeys, retention_ms: int) -> Step[Indexed]:
     """The step that indexes the job of ``keys`` (its state's time to live was
     ``retention_ms`` when written)."""
-    return Step(_INDEX, keys, (retention_ms,), partial(_indexed, keys))
+    return Step(_INDEX, keys, (retention_ms,), partial(indexed_reply, keys))
 
 
 def index_jobs(
@@ -147,6 +148,12 @@ def scan_jobs(client: Any, namespace: str | None = None) -> Iterator[JobKeys]:
     pattern = state_pattern(namespace=namespace)
     for node in masters(client):
         for raw in node.scan_iter(match=pattern, count=SCAN_COUNT):
-            found = parse_state_key(text(raw))
-            if found is not None:
-                yield JobKeys(*found)
+            keys = job_of(raw)
+            if keys is not None:
+                yield keys
+
+
+def job_of(raw: Any) -> JobKeys | None:
+    """The keys of the job whose state key SCAN returned (None: not a job's)."""
+    found = parse_state_key(text(raw))
+    return None if found is None else JobKeys(*found)

@@ -36,13 +36,13 @@ from collections.abc import Callable, Iterator
 import redis
 
 from lockworker.clock import Clock, SystemClock
-from lockworker.errors import LockworkerError
+from lockworker.errors import ForeignValueError, LockworkerError
 from lockworker.model import presence
 from lockworker.model import registry as names
 from lockworker.model.presence import Member, View
 from lockworker.protocol import presence as steps
 from lockworker.protocol import registry
-from lockworker.runtime import events
+from lockworker.runtime import events, reindex
 from lockworker.runtime.wake import hub_for
 
 REFRESH_FAILED = "presence.refresh_failed"
@@ -52,6 +52,9 @@ NOT_INDEXED = "index.missing"
 """At a worker's start, its namespace is not marked indexed (:mod:`lockworker.model.
 registry`): jobs written before the index existed are not listed until ``command``
 runs (INFO, once per worker)."""
+INDEXED = "index.built"
+"""A worker alone in a namespace not marked indexed indexed its older jobs itself
+(:mod:`lockworker.runtime.reindex`), and marked it: ``jobs`` were indexed."""
 FAILURES = (redis.RedisError, OSError, LockworkerError)
 
 
@@ -76,6 +79,8 @@ class PresenceBase:
         self.failing = False
         self.acting = False
         """Whether the server has this backup's record of serving as a primary."""
+        self.alone = False
+        """Whether the last reading showed no worker registered but this one."""
 
     def acting_change(self) -> bool | None:
         """For a backup: True if it serves as a primary since the last reading (no
@@ -89,6 +94,7 @@ class PresenceBase:
         serves any more."""
         if self.failing:
             self.failing = False
+        self.alone = all(r.member.run == self.member.run for r in found)
         none_before = not self.view.primary_serving()
         wake = self.view.read(found, sent_at)
         if not none_before and not self.view.primary_serving():
@@ -98,10 +104,14 @@ class PresenceBase:
         if wake:
             self.on_gone()
 
-    def not_indexed(self) -> None:
+    def not_indexed(self, error: str | None = None) -> None:
         """Say, once, that the namespace's older jobs are not indexed, and the fix."""
         self.log.info(NOT_INDEXED, command="lockworker index --namespace "
-                      + shlex.quote(self.keys.job_id))
+                      + shlex.quote(self.keys.job_id),
+                      **({} if error is None else {"error": error}))
+
+    def indexed(self, jobs: int) -> None:
+        self.log.info(INDEXED, jobs=jobs)
 
     def refresh_failed(self, exc: BaseException, sent_at: float) -> None:
         """Log the first failure of a streak; try again soon."""
@@ -131,16 +141,33 @@ class Presence(PresenceBase):
         with self._lock:
             if self.started or self.stopped:
                 return
+            unmarked = False
             with contextlib.suppress(*FAILURES):  # the views' list; a later start adds it
                 registry.register(self.client, names.namespace(self.keys.job_id))
-                if not registry.is_indexed(self.client, self.keys.job_id):
-                    self.not_indexed()
+                unmarked = not registry.is_indexed(self.client, self.keys.job_id)
             self.refresh(presence.JOINED)
+            if unmarked and self.alone:
+                threading.Thread(
+                    target=self._index, name="lockworker-index", daemon=True
+                ).start()
+            elif unmarked:
+                self.not_indexed()
             self._thread = threading.Thread(
                 target=self._run, name="lockworker-presence", daemon=True
             )
             self._thread.start()
             self.started = True
+
+    def _index(self) -> None:
+        """Index the namespace's older jobs and mark it (:mod:`lockworker.runtime.
+        reindex`): the first worker of a namespace, alone in it."""
+        namespace = self.keys.job_id
+        try:
+            tallies = reindex.index_all(self.client, namespace, reindex.RETENTION_MS)
+        except (*FAILURES, ForeignValueError) as exc:
+            self.not_indexed(repr(exc))
+            return
+        self.indexed(sum(t.jobs for t in tallies.values()))
 
     def stop(self) -> None:
         """Leave: the thread removes the registration and ends. No I/O here (safe in a

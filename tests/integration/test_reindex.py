@@ -5,6 +5,7 @@ indexed, and a second run writes the same entries."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -13,7 +14,6 @@ import redis
 from helpers import RETENTION, grant, held
 
 import lockworker
-from lockworker.cli import reindex
 from lockworker.cli.main import main
 from lockworker.cli.reindex import index_all, unindexed_note
 from lockworker.model import registry as names
@@ -25,7 +25,8 @@ from lockworker.protocol import ScriptProtocol, registry
 from lockworker.protocol import index as reading
 from lockworker.protocol.reindex import index_jobs
 from lockworker.runtime import events
-from lockworker.runtime.presence import NOT_INDEXED
+from lockworker.runtime import reindex as runtime_reindex
+from lockworker.runtime.presence import INDEXED, NOT_INDEXED
 from lockworker.testing import RedisServer
 
 LATER_MS = 600_000
@@ -197,32 +198,66 @@ def test_a_namespace_nobody_knows_is_not_marked(
     assert namespace not in registry.names(redis_client, names.NAMESPACE)
 
 
-@pytest.mark.parametrize("marked", [False, True])
-def test_a_worker_starting_in_a_namespace_not_indexed_says_so_once(
-    redis_client: redis.Redis, namespace: str, marked: bool
-) -> None:
+def observed(*wanted: str) -> tuple[list[tuple[str, dict[str, object]]], Any]:
+    """A list of the events ``wanted`` as they are logged, and their observer."""
     seen: list[tuple[str, dict[str, object]]] = []
 
     def observe(logger: str, event: str, fields: Mapping[str, Any]) -> None:
-        if event == NOT_INDEXED:
+        if event in wanted:
             seen.append((event, dict(fields)))
 
-    if marked:
+    return seen, observe
+
+
+def wait_marked(client: redis.Redis, namespace: str) -> None:
+    deadline = time.monotonic() + 10
+    while namespace not in registry.indexed(client):
+        assert time.monotonic() < deadline, "the namespace was never marked indexed"
+        time.sleep(0.01)
+
+
+@pytest.mark.parametrize("case", ["marked", "alone", "beside another"])
+def test_a_worker_indexes_its_namespace_only_when_alone_in_it_and_else_says_how(
+    redis_client: redis.Redis, namespace: str, case: str
+) -> None:
+    """Alone in a namespace not marked indexed, the first worker indexes the older
+    jobs itself and marks it (no process of 0.3.0 can serve there, whose steps write
+    no entries); beside another worker (which may be of 0.3.0), it says once which
+    command to run, and marks nothing; in a marked namespace it does neither."""
+    expected = every_state(redis_client, namespace)
+    forget_index(redis_client, namespace)
+    if case == "marked":
         registry.mark_indexed(redis_client, namespace, 1)
+    seen, observe = observed(NOT_INDEXED, INDEXED)
+    other = lockworker.Worker(redis_client, namespace=namespace, handle_signals=False,
+                              on_acquired=lambda job: None)
+    if case == "beside another":  # registered (a 0.3.0 one would not mark anything)
+        other.process("first")
+        wait_marked(redis_client, namespace)
+        redis_client.hdel(names.INDEXED, namespace)
     events.add_observer(observe)
     try:
         with lockworker.Worker(redis_client, namespace=namespace, handle_signals=False,
                                on_acquired=lambda job: None) as worker:
             worker.process("a")
             worker.process("b")
+            if case == "alone":
+                wait_marked(redis_client, namespace)
     finally:
+        other.close()
         events.remove_observer(observe)
-    if marked:
+    if case == "marked":
         assert seen == []
+    elif case == "alone":
+        [(event, fields)] = seen
+        assert event == INDEXED and fields["namespace"] == namespace
+        listed = kinds(redis_client, namespace)
+        assert {job: listed.get(job) for job in expected} == expected
     else:
-        [(_, fields)] = seen
-        assert fields["namespace"] == namespace
+        [(event, fields)] = seen
+        assert event == NOT_INDEXED and fields["namespace"] == namespace
         assert fields["command"] == f"lockworker index --namespace {namespace}"
+        assert namespace not in registry.indexed(redis_client)
 
 
 def test_a_scan_that_fails_marks_nothing(
@@ -235,15 +270,16 @@ def test_a_scan_that_fails_marks_nothing(
     def broken(*args: object) -> list[object]:
         raise redis.ConnectionError("gone")
 
-    monkeypatch.setattr(reindex, "index_jobs", broken)
+    monkeypatch.setattr(runtime_reindex, "index_jobs", broken)
     assert main(["index", "--namespace", namespace, "--redis", redis_server.url]) == 1
     assert "ConnectionError: gone" in capsys.readouterr().err
     assert namespace in registry.names(redis_client, names.NAMESPACE)
     assert namespace not in registry.indexed(redis_client)
 
 
-def test_an_asyncio_worker_in_a_namespace_not_indexed_says_so_once(
-    redis_server: RedisServer, namespace: str
+@pytest.mark.parametrize("alone", [True, False])
+def test_an_asyncio_worker_indexes_its_namespace_only_when_alone_in_it(
+    redis_server: RedisServer, redis_client: redis.Redis, namespace: str, alone: bool
 ) -> None:
     import asyncio
 
@@ -251,11 +287,15 @@ def test_an_asyncio_worker_in_a_namespace_not_indexed_says_so_once(
 
     from lockworker.aio.worker import Worker as AsyncWorker
 
-    seen: list[Mapping[str, Any]] = []
-
-    def observe(logger: str, event: str, fields: Mapping[str, Any]) -> None:
-        if event == NOT_INDEXED:
-            seen.append(fields)
+    expected = every_state(redis_client, namespace)
+    forget_index(redis_client, namespace)
+    seen, observe = observed(NOT_INDEXED, INDEXED)
+    other = lockworker.Worker(redis_client, namespace=namespace, handle_signals=False,
+                              on_acquired=lambda job: None)
+    if not alone:
+        other.process("first")
+        wait_marked(redis_client, namespace)
+        redis_client.hdel(names.INDEXED, namespace)
 
     async def serve() -> None:
         client = redis.asyncio.Redis(port=redis_server.port, decode_responses=True)
@@ -263,7 +303,10 @@ def test_an_asyncio_worker_in_a_namespace_not_indexed_says_so_once(
             async with AsyncWorker(client, namespace=namespace, handle_signals=False,
                                    on_acquired=lambda job: None) as worker:
                 await worker.process("a")
-                await worker.process("b")
+                deadline = time.monotonic() + 10
+                while alone and namespace not in registry.indexed(redis_client):
+                    assert time.monotonic() < deadline, "never marked indexed"
+                    await asyncio.sleep(0.01)
         finally:
             await client.aclose()
 
@@ -271,5 +314,13 @@ def test_an_asyncio_worker_in_a_namespace_not_indexed_says_so_once(
     try:
         asyncio.run(serve())
     finally:
+        other.close()
         events.remove_observer(observe)
-    assert [f["command"] for f in seen] == [f"lockworker index --namespace {namespace}"]
+    [(event, fields)] = seen
+    if alone:
+        assert event == INDEXED
+        listed = kinds(redis_client, namespace)
+        assert {job: listed.get(job) for job in expected} == expected
+    else:
+        assert event == NOT_INDEXED
+        assert fields["command"] == f"lockworker index --namespace {namespace}"
