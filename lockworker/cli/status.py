@@ -283,12 +283,14 @@ def jobs_only(args: argparse.Namespace) -> bool:
 
 def selected(client: redis.Redis, args: argparse.Namespace) -> list[Row]:
     """The job rows ``--namespace``, ``--job`` and ``--state`` ask for: one job's keys
-    (in each namespace, if none is given), or a state's jobs from the index."""
+    (in each namespace, if none is given), or a state's jobs from the index (every one
+    unless ``args`` has a ``limit``: ``reset --state`` passes none, it wants them all)."""
     spaces = indexed.namespaces(client, args.namespace)
     if args.job is not None:
         keys = [indexed.key_of(ns, args.job) for ns in spaces]
     else:
-        keys = indexed.listed(client, spaces, [args.state], None if args.all else args.limit)
+        limit = None if getattr(args, "all", False) else getattr(args, "limit", None)
+        keys = indexed.listed(client, spaces, [args.state], limit)
     return [r for r in read_rows(client, keys, kept(args)) if args.state in (None, r.state)]
 
 
