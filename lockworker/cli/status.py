@@ -1,8 +1,9 @@
 """``lockworker status``: every job and leader Redis knows of, as a table or JSON.
 
-Jobs are found by SCAN over their state keys (never KEYS, which blocks the server; on a
-cluster, SCAN on every master), read in batches, each batch in one Lua script so a row
-is one consistent moment (on a cluster, a batch holds the jobs of one hash slot).
+Jobs are found through each namespace's index (:mod:`.indexed`; DONE ones, with
+``--state done``, by SCAN over their state keys, on a cluster on every master), read in
+batches, each batch in one Lua script so a row is one consistent moment (on a cluster,
+a batch holds the jobs of one hash slot).
 A job's age is how long ago its state key was last written: the workers write it with a
 time to live of ``retention`` (default one day; a DONE one, ``done_retention``, one
 hour), so age = that - time left. Pass the workers' ``--retention`` and
@@ -24,7 +25,7 @@ import itertools
 import json
 import sys
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import redis
@@ -303,6 +304,23 @@ def histories(client: redis.Redis, rows: list[Row]) -> dict[tuple[str, str], Any
     }
 
 
+def ticks_told(
+    client: redis.Redis, timed: list[schedules.ScheduleRow], retention: Kept
+) -> list[schedules.ScheduleRow]:
+    """The schedules whose latest tick ran, told ``ran (done)`` or ``ran (gave_up)`` by
+    reading that tick's job (one job a schedule: a DONE one is not among the rows)."""
+    def tick(row: schedules.ScheduleRow) -> tuple[str, str]:
+        return row.namespace, f"{row.name}@{row.last_tick}"
+
+    keys = [indexed.key_of(*tick(r)) for r in timed if r.outcome == "ran" and r.last_tick]
+    states = {(r.namespace, r.id): r.state for r in job_rows(client, keys, retention)}
+    return [
+        replace(row, outcome=f"ran ({states[tick(row)]})")
+        if row.outcome == "ran" and states.get(tick(row)) in ("done", "gave_up") else row
+        for row in timed
+    ]
+
+
 def main(args: argparse.Namespace) -> int:
     client = connect(redis_url(args.redis))
     found: dict[tuple[str, str], Any] = {}
@@ -324,8 +342,9 @@ def main(args: argparse.Namespace) -> int:
                 client, indexed.namespaces(client, args.namespace), since_ms
             )
             streams = readers.stream_rows(client, args.namespace)
-            states = {(r.namespace, r.id): r.state for r in rows if r.kind == "job"}
-            timed = schedules.schedule_rows(client, args.namespace, states)
+            timed = ticks_told(
+                client, schedules.schedule_rows(client, args.namespace), kept(args)
+            )
             held = footprint.read(client, args.namespace)
     finally:
         client.close()
