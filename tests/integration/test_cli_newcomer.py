@@ -95,6 +95,7 @@ class Walk:
         self.stream = self.namespace = self.job_id = ""
         self.payload: object = None
         self.status = self.submitted = ""
+        self.statuses: list[str] = []
 
     def do(self, cmd: list[str]) -> None:
         if cmd[0] == "export":
@@ -124,7 +125,7 @@ class Walk:
             self.submitted = self.command(cmd)
         else:  # status, once the job is done
             wait_for(self.job_done, timeout=30)
-            self.status = self.command(cmd)
+            self.statuses.append(self.command(cmd))
 
     def daemons_read(self) -> bool:
         assert self.client is not None
@@ -162,20 +163,30 @@ def test_the_readme_walkthrough_works_as_written(tmp_path: Path) -> None:
     """Each command of the walk-through in turn, from the directory that holds
     ``myapp/``: ``lockworker server`` (on a free port rather than 6379, which the machine
     may use), the export of the URL it printed, the primary and the backup, a submit,
-    ``status``. The job is done once, by the daemon ``status`` names, with the token it
-    shows; SIGTERM ends every process with exit 0."""
+    ``status`` (the primary and the backup listed), ``status --state done``. The job is
+    done once, by the daemon ``status --state done`` names, with the token it shows;
+    SIGTERM ends every process with exit 0."""
     source, commands = walkthrough()
     assert [cmd[:2] for cmd in commands] == [
         ["lockworker", "server"], ["export", commands[1][1]], ["lockworker", "run"],
         ["lockworker", "run"], ["lockworker", "submit"], ["lockworker", "status"],
+        ["lockworker", "status"],
     ]
+    assert commands[-2:] == [["lockworker", "status"],
+                             ["lockworker", "status", "--state", "done"]]
     (tmp_path / "myapp").mkdir()
     (tmp_path / "myapp" / "jobs.py").write_text(source)
     walk = Walk(tmp_path)
     try:
         for cmd in commands:
             walk.do(cmd)
-        row = next(line.split() for line in walk.status.splitlines() if walk.job_id in line)
+        plain, done = walk.statuses
+        workers = [line.split()[:3] for line in plain.splitlines()
+                   if line.split()[1:2] == [walk.namespace]]
+        assert workers == [["host-a", walk.namespace, "primary"],
+                           ["host-b", walk.namespace, "backup"]], plain
+        row = next(line.split() for line in done.splitlines() if walk.job_id in line)
+        walk.status = done
         assert row[:4] == ["job", walk.namespace, walk.job_id, "done"], walk.status
         assert row[5] == "1", walk.status  # one attempt
         holder, token = row[4], row[6]
