@@ -285,12 +285,14 @@ def jobs_only(args: argparse.Namespace) -> bool:
 def selected(client: redis.Redis, args: argparse.Namespace) -> list[Row]:
     """The job rows ``--namespace``, ``--job`` and ``--state`` ask for: one job's keys
     (in each namespace, if none is given), or a state's jobs from the index (every one
-    unless ``args`` has a ``limit``: ``reset --state`` passes none, it wants them all)."""
+    unless ``args`` has a ``limit``: ``reset --state`` passes none, it wants them all;
+    ``--json`` is never cut)."""
     spaces = indexed.namespaces(client, args.namespace)
     if args.job is not None:
         keys = [indexed.key_of(ns, args.job) for ns in spaces]
     else:
-        limit = None if getattr(args, "all", False) else getattr(args, "limit", None)
+        every = getattr(args, "all", False) or getattr(args, "json", False)
+        limit = None if every else getattr(args, "limit", None)
         keys = indexed.listed(client, spaces, [args.state], limit)
     return [r for r in read_rows(client, keys, kept(args)) if args.state in (None, r.state)]
 
@@ -329,15 +331,19 @@ def main(args: argparse.Namespace) -> int:
     timed: list[schedules.ScheduleRow] = []
     held = None
     limit = None if args.all or args.json else args.limit
+    in_state = 0  # --state's jobs in the index: the table's rows are only the newest
+    since_ms = int(kept(args).retention * 1000)
     try:
         if jobs_only(args):
             workers, rows = [], selected(client, args)
             if args.job is not None:
                 found = histories(client, rows)
+            elif limit is not None:
+                spaces = indexed.namespaces(client, args.namespace)
+                in_state = indexed.in_state(client, spaces, args.state, since_ms)
         else:
             workers = worker_rows(client, args.namespace)
             rows = collect(client, args.namespace, kept(args), limit)
-            since_ms = int(kept(args).retention * 1000)
             by_namespace = indexed.counts(
                 client, indexed.namespaces(client, args.namespace), since_ms
             )
@@ -370,7 +376,8 @@ def main(args: argparse.Namespace) -> int:
     if args.job is None and rows:  # one job needs no counting
         print("\n".join(summary.counts_lines(rows, by_namespace)) + "\n")
     shown, left_out = summary.cut(rows, None if args.all else args.limit)
-    left_out = max(left_out, summary.listed_total(rows, by_namespace) - len(shown))
+    left_out = max(left_out, summary.listed_total(rows, by_namespace) - len(shown),
+                   in_state - len(shown))
     print(table(shown, errors=jobs_only(args)))
     if left_out:
         print(summary.more_line(left_out))

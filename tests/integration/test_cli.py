@@ -313,6 +313,15 @@ def test_status_counts_by_state_first_and_cuts_the_table_to_the_newest_unless_al
         state: n for state, n in doc["counts"]["namespaces"][namespace].items()
         if state != "done"
     } == {"pending": 0, "held": 0, "gave_up": 53, "foreign": 0}
+
+    # --state cuts its table the same way, and says how many more the index holds
+    state = ["status", "--namespace", namespace, "--state", "gave_up"]
+    assert main([*state, "--limit", "2", *url]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert ids(out) == ["j51", "j52"]
+    assert any(line.startswith("... and 51 more rows") for line in out)
+    assert main([*state, "--json", *url]) == 0
+    assert len(json.loads(capsys.readouterr().out)["jobs"]) == 53
     client.close()
 
 
