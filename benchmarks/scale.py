@@ -11,7 +11,7 @@ process's heartbeat. Then:
 - **``lockworker status``**: the wall time of the command as a user runs it (a new
   interpreter with lockworker's bytecode compiled, as installing it compiles it,
   ``--namespace``, the table printed), and of its collection step alone
-  (``lockworker.cli.status.collect``, SCAN plus batched reads) in this process.
+  (``lockworker.cli.status.collect``, the index plus batched reads) in this process.
 
 Then the hooks return, every job is settled DONE, and the memory that the DONE records
 keep (for the workers' ``retention``) is measured too.
@@ -157,7 +157,7 @@ def run(port: int, url: str, client: redis.Redis, jobs: int) -> ScaleRun:
         result.memory_held_data = _data_memory(client) - data_before
         _status(url, namespace, result)
         started = time.monotonic()
-        rows = collect(client, namespace, Kept())
+        rows = collect(client, namespace, Kept(), None)  # every row, not --limit's
         result.collect_seconds = time.monotonic() - started
         result.collect_rows = sum(1 for row in rows if row.kind == "job")
         for pipe in pipes:

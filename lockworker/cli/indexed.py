@@ -79,3 +79,11 @@ def counts(client: redis.Redis, spaces: Iterable[str], since_ms: int) -> dict[st
         c = index.count(client, ns, since_ms)
         out[ns] = {"pending": c.pending + c.backoff, "held": c.held, "gave_up": c.gave_up}
     return out
+
+
+def in_state(client: redis.Redis, spaces: Iterable[str], state: str, since_ms: int) -> int:
+    """How many jobs of ``spaces`` the index holds in ``state`` (0 for ``done``, which it
+    does not hold): what ``--state`` says is left out of a table cut to ``--limit``."""
+    if state not in KINDS_OF:
+        return 0
+    return sum(seen[state] for seen in counts(client, spaces, since_ms).values())

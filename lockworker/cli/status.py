@@ -1,8 +1,9 @@
 """``lockworker status``: every job and leader Redis knows of, as a table or JSON.
 
-Jobs are found by SCAN over their state keys (never KEYS, which blocks the server; on a
-cluster, SCAN on every master), read in batches, each batch in one Lua script so a row
-is one consistent moment (on a cluster, a batch holds the jobs of one hash slot).
+Jobs are found through each namespace's index (:mod:`.indexed`; DONE ones, with
+``--state done``, by SCAN over their state keys, on a cluster on every master), read in
+batches, each batch in one Lua script so a row is one consistent moment (on a cluster,
+a batch holds the jobs of one hash slot).
 A job's age is how long ago its state key was last written: the workers write it with a
 time to live of ``retention`` (default one day; a DONE one, ``done_retention``, one
 hour), so age = that - time left. Pass the workers' ``--retention`` and
@@ -24,7 +25,7 @@ import itertools
 import json
 import sys
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import redis
@@ -283,12 +284,16 @@ def jobs_only(args: argparse.Namespace) -> bool:
 
 def selected(client: redis.Redis, args: argparse.Namespace) -> list[Row]:
     """The job rows ``--namespace``, ``--job`` and ``--state`` ask for: one job's keys
-    (in each namespace, if none is given), or a state's jobs from the index."""
+    (in each namespace, if none is given), or a state's jobs from the index (every one
+    unless ``args`` has a ``limit``: ``reset --state`` passes none, it wants them all;
+    ``--json`` is never cut)."""
     spaces = indexed.namespaces(client, args.namespace)
     if args.job is not None:
         keys = [indexed.key_of(ns, args.job) for ns in spaces]
     else:
-        keys = indexed.listed(client, spaces, [args.state], None if args.all else args.limit)
+        every = getattr(args, "all", False) or getattr(args, "json", False)
+        limit = None if every else getattr(args, "limit", None)
+        keys = indexed.listed(client, spaces, [args.state], limit)
     return [r for r in read_rows(client, keys, kept(args)) if args.state in (None, r.state)]
 
 
@@ -301,6 +306,23 @@ def histories(client: redis.Redis, rows: list[Row]) -> dict[tuple[str, str], Any
     }
 
 
+def ticks_told(
+    client: redis.Redis, timed: list[schedules.ScheduleRow], retention: Kept
+) -> list[schedules.ScheduleRow]:
+    """The schedules whose latest tick ran, told ``ran (done)`` or ``ran (gave_up)`` by
+    reading that tick's job (one job a schedule: a DONE one is not among the rows)."""
+    def tick(row: schedules.ScheduleRow) -> tuple[str, str]:
+        return row.namespace, f"{row.name}@{row.last_tick}"
+
+    keys = [indexed.key_of(*tick(r)) for r in timed if r.outcome == "ran" and r.last_tick]
+    states = {(r.namespace, r.id): r.state for r in job_rows(client, keys, retention)}
+    return [
+        replace(row, outcome=f"ran ({states[tick(row)]})")
+        if row.outcome == "ran" and states.get(tick(row)) in ("done", "gave_up") else row
+        for row in timed
+    ]
+
+
 def main(args: argparse.Namespace) -> int:
     client = connect(redis_url(args.redis))
     found: dict[tuple[str, str], Any] = {}
@@ -309,21 +331,26 @@ def main(args: argparse.Namespace) -> int:
     timed: list[schedules.ScheduleRow] = []
     held = None
     limit = None if args.all or args.json else args.limit
+    in_state = 0  # --state's jobs in the index: the table's rows are only the newest
+    since_ms = int(kept(args).retention * 1000)
     try:
         if jobs_only(args):
             workers, rows = [], selected(client, args)
             if args.job is not None:
                 found = histories(client, rows)
+            elif limit is not None:
+                spaces = indexed.namespaces(client, args.namespace)
+                in_state = indexed.in_state(client, spaces, args.state, since_ms)
         else:
             workers = worker_rows(client, args.namespace)
             rows = collect(client, args.namespace, kept(args), limit)
-            since_ms = int(kept(args).retention * 1000)
             by_namespace = indexed.counts(
                 client, indexed.namespaces(client, args.namespace), since_ms
             )
             streams = readers.stream_rows(client, args.namespace)
-            states = {(r.namespace, r.id): r.state for r in rows if r.kind == "job"}
-            timed = schedules.schedule_rows(client, args.namespace, states)
+            timed = ticks_told(
+                client, schedules.schedule_rows(client, args.namespace), kept(args)
+            )
             held = footprint.read(client, args.namespace)
     finally:
         client.close()
@@ -349,7 +376,8 @@ def main(args: argparse.Namespace) -> int:
     if args.job is None and rows:  # one job needs no counting
         print("\n".join(summary.counts_lines(rows, by_namespace)) + "\n")
     shown, left_out = summary.cut(rows, None if args.all else args.limit)
-    left_out = max(left_out, summary.listed_total(rows, by_namespace) - len(shown))
+    left_out = max(left_out, summary.listed_total(rows, by_namespace) - len(shown),
+                   in_state - len(shown))
     print(table(shown, errors=jobs_only(args)))
     if left_out:
         print(summary.more_line(left_out))

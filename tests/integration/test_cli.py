@@ -26,6 +26,7 @@ from helpers import in_thread, wait_for
 
 import lockworker
 from lockworker.cli.demo_worker import records_key
+from lockworker.cli.kept import Kept
 from lockworker.cli.main import main
 from lockworker.cli.workers import worker_rows
 from lockworker.daemons.sources import stream_keys
@@ -199,14 +200,20 @@ def test_submit_prints_the_entry_id_and_status_shows_jobs_and_leaders(
         assert main(
             ["status", "--namespace", namespace, "--json", "--redis", redis_server.url]
         ) == 0
-        elapsed = time.monotonic() - started
         doc = json.loads(capsys.readouterr().out)
         assert main(["status", "--namespace", namespace, "--redis", redis_server.url]) == 0
         table = capsys.readouterr().out.splitlines()
+        # A DONE job is counted, not listed: --job reads it.
+        assert main(["status", "--namespace", namespace, "--job", "done-job", "--json",
+                     "--redis", redis_server.url]) == 0
+        (done_row,) = json.loads(capsys.readouterr().out)["jobs"]
+        elapsed = time.monotonic() - started
     finally:
         release.set()
         thread.join(10)
     rows = {r["id"]: r for r in doc["jobs"]}
+    assert "done-job" not in rows
+    rows["done-job"] = done_row
     assert rows["done-job"]["state"] == "done" and rows["done-job"]["attempt"] == 1
     assert rows["done-job"]["holder"] == worker.owner
     assert rows["bad-job"]["state"] == "gave_up" and rows["bad-job"]["attempt"] == 1
@@ -221,14 +228,19 @@ def test_submit_prints_the_entry_id_and_status_shows_jobs_and_leaders(
     assert rows["done-job"]["lease_left"] is None and rows["bad-job"]["lease_left"] is None
     assert 0 < rows["held-job"]["lease_left"] <= 3.0
 
-    # The counts by state first, then the rows.
-    assert table[:2] == ["jobs: 3 (held 1, done 1, gave_up 1)", ""]
+    # The counts by state first (from the index: held, pending, gave_up), then the rows.
+    assert table[:2] == ["jobs: 2 (held 1, gave_up 1)", ""]
     assert table[2].split()[:4] == ["KIND", "NAMESPACE", "ID", "STATE"]
-    assert doc["counts"] == {
-        "jobs": {"pending": 0, "held": 1, "done": 1, "gave_up": 1, "foreign": 0},
-        "leaders": {"leading": 0, "vacant": 0, "foreign": 0},
-        "namespaces": {namespace: {"pending": 0, "held": 1, "done": 1, "gave_up": 1,
-                                   "foreign": 0}},
+
+    def listed(by_state: dict[str, int]) -> dict[str, int]:
+        return {state: n for state, n in by_state.items() if state != "done"}
+
+    counts = doc["counts"]
+    assert listed(counts["jobs"]) == {"pending": 0, "held": 1, "gave_up": 1, "foreign": 0}
+    assert counts["leaders"] == {"leading": 0, "vacant": 0, "foreign": 0}
+    assert list(counts["namespaces"]) == [namespace]
+    assert listed(counts["namespaces"][namespace]) == {
+        "pending": 0, "held": 1, "gave_up": 1, "foreign": 0
     }
     assert any("bad-job" in line and "gave_up" in line for line in table)
     held_line = next(line.split() for line in table if "held-job" in line)
@@ -241,20 +253,28 @@ def test_submit_prints_the_entry_id_and_status_shows_jobs_and_leaders(
     client.close()
 
 
-def test_status_counts_by_state_first_and_cuts_the_table_unless_all(
+def server_ms(client: redis.Redis) -> int:
+    return server_micros(client) // 1000
+
+
+def test_status_counts_by_state_first_and_cuts_the_table_to_the_newest_unless_all(
     redis_server: RedisServer, namespace: str, capsys: pytest.CaptureFixture[str],
 ) -> None:
     client = redis_server.client(decode_responses=True)
-    done = lockworker.Worker(client, namespace=namespace, on_acquired=lambda job: None)
     failing = lockworker.Worker(
+        client, namespace=namespace, max_attempts=1, on_acquired=lambda job: 1 / 0
+    )
+    others = lockworker.Worker(
         client, namespace=f"{namespace}-b", max_attempts=1, on_acquired=lambda job: 1 / 0
     )
-    for i in range(53):
-        assert done.process(f"j{i}") is lockworker.Outcome.DONE
+    for i in range(53):  # each given up in a millisecond of its own: j52 is the newest
+        assert failing.process(f"j{i}") is lockworker.Outcome.GAVE_UP
+        now = server_ms(client)
+        wait_for(lambda now=now: server_ms(client) > now, timeout=5)
     for i in range(2):
-        assert failing.process(f"f{i}") is lockworker.Outcome.GAVE_UP
-    done.close()
+        assert others.process(f"f{i}") is lockworker.Outcome.GAVE_UP
     failing.close()
+    others.close()
     url = ["--redis", redis_server.url]
     capsys.readouterr()
 
@@ -265,15 +285,17 @@ def test_status_counts_by_state_first_and_cuts_the_table_unless_all(
     for ns in (namespace, f"{namespace}-b"):
         assert main(["status", "--namespace", ns, *url]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert out[0] == "jobs: 53 (done 53)"
-    assert ids(out) == [f"j{i}" for i in range(50)] + ["f0", "f1"]
+    assert out[0] == "jobs: 53 (gave_up 53)"
+    # the newest 50 of the 53, in natural order
+    assert ids(out) == [f"j{i}" for i in range(3, 53)] + ["f0", "f1"]
     assert out.count("... and 3 more rows: --all shows every row, --state STATE the jobs "
                      "in one state") == 1
     assert "jobs: 2 (gave_up 2)" in out
 
     assert main(["status", "--namespace", namespace, "--limit", "2", *url]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert ids(out) == ["j0", "j1"]
+    assert out[0] == "jobs: 53 (gave_up 53)"
+    assert ids(out) == ["j51", "j52"]
     assert any(line.startswith("... and 51 more rows") for line in out)
 
     assert main(["status", "--namespace", namespace, "--all", *url]) == 0
@@ -281,14 +303,25 @@ def test_status_counts_by_state_first_and_cuts_the_table_unless_all(
     assert ids(out) == [f"j{i}" for i in range(53)]
     assert not any(line.startswith("...") for line in out)
 
-    # --json is never cut; its counts are those of every row.
+    # --json is never cut; its counts are those of every job.
     assert main(["status", "--namespace", namespace, "--json", "--limit", "2", *url]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert len(doc["jobs"]) == 53
-    assert doc["counts"]["jobs"]["done"] == 53
-    assert doc["counts"]["namespaces"] == {
-        namespace: {"pending": 0, "held": 0, "done": 53, "gave_up": 0, "foreign": 0}
-    }
+    assert doc["counts"]["jobs"]["gave_up"] == 53
+    assert list(doc["counts"]["namespaces"]) == [namespace]
+    assert {
+        state: n for state, n in doc["counts"]["namespaces"][namespace].items()
+        if state != "done"
+    } == {"pending": 0, "held": 0, "gave_up": 53, "foreign": 0}
+
+    # --state cuts its table the same way, and says how many more the index holds
+    state = ["status", "--namespace", namespace, "--state", "gave_up"]
+    assert main([*state, "--limit", "2", *url]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert ids(out) == ["j51", "j52"]
+    assert any(line.startswith("... and 51 more rows") for line in out)
+    assert main([*state, "--json", *url]) == 0
+    assert len(json.loads(capsys.readouterr().out)["jobs"]) == 53
     client.close()
 
 
@@ -532,9 +565,12 @@ def test_console_script_and_python_dash_m_are_the_same_command() -> None:
         assert out.stdout.strip() == f"lockworker {lockworker.__version__}"
 
 
-def test_status_shows_corrupt_and_wrong_type_jobs_as_foreign_in_natural_order(
+def test_status_job_shows_corrupt_and_wrong_type_jobs_as_foreign_and_done_in_natural_order(
     redis_server: RedisServer, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    """Values lockworker did not write are never in the index: ``--job`` on their id
+    reads them as foreign; ``--state done`` (a walk) lists the DONE jobs only, in
+    natural order."""
     namespace = f"st-{uuid.uuid4().hex[:8]}"
     client = redis_server.client(decode_responses=True)
     worker = lockworker.Worker(client, namespace=namespace, on_acquired=lambda job: None)
@@ -543,13 +579,20 @@ def test_status_shows_corrupt_and_wrong_type_jobs_as_foreign_in_natural_order(
     client.set(JobKeys.of(namespace, "job-3").state, "lw2|bogus|1|1|ab|x")
     client.rpush(JobKeys.of(namespace, "job-4").state, "not a string")
     capsys.readouterr()  # whatever the worker logged (an earlier main() may have routed it here)
-    assert main(["status", "--namespace", namespace, "--json", "--redis", redis_server.url]) == 0
-    jobs = json.loads(capsys.readouterr().out)["jobs"]
-    assert [j["id"] for j in jobs] == ["job-1", "job-2", "job-3", "job-4", "job-10"]
-    assert {j["id"]: j["state"] for j in jobs} == {
-        "job-1": "done", "job-2": "done", "job-3": "foreign", "job-4": "foreign",
-        "job-10": "done",
-    }
+    url = ["--namespace", namespace, "--json", "--redis", redis_server.url]
+
+    def jobs(*args: str) -> list[dict[str, object]]:
+        assert main(["status", *url, *args]) == 0
+        found: list[dict[str, object]] = json.loads(capsys.readouterr().out)["jobs"]
+        return found
+
+    done = jobs("--state", "done")
+    assert [(j["id"], j["state"]) for j in done] == [
+        ("job-1", "done"), ("job-2", "done"), ("job-10", "done")
+    ]
+    for job_id in ("job-3", "job-4"):
+        assert [(j["id"], j["state"]) for j in jobs("--job", job_id)] == [(job_id, "foreign")]
+    assert jobs() == []  # neither DONE nor foreign jobs are listed by default
     worker.close()
     client.close()
 
@@ -570,12 +613,30 @@ def test_status_reads_many_batches_in_pipelines_even_with_the_script_cache_empty
     client.set(JobKeys.of(namespace, "job-20").lock, "not a lock value")  # its state is fine
     client.rpush(JobKeys.of(namespace, "job-21").state, "not a string")
     client.script_flush()  # the pipeline loads its script first
+    read: list[int] = []
+    job_rows = status.job_rows
+
+    def counted(
+        client: redis.Redis, keys: list[tuple[str, str, str]], kept: Kept
+    ) -> list[status.Row]:
+        read.append(len(keys))
+        return job_rows(client, keys, kept)
+
+    monkeypatch.setattr(status, "job_rows", counted)
     capsys.readouterr()
-    assert main(["status", "--namespace", namespace, "--json", "--redis", redis_server.url]) == 0
+    # --state done walks the namespace: all 22 state keys read, the 20 DONE listed
+    assert main(["status", "--namespace", namespace, "--state", "done", "--json",
+                 "--redis", redis_server.url]) == 0
     jobs = json.loads(capsys.readouterr().out)["jobs"]
-    assert [j["id"] for j in jobs] == [f"job-{i}" for i in range(22)]
-    assert [j["state"] for j in jobs] == ["done"] * 20 + ["foreign", "foreign"]
-    assert all(j["attempt"] == 1 and j["holder"] == worker.owner for j in jobs[:20])
+    assert read == [22]
+    assert [j["id"] for j in jobs] == [f"job-{i}" for i in range(20)]
+    assert all(j["state"] == "done" for j in jobs)
+    assert all(j["attempt"] == 1 and j["holder"] == worker.owner for j in jobs)
+    for job_id in ("job-20", "job-21"):  # the two the walk read as foreign
+        assert main(["status", "--namespace", namespace, "--job", job_id, "--json",
+                     "--redis", redis_server.url]) == 0
+        (row,) = json.loads(capsys.readouterr().out)["jobs"]
+        assert (row["id"], row["state"]) == (job_id, "foreign")
     worker.close()
     client.close()
 
@@ -584,8 +645,9 @@ def test_status_shows_the_live_primaries_and_backups_of_a_namespace(
     redis_server: RedisServer, namespace: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     client = redis_server.client(decode_responses=True)
-    primary = lockworker.Worker(client, namespace=namespace, owner="host-a",
-                                lock_timeout=3.0, on_acquired=lambda job: None)
+    primary = lockworker.Worker(client, namespace=namespace, owner="host-a", max_attempts=1,
+                                lock_timeout=3.0,
+                                on_acquired=lambda job: 1 / 0 if job.id == "bad" else None)
     backup = lockworker.Worker(client, namespace=namespace, owner="host-b", role="backup",
                                lock_timeout=3.0, on_acquired=lambda job: None)
     elsewhere = lockworker.Worker(client, namespace=f"{namespace}-other", owner="host-c",
@@ -593,6 +655,7 @@ def test_status_shows_the_live_primaries_and_backups_of_a_namespace(
     for worker in (primary, backup, elsewhere):
         assert worker.process("j") in (lockworker.Outcome.DONE,
                                        lockworker.Outcome.DONE_ELSEWHERE)
+    assert primary.process("bad") is lockworker.Outcome.GAVE_UP  # a job the table lists
     args = ["status", "--namespace", namespace, "--redis", redis_server.url]
     capsys.readouterr()  # the workers' events, if an earlier test configured logging
     try:
@@ -612,7 +675,7 @@ def test_status_shows_the_live_primaries_and_backups_of_a_namespace(
     for w in workers:
         assert w["pid"] == os.getpid() and w["host"] and w["run"]
         assert 0 <= w["last_seen"] <= 3.0 and 0 < w["expires_in"] <= 3.0
-    assert table[0].startswith("jobs: 1 (done 1)")  # counts, jobs, the workers, memory
+    assert table[0] == "jobs: 1 (gave_up 1)"  # counts, jobs, the workers, memory
     assert table[2].startswith("KIND")
     at = table.index("", 2) + 1
     assert table[at].split() == ["WORKER", "NAMESPACE", "ROLE", "HOST", "PID", "LAST", "SEEN",

@@ -95,6 +95,7 @@ class Walk:
         self.stream = self.namespace = self.job_id = ""
         self.payload: object = None
         self.status = self.submitted = ""
+        self.statuses: list[str] = []
 
     def do(self, cmd: list[str]) -> None:
         if cmd[0] == "export":
@@ -124,7 +125,7 @@ class Walk:
             self.submitted = self.command(cmd)
         else:  # status, once the job is done
             wait_for(self.job_done, timeout=30)
-            self.status = self.command(cmd)
+            self.statuses.append(self.command(cmd))
 
     def daemons_read(self) -> bool:
         assert self.client is not None
@@ -162,20 +163,30 @@ def test_the_readme_walkthrough_works_as_written(tmp_path: Path) -> None:
     """Each command of the walk-through in turn, from the directory that holds
     ``myapp/``: ``lockworker server`` (on a free port rather than 6379, which the machine
     may use), the export of the URL it printed, the primary and the backup, a submit,
-    ``status``. The job is done once, by the daemon ``status`` names, with the token it
-    shows; SIGTERM ends every process with exit 0."""
+    ``status`` (the primary and the backup listed), ``status --state done``. The job is
+    done once, by the daemon ``status --state done`` names, with the token it shows;
+    SIGTERM ends every process with exit 0."""
     source, commands = walkthrough()
     assert [cmd[:2] for cmd in commands] == [
         ["lockworker", "server"], ["export", commands[1][1]], ["lockworker", "run"],
         ["lockworker", "run"], ["lockworker", "submit"], ["lockworker", "status"],
+        ["lockworker", "status"],
     ]
+    assert commands[-2:] == [["lockworker", "status"],
+                             ["lockworker", "status", "--state", "done"]]
     (tmp_path / "myapp").mkdir()
     (tmp_path / "myapp" / "jobs.py").write_text(source)
     walk = Walk(tmp_path)
     try:
         for cmd in commands:
             walk.do(cmd)
-        row = next(line.split() for line in walk.status.splitlines() if walk.job_id in line)
+        plain, done = walk.statuses
+        workers = [line.split()[:3] for line in plain.splitlines()
+                   if line.split()[1:2] == [walk.namespace]]
+        assert workers == [["host-a", walk.namespace, "primary"],
+                           ["host-b", walk.namespace, "backup"]], plain
+        row = next(line.split() for line in done.splitlines() if walk.job_id in line)
+        walk.status = done
         assert row[:4] == ["job", walk.namespace, walk.job_id, "done"], walk.status
         assert row[5] == "1", walk.status  # one attempt
         holder, token = row[4], row[6]
@@ -349,7 +360,7 @@ def test_braces_in_a_namespace_and_a_job_id_on_a_real_server(
     redis_server: RedisServer,
 ) -> None:
     """A worker's keys in namespace ``x{y}z`` all share the job's slot; ``status``
-    shows the names as given."""
+    shows the names as given (``--state done``: from the keys a walk finds)."""
     namespace = f"x{{y}}z-{uuid.uuid4().hex[:8]}"
     job_id = "a{b}c}{"
     client = redis_server.client(decode_responses=True)
@@ -362,7 +373,8 @@ def test_braces_in_a_namespace_and_a_job_id_on_a_real_server(
         lockworker.submit(client, namespace, job_id)
         stream = list(client.scan_iter(match=stream_keys(namespace).base + ":*"))
         assert stream and {key_slot(k.encode()) for k in stream} == {slot_of_job(namespace)}
-        out = run("status", "--namespace", namespace, "--json", "--redis", redis_server.url)
+        out = run("status", "--namespace", namespace, "--state", "done", "--json",
+                  "--redis", redis_server.url)
         assert out.returncode == 0, out.stderr
         assert [(j["namespace"], j["id"]) for j in json.loads(out.stdout)["jobs"]] == [
             (namespace, job_id)

@@ -64,7 +64,8 @@ def test_run_submit_and_status_work_against_it_and_sigterm_stops_it_cleanly(
         assert submitted.returncode == 0, submitted.stderr
         wait_for(lambda: client.llen(records_key("try")) == 1, timeout=30)
         status = subprocess.run(
-            lockworker_cmd("status", "--json"), env=env, capture_output=True, text=True,
+            lockworker_cmd("status", "--state", "done", "--json"), env=env,
+            capture_output=True, text=True,
             timeout=60, check=False,
         )
         assert status.returncode == 0, status.stderr

@@ -38,6 +38,11 @@ def test_status_shows_when_a_backing_off_job_is_due(
         doc = json.loads(capsys.readouterr().out)
         assert main(["status", *url]) == 0
         table = capsys.readouterr().out.splitlines()
+        # A DONE job is not listed by default: --job reads it.
+        assert main(["status", "--job", "fine", "--json", *url]) == 0
+        (fine,) = json.loads(capsys.readouterr().out)["jobs"]
+        assert main(["status", "--job", "fine", *url]) == 0
+        fine_table = capsys.readouterr().out.splitlines()
     finally:
         worker.stop()
         thread.join(10)
@@ -46,7 +51,10 @@ def test_status_shows_when_a_backing_off_job_is_due(
     rows = {r["id"]: r for r in doc["jobs"]}
     assert rows["backing-off"]["state"] == "pending" and rows["backing-off"]["attempt"] == 1
     assert 100 < rows["backing-off"]["next_attempt_in"] <= 120
-    assert rows["fine"]["next_attempt_in"] is None
+    assert "fine" not in rows
+    assert fine["state"] == "done" and fine["next_attempt_in"] is None
     line = next(line for line in table if "backing-off" in line)
     assert re.search(r"pending, next attempt in (1m5\d|2m00)s", line), line
-    assert "next attempt" not in next(line for line in table if " fine " in line + " ")
+    fine_line = next(line for line in fine_table if line.startswith("job "))
+    assert fine_line.split()[2:4] == ["fine", "done"]
+    assert "next attempt" not in fine_line

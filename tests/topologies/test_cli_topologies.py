@@ -32,10 +32,12 @@ def lockworker_cli(*args: str) -> subprocess.CompletedProcess[str]:
 def test_status_on_a_cluster_lists_the_jobs_of_every_master(
     redis_cluster: Cluster, cluster_client: RedisCluster, namespace: str
 ) -> None:
-    worker = lockworker.Worker(cluster_client, namespace=namespace, on_acquired=lambda j: None)
+    # Given up, so in the namespace's index: one index key per slot, read on every master.
+    worker = lockworker.Worker(cluster_client, namespace=namespace, max_attempts=1,
+                               on_acquired=lambda j: 1 / 0)
     ids = [f"job-{i}" for i in range(40)]
     for job_id in ids:
-        assert worker.process(job_id) is lockworker.Outcome.DONE
+        assert worker.process(job_id) is lockworker.Outcome.GAVE_UP
     worker.close()
     masters = {redis_cluster.node_of(f"{{{job_id}}}").port for job_id in ids}
     assert len(masters) == len(redis_cluster.masters)  # the jobs are spread over all
@@ -46,7 +48,8 @@ def test_status_on_a_cluster_lists_the_jobs_of_every_master(
     assert out.returncode == 0, out.stderr
     jobs = json.loads(out.stdout)["jobs"]
     assert [r["id"] for r in jobs] == sorted(ids, key=lambda i: int(i.split("-")[1]))
-    assert {r["state"] for r in jobs} == {"done"}
+    assert {r["state"] for r in jobs} == {"gave_up"}
+    assert json.loads(out.stdout)["counts"]["jobs"]["gave_up"] == 40
 
 
 def test_a_worker_command_reaches_the_master_through_the_sentinels(
@@ -57,7 +60,9 @@ def test_a_worker_command_reaches_the_master_through_the_sentinels(
     worker.close()
     sentinels = ",".join(f"{h}:{p}" for h, p in redis_sentinel.sentinels)
     url = f"redis+sentinel://{sentinels}/{redis_sentinel.master_name}"
-    out = lockworker_cli("status", "--json", "--namespace", namespace, "--redis", url)
+    out = lockworker_cli(
+        "status", "--json", "--namespace", namespace, "--job", "j1", "--redis", url
+    )
     assert out.returncode == 0, out.stderr
     assert [(r["id"], r["state"]) for r in json.loads(out.stdout)["jobs"]] == [("j1", "done")]
     reset = lockworker_cli("reset", "j1", "--namespace", namespace, "--yes", "--redis", url)
