@@ -28,7 +28,7 @@ import lockworker
 from lockworker.testing import RedisServer
 
 from .history import Final, History, Violation, load
-from .index import check_servers
+from .index import Checked, check_servers
 from .store import FencedStore
 
 T = TypeVar("T")
@@ -318,6 +318,8 @@ class Env:
     forgotten: set[tuple[str, str]] = field(default_factory=set)
     """(namespace, job id) of jobs whose keys the scenario deleted (their records'
     expiry, done by hand): their index entries may outlive them (:mod:`faults.index`)."""
+    indexed: Checked = field(default_factory=Checked)
+    """What the index check compared, once run."""
 
     @property
     def server(self) -> RedisServer:
@@ -329,8 +331,10 @@ class Env:
     def index_check(self) -> list[Violation]:
         """The index of every namespace against its job states, on every server
         (:mod:`faults.index`): run once every process has stopped."""
-        return check_servers([self.client(i) for i in range(len(self.servers))],
-                             self.forgotten)
+        self.indexed = check_servers(
+            [self.client(i) for i in range(len(self.servers))], self.forgotten
+        )
+        return self.indexed.violations
 
     def finals(self, jobs: Sequence[str]) -> dict[str, Final]:
         """Each job's state at the end, read through the public API."""

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Collection, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import redis
 
@@ -210,18 +210,36 @@ def read_counts(client: redis.Redis, namespaces: Iterable[str]) -> list[Counts]:
     return out
 
 
+@dataclass
+class Checked:
+    """What the check compared (the battery's figures ``states`` and ``entries``: a
+    check of nothing proves nothing) and what it found."""
+
+    states: int = 0
+    entries: int = 0
+    violations: list[Violation] = field(default_factory=list)
+
+
 def check_server(
-    client: redis.Redis, forgotten: Collection[tuple[str, str]] = ()
-) -> list[Violation]:
+    client: redis.Redis, forgotten: Collection[tuple[str, str]] = (),
+    into: Checked | None = None,
+) -> Checked:
     """The index of every namespace on ``client``'s server against its job states
     (index first, then the states: see the module's docstring)."""
+    out = into if into is not None else Checked()
     entries = read_index(client)
     counts = read_counts(client, (e.namespace for e in entries))
     jobs = read_jobs(client)
-    return agreement(jobs, entries, counts, forgotten)
+    out.states += len(jobs)
+    out.entries += len(entries)
+    out.violations += agreement(jobs, entries, counts, forgotten)
+    return out
 
 
 def check_servers(
     clients: Sequence[redis.Redis], forgotten: Collection[tuple[str, str]] = ()
-) -> list[Violation]:
-    return [v for client in clients for v in check_server(client, forgotten)]
+) -> Checked:
+    out = Checked()
+    for client in clients:
+        check_server(client, forgotten, out)
+    return out

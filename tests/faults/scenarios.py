@@ -128,7 +128,8 @@ def sides(env: Env, history: History) -> dict[str, int]:
     of them (in fan-out every live worker is delivered every job; through a consumer
     group each job goes to one member, again only after a handover or a claim); ``met``,
     the jobs for which calls of one process (sharing a Worker) ended differently: one
-    did it, another found it done."""
+    did it, another found it done; ``states`` and ``entries``, the job states and index
+    entries the index check compared once the scenario settled (:mod:`faults.index`)."""
     side = {run: is_async(mode) for run, mode in env.fleet.modes().items()}
     by_key: dict[tuple[str, str], list[Section]] = defaultdict(list)
     for s in history.sections:
@@ -150,7 +151,8 @@ def sides(env: Env, history: History) -> dict[str, int]:
     return {"aio": sum(1 for s in history.sections if side.get(s.run)), "cross": cross,
             "batches": batches, "widest": max(map(len, seen.values()), default=0),
             "delivered": sum(map(len, seen.values())),
-            "met": sum(1 for outcomes in ended.values() if len(outcomes) > 1)}
+            "met": sum(1 for outcomes in ended.values() if len(outcomes) > 1),
+            "states": env.indexed.states, "entries": env.indexed.entries}
 
 
 def on_side(env: Env, asynchronous: bool) -> Callable[[], list[Child]]:
