@@ -28,6 +28,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any, cast
 
 import redis
 
@@ -175,7 +176,8 @@ def read_index(client: redis.Redis) -> list[Indexed]:
     out = []
     for raw in client.scan_iter(match=INDEX_HEAD + "*", count=1000):
         key = text(raw)
-        for member, score in client.zrange(key, 0, -1, withscores=True):
+        pairs = cast(list[tuple[Any, float]], client.zrange(key, 0, -1, withscores=True))
+        for member, score in pairs:
             out.append(Indexed(key, text(member), float(score)))
     return out
 
@@ -185,7 +187,7 @@ def read_jobs(client: redis.Redis) -> list[Job]:
     for raw in client.scan_iter(match=state_pattern(), count=1000):
         parsed = parse_state_key(text(raw))
         if parsed is not None:
-            found.append(JobKeys(*parsed))
+            found.append(JobKeys(parsed[0], parsed[1]))
     out = []
     for start in range(0, len(found), 500):
         chunk = found[start:start + 500]

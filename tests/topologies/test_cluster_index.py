@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 from redis.cluster import RedisCluster
@@ -20,7 +21,7 @@ from tests.helpers import LEASE, RETENTION, grant, held
 
 pytestmark = pytest.mark.processes  # a real cluster: server processes
 
-PROTOCOLS: dict[str, Callable[[RedisCluster], LockProtocol]] = {
+PROTOCOLS: dict[str, Callable[[Any], LockProtocol]] = {
     "script": ScriptProtocol, "txn": TxnProtocol,
 }
 
