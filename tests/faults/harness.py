@@ -28,6 +28,7 @@ import lockworker
 from lockworker.testing import RedisServer
 
 from .history import Final, History, Violation, load
+from .index import Checked, check_servers
 from .store import FencedStore
 
 T = TypeVar("T")
@@ -314,6 +315,11 @@ class Env:
     store: FencedStore
     namespace: str
     fleet: Fleet
+    forgotten: set[tuple[str, str]] = field(default_factory=set)
+    """(namespace, job id) of jobs whose keys the scenario deleted (their records'
+    expiry, done by hand): their index entries may outlive them (:mod:`faults.index`)."""
+    indexed: Checked = field(default_factory=Checked)
+    """What the index check compared, once run."""
 
     @property
     def server(self) -> RedisServer:
@@ -321,6 +327,14 @@ class Env:
 
     def client(self, index: int = 0) -> redis.Redis:
         return self.servers[index].client(socket_timeout=5.0)
+
+    def index_check(self) -> list[Violation]:
+        """The index of every namespace against its job states, on every server
+        (:mod:`faults.index`): run once every process has stopped."""
+        self.indexed = check_servers(
+            [self.client(i) for i in range(len(self.servers))], self.forgotten
+        )
+        return self.indexed.violations
 
     def finals(self, jobs: Sequence[str]) -> dict[str, Final]:
         """Each job's state at the end, read through the public API."""

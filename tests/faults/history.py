@@ -40,6 +40,7 @@ VIOLATION_KINDS = (
     "lost",
     "too_many_attempts",
     "fence",
+    "index_disagrees",
 )
 
 JOB = "job"

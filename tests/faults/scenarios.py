@@ -34,7 +34,7 @@ import redis
 
 import lockworker
 from lockworker.daemons.sources import stream_keys
-from lockworker.model.keys import JobKeys
+from lockworker.model.keys import JobKeys, parse_state_key
 from lockworker.protocol.decode import text
 from lockworker.protocol.schedules import schedule_key
 from lockworker.protocol.streams import entry_order
@@ -87,7 +87,8 @@ def finish(env: Env, timeout: float = 60.0, allowed: Sequence[int] = ()) -> list
     Workers exit once every job is resolved for them; the others are stopped after
     them. A child still alive after ``timeout`` is killed and reported as ``stuck``
     (the checker then also reports its jobs as pending); a child that died of an
-    exception is reported as ``crashed``.
+    exception is reported as ``crashed``. Once all have stopped, the namespace's index
+    must agree with the job states (``index_disagrees``, :mod:`faults.index`).
     """
     fleet = env.fleet
     deadline = time.monotonic() + timeout
@@ -106,7 +107,7 @@ def finish(env: Env, timeout: float = 60.0, allowed: Sequence[int] = ()) -> list
                         "stuck", child.name,
                         f"{child.mode} process {child.pid} had not finished after {timeout} s",
                     ))
-    return out + fleet.failures(allowed)
+    return out + fleet.failures(allowed) + env.index_check()
 
 
 def late_writes(history: History) -> dict[str, int]:
@@ -127,7 +128,8 @@ def sides(env: Env, history: History) -> dict[str, int]:
     of them (in fan-out every live worker is delivered every job; through a consumer
     group each job goes to one member, again only after a handover or a claim); ``met``,
     the jobs for which calls of one process (sharing a Worker) ended differently: one
-    did it, another found it done."""
+    did it, another found it done; ``states`` and ``entries``, the job states and index
+    entries the index check compared once the scenario settled (:mod:`faults.index`)."""
     side = {run: is_async(mode) for run, mode in env.fleet.modes().items()}
     by_key: dict[tuple[str, str], list[Section]] = defaultdict(list)
     for s in history.sections:
@@ -149,7 +151,8 @@ def sides(env: Env, history: History) -> dict[str, int]:
     return {"aio": sum(1 for s in history.sections if side.get(s.run)), "cross": cross,
             "batches": batches, "widest": max(map(len, seen.values()), default=0),
             "delivered": sum(map(len, seen.values())),
-            "met": sum(1 for outcomes in ended.values() if len(outcomes) > 1)}
+            "met": sum(1 for outcomes in ended.values() if len(outcomes) > 1),
+            "states": env.indexed.states, "entries": env.indexed.entries}
 
 
 def on_side(env: Env, asynchronous: bool) -> Callable[[], list[Child]]:
@@ -614,6 +617,10 @@ def deleted_job_keys(env: Env) -> int:
     what the server does once DONE records expire. Returns how many were deleted."""
     client = env.client()
     keys = list(client.scan_iter(match=f"lw:job:{env.namespace}:*", count=500))
+    for key in keys:
+        parsed = parse_state_key(text(key))
+        if parsed is not None:
+            env.forgotten.add(parsed)
     if keys:
         client.delete(*keys)
     return len(keys)

@@ -4,6 +4,8 @@ views' reads (counts and lists) see exactly the jobs in each state."""
 
 from __future__ import annotations
 
+import uuid
+
 import pytest
 import redis
 from helpers import LEASE, RETENTION, grant, held, who
@@ -11,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from lockworker.model.index import Kind
-from lockworker.model.keys import JobKeys
+from lockworker.model.keys import JobKeys, escape
 from lockworker.model.state import Settle
 from lockworker.protocol import LockProtocol
 from lockworker.protocol import index as reading
@@ -100,22 +102,44 @@ def test_the_limit_keeps_the_newest_of_a_kind_across_slots(
     assert reading.count(redis_client, namespace).gave_up == 30
 
 
+HOSTILE = st.text(
+    alphabet=st.sampled_from("{}%:*?[]\\ |") | st.characters(), min_size=1, max_size=40
+).filter(str.strip)
+"""Names of any unicode, with the characters the key layout escapes or parses (``{``,
+``}``, ``%``, ``:``) and SCAN's glob characters often among them."""
+
+
 @settings(max_examples=25, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(job=st.text(min_size=1, max_size=40).filter(str.strip))
-def test_any_job_id_is_listed_as_itself(
-    job: str, redis_client: redis.Redis, namespace: str
+@given(job=HOSTILE, suffix=HOSTILE)
+def test_any_job_id_is_listed_as_itself_in_every_kind(
+    job: str, suffix: str, protocol: LockProtocol, redis_client: redis.Redis, namespace: str
 ) -> None:
-    from lockworker.protocol import ScriptProtocol
+    """Any job id, in any namespace, round-trips through the index member (escaped in
+    the job's slot's key) and back, whichever kind the job is in, for both protocols."""
+    ns = f"{namespace}-{uuid.uuid4().hex[:8]}{suffix}"  # each example a namespace of its own
+    keys = JobKeys.of(ns, job)
 
-    protocol = ScriptProtocol(redis_client)
-    keys = JobKeys(namespace, job)
+    def only(kind: Kind) -> None:
+        assert kinds(redis_client, ns) == {job: kind}
+        assert redis_client.zrange(keys.index, 0, -1) == [escape(job)]
+
     g = grant(protocol, keys, "a", max_attempts=1)
-    try:
-        assert [e.job_id for e in reading.listed(redis_client, namespace, Kind.HELD)] == [job]
-    finally:
-        protocol.complete(keys, held(g, "a"), RETENTION)
-    assert reading.listed(redis_client, namespace, Kind.HELD) == []
+    only(Kind.HELD)
+    protocol.renew(keys, held(g, "a"), LEASE, RETENTION)
+    only(Kind.HELD)
+    protocol.fail(keys, held(g, "a"), 2, RETENTION, delay_ms=60_000)
+    only(Kind.BACKOFF)
+    protocol.reset(keys, RETENTION)
+    only(Kind.PENDING)
+    g = grant(protocol, keys, "b", max_attempts=1)
+    protocol.fail(keys, held(g, "b"), 1, RETENTION)
+    only(Kind.GAVE_UP)
+    protocol.reset(keys, RETENTION)
+    g = grant(protocol, keys, "c")
+    assert protocol.complete(keys, held(g, "c"), RETENTION) is Settle.DONE
+    assert kinds(redis_client, ns) == {}
+    assert redis_client.exists(keys.index) == 0
 
 
 @pytest.mark.parametrize("kind", list(Kind))

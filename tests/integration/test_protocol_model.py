@@ -4,7 +4,8 @@ A state machine drives acquire, renew, complete, fail, release, reset, lease exp
 the loss of a job's keys on a few jobs, by a few holders: owners keep their label when
 they restart and get a new run, and earlier runs linger as stale holders. Every reply is
 checked against a pure Python model, and after every step so are what ``inspect`` reports
-and the raw keys: status, attempt, token, last owner and run, and the one holder. The
+and the raw keys: status, attempt, token, last owner and run, and the one holder, and
+the job's one entry in the namespace's index (:mod:`lockworker.model.index`). The
 script protocol runs twice: its steps sent alone, and each sent in a batch, looped in
 one command beside steps of the same script on another job.
 
@@ -23,7 +24,12 @@ The model is written from the protocol's rules, not from its code:
   clock plus the delay, written where the run would be): until then nobody is granted
   the job, and every look says how long it has left; a retried failure with a delay
   finds its own write by its fields; a failure may give the job up at once;
-- DONE and GAVE_UP are final except through reset, which keeps the token counter;
+- DONE and GAVE_UP are final except through reset, which keeps the token counter; a
+  DONE job's records expire (``done_retention``), and a duplicate then runs it again
+  with a larger token;
+- the index holds each job's kind: none once DONE, GAVE_UP, HELD under a lease (and
+  after its holder died, until the next step on the job), BACKOFF at the due time,
+  else PENDING; a job whose keys vanished keeps its entry until a step writes it again;
 - tokens handed out for a job strictly increase over the whole run.
 """
 
@@ -52,9 +58,11 @@ from hypothesis.stateful import (
 
 from lockworker.model.codec import Holder, LockValue, decode_lock, decode_state
 from lockworker.model.history import HISTORY_CAP, AttemptEnd
-from lockworker.model.keys import JobKeys
+from lockworker.model.index import Kind, entry, score
+from lockworker.model.keys import JobKeys, escape
 from lockworker.model.state import Grant, JobStatus, Renewal, Reset, Settle, Snapshot
 from lockworker.protocol import LockProtocol, ScriptProtocol, batch
+from lockworker.protocol.decode import text
 from lockworker.protocol.script import Step
 from lockworker.protocol.txn import TxnProtocol
 
@@ -100,6 +108,26 @@ class JobModel:
     """The holder's lock value and step of the job's last applied settle."""
     due_ms: int | None = None
     """The due time the state holds (server ms), written by a "fail later"."""
+    lapsed: bool = False
+    """The holder died and its lease ran out, and no step on the job came since: the
+    index still holds the job as held."""
+    orphan: Kind | None = None
+    """What the index held for the job when its keys vanished (expiry, or the server
+    lost them): the entry stays until a step on the job writes it again."""
+
+    def indexed(self) -> Kind | None:
+        """The job's entry in the namespace's index (:mod:`lockworker.model.index`)."""
+        if not self.known:
+            return self.orphan
+        if self.status is JobStatus.DONE:
+            return None
+        if self.status is JobStatus.GAVE_UP:
+            return Kind.GAVE_UP
+        if self.holder is not None:
+            return Kind.HELD
+        if self.due_ms is not None:
+            return Kind.BACKOFF
+        return Kind.HELD if self.lapsed else Kind.PENDING
 
     def fields(self) -> Fields:
         return (self.status, self.attempt, self.token, self.run, self.owner)
@@ -108,9 +136,11 @@ class JobModel:
         self.status, self.attempt, self.token, self.run, self.owner = fields
         self.known = True
         self.due_ms = due_ms
+        self.lapsed, self.orphan = False, None
 
     def forget(self) -> None:
-        self.known, self.holder, self.due_ms = False, None, None
+        self.orphan = self.indexed()
+        self.known, self.holder, self.due_ms, self.lapsed = False, None, None, False
         self.status, self.attempt, self.token, self.run, self.owner = (
             JobStatus.PENDING, 0, 0, "", ""
         )
@@ -229,7 +259,7 @@ class ProtocolModel(RuleBasedStateMachine):
             assert got == Snapshot(
                 JobStatus.GAVE_UP, m.attempt, m.token, m.owner, run=m.run
             ), got
-            m.status = JobStatus.GAVE_UP
+            m.status, m.lapsed = JobStatus.GAVE_UP, False
             return got
         if self.due_ahead(m):
             # a failure set the next attempt ahead: refused to everybody, with the time left
@@ -286,6 +316,7 @@ class ProtocolModel(RuleBasedStateMachine):
         else:
             assert self.client.delete(lock) == 1
         self.jobs[job].holder = None
+        self.jobs[job].lapsed = True
 
     # -- rules ---------------------------------------------------------------------
 
@@ -380,7 +411,28 @@ class ProtocolModel(RuleBasedStateMachine):
         state = decode_state(self.client.get(keys.state))
         assert state is not None and state.due_ms == m.due_ms, (state, m)
         assert self.client.set(keys.state, replace(state, due_ms=past).encode(), keepttl=True)
+        # the index's time of a job backing off is its due time: it moves along
+        assert self.client.zadd(
+            keys.index, {escape(job): score(Kind.BACKOFF, past)}, xx=True, ch=True
+        ) == 1
         m.due_ms = past
+
+    @precondition(lambda self: any(
+        m.known and m.status is JobStatus.DONE for m in self.jobs.values()))
+    @rule(data=st.data())
+    def done_record_expires(self, data: st.DataObject) -> None:
+        """A DONE job's records expire (``done_retention`` is over): the job is unknown
+        again, and a duplicate of it runs again, with a larger token."""
+        jobs = [j for j, m in self.jobs.items() if m.known and m.status is JobStatus.DONE]
+        job = data.draw(st.sampled_from(jobs), label="job")
+        m, keys = self.jobs[job], self.keys[job]
+        self.client.pexpire(keys.history, 1)
+        assert self.client.pexpire(keys.state, 1)
+        wait_for(lambda: self.client.exists(keys.state, keys.history) == 0, timeout=5.0,
+                 interval=0.001)
+        m.forget()
+        m.recorded.clear()
+        m.folded = False
 
     @precondition(lambda self: self.jobs_with_stale())
     @rule(
@@ -524,9 +576,29 @@ class ProtocolModel(RuleBasedStateMachine):
             tokens = [v.token for v in m.issued]
             assert tokens == sorted(set(tokens)), tokens
 
+    @invariant()
+    def index_agrees_with_the_model(self) -> None:
+        """Each job's one entry in the namespace's index is of the kind its state says
+        (a backing-off job's at its due time), and the index holds no other member."""
+        found: dict[str, tuple[Kind, int]] = {}
+        for key in {k.index for k in self.keys.values()}:
+            for member, value in self.client.zrange(key, 0, -1, withscores=True):
+                e = entry(text(member), value)
+                assert e is not None and e.job_id in self.jobs, (key, member, value)
+                assert e.job_id not in found and key == self.keys[e.job_id].index, e
+                found[e.job_id] = (e.kind, e.ms)
+        now = self.server_ms()
+        for job, m in self.jobs.items():
+            kind, ms = found.get(job, (None, 0))
+            assert kind is m.indexed(), (job, kind, m)
+            if kind is Kind.BACKOFF:  # at the due time (an orphan's is its state's was)
+                assert not m.known or ms == m.due_ms, (job, ms, m)
+            elif kind is not None:  # the time of the step that wrote it
+                assert ms <= now, (job, kind, ms, now)
+
     def teardown(self) -> None:
         for keys in self.keys.values():
-            self.client.delete(keys.lock, keys.state, keys.history)
+            self.client.delete(keys.lock, keys.state, keys.history, keys.index)
 
 
 def looped(client: redis.Redis) -> LockProtocol:
