@@ -84,6 +84,6 @@ def counts(client: redis.Redis, spaces: Iterable[str], since_ms: int) -> dict[st
 def in_state(client: redis.Redis, spaces: Iterable[str], state: str, since_ms: int) -> int:
     """How many jobs of ``spaces`` the index holds in ``state`` (0 for ``done``, which it
     does not hold): what ``--state`` says is left out of a table cut to ``--limit``."""
-    if state not in KINDS_OF:
+    if state not in STATES:
         return 0
     return sum(seen[state] for seen in counts(client, spaces, since_ms).values())
