@@ -107,6 +107,14 @@ def chart(found: list[Bucket]) -> dict[str, str]:
     }
 
 
+def charted(
+    read_: dict[str, list[Bucket]], namespace: str | None
+) -> list[tuple[str, list[Bucket]]]:
+    """The namespaces the dashboard charts: ``namespace`` alone if given, else every
+    one read, with counts in the hour or not."""
+    return [(ns, found) for ns, found in read_.items() if namespace in (None, ns)]
+
+
 def busiest(found: list[Bucket]) -> int:
     """The largest count of one kind in one minute (the chart's scale)."""
     return max((counts.get(kind, 0) for _start, counts in found for kind in KINDS), default=0)
