@@ -88,13 +88,16 @@ class AsyncPresence(PresenceBase):
 
     async def close(self) -> None:
         """:meth:`stop`, wait until the registration was removed, and send the counts
-        left (the jobs that ended after the task's last flush)."""
+        left (the jobs that ended after the task's last flush), for at most 5 s."""
         self.stop()
         task = self._task
         if task is not None and task is not asyncio.current_task():
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await asyncio.wait_for(asyncio.shield(task), 5.0)
-        await self.flush()
+            if not task.done():
+                return  # stuck on an unresponsive server: the send would wait too
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(self.flush(), 5.0)
 
     async def flush(self) -> None:
         """Send the worker's counts, if any (one script); kept for the next on failure

@@ -205,11 +205,14 @@ class Presence(PresenceBase):
 
     def close(self) -> None:
         """:meth:`stop`, wait until the registration was removed, and send the counts
-        left (the jobs that ended after the thread's last flush)."""
+        left (the jobs that ended after the thread's last flush); not if the thread is
+        still stuck on an unresponsive server, which the send would wait for too."""
         self.stop()
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout=5.0)
+            if thread.is_alive():
+                return
         self.flush()
 
     def flush(self) -> None:

@@ -145,3 +145,22 @@ def test_the_asyncio_worker_counts_as_the_sync_one(
         return found
 
     assert asyncio.run(scenario()) == {"done": 3, "failed": 2, "gave_up": 1, "handed_over": 0}
+
+
+def test_clean_jobs_pay_no_server_call_for_their_counts(
+    make: Callable[..., lockworker.Worker], redis_client: redis.Redis, namespace: str
+) -> None:
+    """50 jobs, one count sent per minute (at most two minutes, two sends): the counts
+    cost the jobs nothing, and the sends do not grow with them."""
+
+    def increments() -> int:
+        return int(redis_client.info("commandstats").get("cmdstat_hincrby", {}).get("calls", 0))
+
+    worker = make(lambda job: None, lock_timeout=60.0)
+    before = increments()
+    for i in range(50):
+        assert worker.process(f"j{i}") is lockworker.Outcome.DONE
+    worker.stop()
+    worker.close()
+    assert 1 <= increments() - before <= 4
+    assert hour_totals(redis_client, namespace)["done"] == 50
