@@ -75,7 +75,7 @@ def test_a_job_taken_over_after_another_process_failed_is_one_handover(
 
     a = make(fails, owner="a", retry_delay=0)
     b = make(lambda job: None, owner="b", retry_delay=0)
-    ta, box_a = in_thread(lambda: a.process("j"))
+    ta, box_a = in_thread(lambda: a.process("j"))  # a fails, then sees b's DONE
     wait_for(lambda: a.inspect("j").holder == "a")
     with capture_events() as logs:
         tb, box_b = in_thread(lambda: b.process("j"))
@@ -84,6 +84,7 @@ def test_a_job_taken_over_after_another_process_failed_is_one_handover(
     ta.join(10)
     tb.join(10)
     assert box_b["result"] is lockworker.Outcome.DONE
+    assert box_a["result"] is lockworker.Outcome.DONE_ELSEWHERE
     for worker in (a, b):
         worker.stop()
         worker.close()
