@@ -174,3 +174,22 @@ def test_status_summary_and_chart_of_the_minutes_read() -> None:
     assert points["failed"].split()[1] == f"{throughput.WIDTH / 2:.1f},{top:.1f}"
     assert points["gave_up"].split() == [f"{x:.1f},{bottom:.1f}"
                                          for x in (0, throughput.WIDTH / 2, throughput.WIDTH)]
+
+
+def test_a_window_counts_every_minute_that_overlaps_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    asked: list[list[int]] = []
+    kept = {(HOUR0 - 60, "done"): 100, (HOUR0, "done"): 2, (HOUR0 + 60, "done"): 3,
+            (HOUR0 + 60, "failed"): 7}
+
+    def read(_client: Any, _ns: str, hours: list[int]) -> dict[tuple[int, str], int]:
+        asked.append(hours)
+        return kept
+
+    monkeypatch.setattr(steps, "read", read)
+    now = HOUR0 + 90  # half way through the second minute of the hour
+    assert rates.done_in_window(None, "ns", 60, now=now) == 5  # type: ignore[arg-type]
+    assert rates.done_in_window(None, "ns", 30, now=now) == 3  # type: ignore[arg-type]
+    assert rates.done_in_window(None, "ns", 91, now=now) == 105  # type: ignore[arg-type]
+    assert asked[-1] == [HOUR0 - 3600, HOUR0]  # the window reaches into the hour before
+    with pytest.raises(InvalidConfig, match="seconds"):
+        rates.done_in_window(None, "ns", 0, now=now)  # type: ignore[arg-type]
