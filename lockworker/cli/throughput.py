@@ -4,7 +4,7 @@ dashboard show it: jobs done, attempts failed, jobs given up and handed over
 
 Read without a walk of the jobs: one script per namespace over its last hour hashes
 (:func:`lockworker.runtime.rates.rates`). The namespaces are the one asked for, else
-those with counts kept (a SCAN matching only the hour hashes' names).
+the registered ones (:func:`namespaces`).
 
 ``lockworker status`` runs through :func:`status_main`: the status itself
 (:func:`lockworker.cli.status.main`), then a line per namespace (last minute and last
@@ -29,7 +29,8 @@ from lockworker.cli.common import connect, redis_url
 from lockworker.clock import wall_time
 from lockworker.model import rates as model
 from lockworker.model.rates import KINDS, Bucket
-from lockworker.protocol import text
+from lockworker.model.registry import NAMESPACE
+from lockworker.protocol import registry, text
 from lockworker.runtime.rates import rates
 
 SHOWN = 61
@@ -44,12 +45,18 @@ WIDTH, HEIGHT = 360, 80
 
 
 def namespaces(client: redis.Redis, namespace: str | None) -> list[str]:
-    """``namespace``, or every namespace whose counts are kept."""
+    """``namespace``, or every registered namespace (:mod:`lockworker.model.registry`:
+    a worker registers its namespace as it starts serving); with none registered (a
+    server written only by releases before the registry), those whose counts are kept,
+    by a SCAN matching only the hour hashes' names."""
     if namespace is not None:
         return [namespace]
-    found = (model.parse_rates_key(text(k))
-             for k in client.scan_iter(match=model.RATES_PATTERN, count=1000))
-    return sorted({n for n in found if n is not None}, key=natural)
+    found = registry.names(client, NAMESPACE)
+    if not found:
+        found = [n for n in (model.parse_rates_key(text(k)) for k in
+                             client.scan_iter(match=model.RATES_PATTERN, count=1000))
+                 if n is not None]
+    return sorted(set(found), key=natural)
 
 
 def read(

@@ -120,7 +120,7 @@ def test_status_shows_a_line_of_rates_and_json_has_the_minutes(
     out = capsys.readouterr().out
     assert (f"rates of {namespace}: last minute" in out
             and "last hour 9 done, 8 failed, 3 gave up, 0 handed over" in out)
-    assert main(["status", "--json", *url]) == 0  # every namespace: found by their hashes
+    assert main(["status", "--json", *url]) == 0  # every namespace: the registered ones
     assert json.loads(capsys.readouterr().out)["rates"][namespace]["last_hour"] == expected
 
 
