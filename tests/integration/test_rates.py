@@ -116,6 +116,8 @@ def test_status_shows_a_line_of_rates_and_json_has_the_minutes(
     assert len(shown["minutes"]) == 61
     assert sum(m["done"] for m in shown["minutes"]) == expected["done"]
     assert {"jobs", "counts", "workers"} <= set(doc)  # the status document, unchanged
+    # finished jobs are not walked: status counts the done ones from the rates
+    assert doc["counts"]["namespaces"][namespace]["done"] == expected["done"]
     assert main(["status", "--namespace", namespace, *url]) == 0
     out = capsys.readouterr().out
     assert (f"rates of {namespace}: last minute" in out
