@@ -19,9 +19,11 @@ from lockworker.model import presence
 from lockworker.model import registry as names
 from lockworker.model.presence import Member, View
 from lockworker.protocol import presence as steps
+from lockworker.protocol import rates as counting
 from lockworker.protocol import registry
 from lockworker.runtime import events, reindex
 from lockworker.runtime.presence import FAILURES, PresenceBase
+from lockworker.runtime.rates import Rates
 
 
 class AsyncPresence(PresenceBase):
@@ -29,9 +31,9 @@ class AsyncPresence(PresenceBase):
 
     def __init__(
         self, client: object, namespace: str, member: Member, *, view: View,
-        log: events.EventLog, on_gone: Callable[[], None],
+        log: events.EventLog, on_gone: Callable[[], None], rates: Rates | None = None,
     ) -> None:
-        super().__init__(namespace, member, view=view, log=log, on_gone=on_gone)
+        super().__init__(namespace, member, view=view, log=log, on_gone=on_gone, rates=rates)
         self.client: object = client
         self._starting: asyncio.Lock | None = None
         self._wake: asyncio.Event | None = None
@@ -85,12 +87,36 @@ class AsyncPresence(PresenceBase):
             self._wake.set()
 
     async def close(self) -> None:
-        """:meth:`stop`, and wait until the registration was removed."""
+        """:meth:`stop`, wait until the registration was removed, and send the counts
+        left (the jobs that ended after the task's last flush), for at most 5 s."""
         self.stop()
         task = self._task
         if task is not None and task is not asyncio.current_task():
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await asyncio.wait_for(asyncio.shield(task), 5.0)
+            if not task.done():
+                return  # stuck on an unresponsive server: the send would wait too
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(self.flush(), 5.0)
+
+    async def flush(self) -> None:
+        """Send the worker's counts, if any (one script); kept for the next on failure
+        (a cancelled flush too: it may have been applied, see
+        :mod:`lockworker.model.rates`)."""
+        taken = self.rates.take()
+        if not taken:
+            self.flushed(None)
+            return
+        try:
+            await counting.arecord(self.client, self.namespace, taken)
+        except FAILURES as exc:
+            self.rates.restore(taken)
+            self.flushed(exc)
+            return
+        except BaseException:
+            self.rates.restore(taken)
+            raise
+        self.flushed(None)
 
     async def refresh(self, message: str = "") -> None:
         sent_at = self.clock.monotonic()
@@ -114,13 +140,17 @@ class AsyncPresence(PresenceBase):
     async def _run(self, stop: asyncio.Event) -> None:
         async with self._listening(stop) as message:
             while not self.stopped:
-                left = self.view.next_read() - self.clock.monotonic()
+                now = self.clock.monotonic()
+                left = self.wait_left(now)
                 if not message.is_set() and left > 0:
                     await wait(message, left)
                     continue  # a stop, a message, or the time: decide again
-                message.clear()
-                if not self.stopped:
-                    await self.refresh()
+                if message.is_set() or self.view.next_read() <= now:
+                    message.clear()
+                    if not self.stopped:
+                        await self.refresh()
+                await self.flush()
+        await self.flush()
         with contextlib.suppress(*FAILURES):
             await steps.LEAVE.acall(
                 self.client,

@@ -137,7 +137,7 @@ class Worker(WorkerSettings):
         self._signals: contextlib.ExitStack | None = None
         self._presence = AsyncPresence(
             client, self.namespace, self._member, view=self._view, log=self._log,
-            on_gone=self._hub.wake_all,
+            on_gone=self._hub.wake_all, rates=self._rates,
         )
 
     # -- hooks (override with async def or def, or pass as functions) ----------------

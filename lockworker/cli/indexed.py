@@ -5,8 +5,9 @@ each namespace's index (:mod:`lockworker.protocol.index`), the newest ``limit`` 
 listed state, then only those jobs' keys are read (:func:`lockworker.cli.status.job_rows`),
 so the row shows the job as it is now, not as its entry said. An entry whose job has no
 state any more (expired meanwhile) gives no row. The counts come from the index too:
-one script per server, whatever the number of finished jobs. ``--job`` reads the one
-job's keys, in the namespace given or in each registered one.
+one script per server, whatever the number of finished jobs; the DONE ones from the
+workers' per-minute counts (:func:`lockworker.runtime.rates.done_in_window`).
+``--job`` reads the one job's keys, in the namespace given or in each registered one.
 
 ``--state done`` is the exception: DONE jobs have no entry (a DONE is the end of a job's
 entry), so that form still walks the namespace's state keys, and says so.
@@ -19,10 +20,12 @@ from typing import Any
 
 import redis
 
+from lockworker.daemons.settings import DONE_RETENTION
 from lockworker.model.index import STATES
 from lockworker.model.keys import JobKeys, Space, parse_state_key, state_pattern
 from lockworker.model.registry import NAMESPACE
 from lockworker.protocol import index, registry, text
+from lockworker.runtime.rates import done_in_window
 
 Key = tuple[str, str, str]
 """(state key, namespace, job id): a job as the status' reader takes it."""
@@ -71,13 +74,19 @@ def listed(
     return list(seen.values())
 
 
-def counts(client: redis.Redis, spaces: Iterable[str], since_ms: int) -> dict[str, Any]:
+def counts(
+    client: redis.Redis, spaces: Iterable[str], since_ms: int,
+    done_window: float = DONE_RETENTION,
+) -> dict[str, Any]:
     """Per namespace, the jobs the index holds in each listed state (``held`` counts
-    leases that may have run out since: the rows tell them)."""
+    leases that may have run out since: the rows tell them), and ``done``: the jobs the
+    workers counted done in the last ``done_window`` seconds (their per-minute counts,
+    :mod:`lockworker.model.rates`: the last hours only), as the index holds none."""
     out: dict[str, Any] = {}
     for ns in spaces:
         c = index.count(client, ns, since_ms)
-        out[ns] = {"pending": c.pending + c.backoff, "held": c.held, "gave_up": c.gave_up}
+        out[ns] = {"pending": c.pending + c.backoff, "held": c.held, "gave_up": c.gave_up,
+                   "done": done_in_window(client, ns, done_window)}
     return out
 
 

@@ -237,7 +237,8 @@ def _add_jobs(sub: argparse._SubParsersAction[Parser], common: Parser) -> None:
     status = sub.add_parser(
         "status", parents=[common], help="jobs and leaders as a table",
         description="Every job and leader Redis knows of: their counts by state, then "
-        "a table of the first --limit rows (or JSON: all of them).",
+        "a table of the first --limit rows (or JSON: all of them), and what the workers "
+        "did per namespace (done, failed, gave up, handed over: last minute, last hour).",
     )
     status.add_argument("--namespace", help="only this namespace (default: all)")
     status.add_argument("--json", action="store_true", help="one JSON document, for "
@@ -335,7 +336,7 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 HANDLERS = {
     "run": ("run", "main"), "submit": ("jobs", "submit_main"),
-    "reset": ("jobs", "reset_main"), "status": ("status", "main"),
+    "reset": ("jobs", "reset_main"), "status": ("throughput", "status_main"),
     "server": ("server", "main"), "demo": ("demo", "main"), "check": ("check", "main"),
     "dashboard": ("dashboard", "main"), "index": ("reindex", "main"),
 }

@@ -345,7 +345,7 @@ def main(args: argparse.Namespace) -> int:
             workers = worker_rows(client, args.namespace)
             rows = collect(client, args.namespace, kept(args), limit)
             by_namespace = indexed.counts(
-                client, indexed.namespaces(client, args.namespace), since_ms
+                client, indexed.namespaces(client, args.namespace), since_ms, kept(args).done
             )
             streams = readers.stream_rows(client, args.namespace)
             timed = ticks_told(

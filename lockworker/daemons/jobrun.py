@@ -281,9 +281,7 @@ class JobRun(RunBase):
         """After the complete step: DONE, or None if the server refused it (the lease
         was lost; see :meth:`refused_lease`)."""
         if settled is Settle.DONE:
-            self.ended()
-            h.log.info(events.DONE)
-            return Outcome.DONE
+            return self.done_here(h.log)
         self.refused_lease(h.lease, h.log, settled)
         return None
 

@@ -15,7 +15,7 @@ from lockworker.clock import Clock
 from lockworker.daemons.contend import ContestantBase
 from lockworker.daemons.job import Job
 from lockworker.errors import GiveUp, InvalidConfig, Retry
-from lockworker.model import policy, presence
+from lockworker.model import policy, presence, rates
 from lockworker.model.codec import Holder, LockValue
 from lockworker.model.history import ErrorText, error_text
 from lockworker.model.keys import JobKeys
@@ -24,6 +24,7 @@ from lockworker.protocol.decode import due_in
 from lockworker.runtime import events
 from lockworker.runtime.contenders import Contenders
 from lockworker.runtime.lease import Flag, Lease, ended
+from lockworker.runtime.rates import Rates
 
 T = TypeVar("T")
 
@@ -53,6 +54,8 @@ class RunnerBase(Protocol):
     """Its runs contending for each job id: only the run that took a lease re-enters it."""
     retry_schedule: config.RetrySchedule
     give_up_on: tuple[type[BaseException], ...]
+    _rates: Rates
+    """Its outcomes per minute, sent by its presence loop (:mod:`lockworker.model.rates`)."""
 
     @property
     def _stop(self) -> Flag: ...
@@ -82,6 +85,9 @@ class RunBase(ContestantBase):
         self.tokens: list[int] = []
         """The tokens of the attempts this run was granted: a DONE is this run's only
         if it carries one (another call of the same worker shares its run id)."""
+        self.seen_token: int | None = None
+        """The token of the last look at the job unresolved: whose grant came before
+        this run's (a grant's token is the one before it plus one)."""
         self.contend()
 
     def contend(self) -> None:
@@ -136,10 +142,13 @@ class RunBase(ContestantBase):
             # Nor another call of this worker: this run's own attempt's token.
             mine = (seen.owner, seen.run) == (w.owner, w.run_id) and seen.token in self.tokens
             report_done(self.log, seen, mine=mine)
+            if mine:
+                w._rates.add(rates.DONE)
             return (Outcome.DONE if mine else Outcome.DONE_ELSEWHERE), None
         if seen.status is JobStatus.GAVE_UP:
             self.log.warning(events.GAVE_UP, attempt=seen.attempt, token=seen.token)
             return Outcome.GAVE_UP, ("on_gave_up", self.job(seen.attempt, seen.token, None))
+        self.seen_token = seen.token
         self.sightings.saw(seen, w.clock.monotonic())
         if seen.holder is not None and policy.is_news(self.previous, seen):
             self.previous = seen
@@ -161,7 +170,25 @@ class RunBase(ContestantBase):
     def acquired(self, grant: Grant, sent_at: float, lease: Lease, job: Job,
                  log: events.EventLog) -> None:
         job._lease = lease
+        if self.handed_over(grant):
+            self.base._rates.add(rates.HANDED_OVER)
         log.info(events.ACQUIRED, reentered=grant.reentered, **self.sightings.granted(sent_at))
+
+    def handed_over(self, grant: Grant) -> bool:
+        """Whether ``grant`` (its token already among :attr:`tokens`) takes the job
+        over from another process: the grant before it (token - 1) was not this run's,
+        and there was one (an attempt spent before, or a holder or failure seen)."""
+        before = grant.token - 1
+        if grant.reentered or before in self.tokens:
+            return False
+        return grant.attempt > 1 or self.seen_token == before
+
+    def done_here(self, log: events.EventLog) -> Outcome:
+        """This run's complete step wrote DONE: the event, and the count."""
+        self.ended()
+        log.info(events.DONE)
+        self.base._rates.add(rates.DONE)
+        return Outcome.DONE
 
     def refused_lease(self, lease: Lease | None, log: events.EventLog, settled: Settle) -> None:
         """The server refused to settle: the lease was lost. Steps back, and reports the
@@ -178,6 +205,7 @@ class RunBase(ContestantBase):
         handed the lease back (or given up trying), so a backup waiting for the job
         does not also wait for the application's log handlers to render a warning and
         its traceback."""
+        self.base._rates.add(rates.FAILED)
         log.warning(
             events.FAILED, error=events.describe(exc), last=job.is_last_attempt, exc_info=exc
         )
@@ -212,6 +240,7 @@ class RunBase(ContestantBase):
         when the job is due, or after the step back if it is due at once), or True if
         the server refused (see :meth:`refused_lease`)."""
         if settled is Settle.GAVE_UP:
+            self.base._rates.add(rates.GAVE_UP)
             if failure.give_up is None:
                 log.warning(events.GAVE_UP)
             else:

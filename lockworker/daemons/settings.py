@@ -25,6 +25,7 @@ from lockworker.protocol.txn import TxnProtocol
 from lockworker.runtime import events, retry
 from lockworker.runtime.batcher import batcher_for
 from lockworker.runtime.contenders import Contenders
+from lockworker.runtime.rates import Rates
 
 DAY = 86400.0
 HOUR = 3600.0
@@ -99,6 +100,7 @@ class WorkerSettings:
     _member: Member
     _view: View
     _contenders: Contenders
+    _rates: Rates
 
     def _configure(
         self, base: type, *, namespace: str, lock_timeout: float, max_attempts: int,
@@ -138,6 +140,7 @@ class WorkerSettings:
         w._member = Member(w.role, w.owner, w.run_id, host, pid, w._lease_ms)
         w._view = View(w.lock_timeout, watch=w.role is Role.BACKUP, me=w._member)
         w._contenders = Contenders()
+        w._rates = Rates()
 
 
 def kept(value: object, name: str, lock_timeout: float) -> float:

@@ -147,7 +147,7 @@ class Worker(WorkerSettings):
         self._permitted = False
         self._presence = Presence(
             client, self.namespace, self._member, view=self._view, log=self._log,
-            on_gone=self._hub.wake_all,
+            on_gone=self._hub.wake_all, rates=self._rates,
         )
         # A worker dropped without close() leaves: its thread holds no reference to it.
         weakref.finalize(self, self._presence.stop)

@@ -18,9 +18,14 @@ steps: :mod:`lockworker.protocol.presence`. Here the I/O and its schedule, for a
 - A backup whose reading shows that no primary serves records since when it serves
   as one (and forgets it when a primary serves again): one more round trip at each
   such change, for ``lockworker status`` and the dashboard to show.
+- The thread also sends the worker's per-minute counts of what it did
+  (:mod:`lockworker.runtime.rates`): after every refresh, and at least every
+  :data:`~lockworker.runtime.rates.FLUSH_EVERY` seconds, one script when there is
+  anything to send, nothing otherwise; so a job pays no server call for them.
 - :meth:`Presence.stop` (the worker's ``stop``, SIGTERM) is safe in a signal handler:
-  the thread removes the registration (the removal is published) and ends.
-  :meth:`Presence.close` waits for that.
+  the thread sends the last counts, removes the registration (the removal is
+  published) and ends. :meth:`Presence.close` waits for that, then sends what was
+  counted since (jobs that ended after the stop).
 
 A refresh that fails is logged and tried again soon; meanwhile the registration runs
 out by itself, as after a crash, which only makes backups compete at once.
@@ -43,6 +48,8 @@ from lockworker.model.presence import Member, View
 from lockworker.protocol import presence as steps
 from lockworker.protocol import registry
 from lockworker.runtime import events, reindex
+from lockworker.runtime import rates as counting
+from lockworker.runtime.rates import FLUSH_EVERY, Rates
 from lockworker.runtime.wake import hub_for
 
 REFRESH_FAILED = "presence.refresh_failed"
@@ -55,6 +62,7 @@ runs (INFO, once per worker)."""
 INDEXED = "index.built"
 """A worker alone in a namespace not marked indexed indexed its older jobs itself
 (:mod:`lockworker.runtime.reindex`), and marked it: ``jobs`` were indexed."""
+RATES_FAILED = "presence.rates_failed"
 FAILURES = (redis.RedisError, OSError, LockworkerError)
 
 
@@ -63,8 +71,9 @@ class PresenceBase:
 
     def __init__(
         self, namespace: str, member: Member, *, view: View, log: events.EventLog,
-        on_gone: Callable[[], None],
+        on_gone: Callable[[], None], rates: Rates | None = None,
     ) -> None:
+        self.namespace = namespace
         self.keys = presence.presence_keys(namespace)
         self.member = member
         self.view = view
@@ -81,6 +90,11 @@ class PresenceBase:
         """Whether the server has this backup's record of serving as a primary."""
         self.alone = False
         """Whether the last reading showed no worker registered but this one."""
+        self.rates = rates if rates is not None else Rates()
+        """The worker's counts of what it did, sent by this loop."""
+        self.flush_due = 0.0
+        """When (on :attr:`clock`) the counts are sent next at the latest."""
+        self.flush_failing = False
 
     def acting_change(self) -> bool | None:
         """For a backup: True if it serves as a primary since the last reading (no
@@ -113,6 +127,20 @@ class PresenceBase:
     def indexed(self, jobs: int) -> None:
         self.log.info(INDEXED, jobs=jobs)
 
+    def wait_left(self, now: float) -> float:
+        """Seconds until the next refresh or flush of the counts, whichever is first."""
+        return min(self.view.next_read(), self.flush_due) - now
+
+    def flushed(self, exc: BaseException | None) -> None:
+        """After a flush of the counts: the next is due in :data:`FLUSH_EVERY`; the
+        first failure of a streak is logged (the counts wait for the next)."""
+        self.flush_due = self.clock.monotonic() + FLUSH_EVERY
+        if exc is None:
+            self.flush_failing = False
+        elif not self.flush_failing:
+            self.flush_failing = True
+            self.log.warning(RATES_FAILED, error=repr(exc))
+
     def refresh_failed(self, exc: BaseException, sent_at: float) -> None:
         """Log the first failure of a streak; try again soon."""
         self.view.failed(sent_at)
@@ -126,9 +154,9 @@ class Presence(PresenceBase):
 
     def __init__(
         self, client: redis.Redis, namespace: str, member: Member, *, view: View,
-        log: events.EventLog, on_gone: Callable[[], None],
+        log: events.EventLog, on_gone: Callable[[], None], rates: Rates | None = None,
     ) -> None:
-        super().__init__(namespace, member, view=view, log=log, on_gone=on_gone)
+        super().__init__(namespace, member, view=view, log=log, on_gone=on_gone, rates=rates)
         self.client = client
         self._lock = threading.Lock()
         self._wake = threading.Event()
@@ -176,11 +204,25 @@ class Presence(PresenceBase):
         self._wake.set()
 
     def close(self) -> None:
-        """:meth:`stop`, and wait until the registration was removed."""
+        """:meth:`stop`, wait until the registration was removed, and send the counts
+        left (the jobs that ended after the thread's last flush); not if the thread is
+        still stuck on an unresponsive server, which the send would wait for too."""
         self.stop()
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout=5.0)
+            if thread.is_alive():
+                return
+        self.flush()
+
+    def flush(self) -> None:
+        """Send the worker's counts, if any (one script); kept for the next on failure."""
+        try:
+            counting.flush(self.client, self.namespace, self.rates)
+        except FAILURES as exc:
+            self.flushed(exc)
+            return
+        self.flushed(None)
 
     def refresh(self, message: str = "") -> None:
         sent_at = self.clock.monotonic()
@@ -201,13 +243,17 @@ class Presence(PresenceBase):
     def _run(self) -> None:
         with self._listening() as message:
             while not self.stopped:
-                left = self.view.next_read() - self.clock.monotonic()
+                now = self.clock.monotonic()
+                left = self.wait_left(now)
                 if not message.is_set() and left > 0:
                     self.clock.wait(message, left)
                     continue  # a stop, a message, or the time: decide again
-                message.clear()
-                if not self.stopped:
-                    self.refresh()
+                if message.is_set() or self.view.next_read() <= now:
+                    message.clear()
+                    if not self.stopped:
+                        self.refresh()
+                self.flush()
+        self.flush()
         with contextlib.suppress(*FAILURES):
             steps.leave(
                 self.client, self.keys, self.member,

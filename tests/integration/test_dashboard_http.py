@@ -317,3 +317,28 @@ def test_the_schedules_panel_shows_each_schedule_s_ticks_and_counts(
     assert "unknown (no definition recorded)" in hand and '<td class="outcome">ran</td>' in hand
     assert re.findall(r'<td class="count">(\d+)</td>', hand) == ["4", "2", "1"]
     assert "its next tick is unknown" in panel
+
+
+def test_the_rates_panel_charts_each_namespace_s_last_hour_per_minute(
+    redis_client: redis.Redis, namespace: str
+) -> None:
+    def hook(job: lockworker.Job) -> None:
+        if job.id == "bad":
+            raise RuntimeError("boom")
+
+    with lockworker.Worker(redis_client, namespace=namespace, on_acquired=hook,
+                           max_attempts=1, handle_signals=False, lock_timeout=2.0) as worker:
+        for job_id in ("a", "b", "bad"):
+            worker.process(job_id)
+    collector = Collector(redis_client, namespace=namespace, refresh=60.0)
+    with serving(create_app(collector, url="redis://x")) as base:
+        body = ask(base, "/").body
+        fragment = ask(base, "/?fragment=1").body
+    panel = body[body.index('<section id="rates">'):]
+    panel = panel[: panel.index("</section>")]
+    assert 'id="rates"' in fragment  # swapped in with the live part
+    row = re.findall(r'<tr class="rates">(.*?)</tr>', panel, re.S)
+    assert len(row) == 1 and f"<td>{namespace}</td>" in row[0]
+    assert row[0].count("<polyline") == 4 and '<svg class="rate-chart"' in row[0]
+    counts = re.findall(r'<td class="count (\w+)"[^>]*>(\d+)</td>', row[0])
+    assert counts == [("done", "2"), ("failed", "1"), ("gave_up", "1"), ("handed_over", "0")]

@@ -1,6 +1,7 @@
 """The dashboard's pages: a Starlette application over a :class:`~.view.Collector`.
 
-``/``       leaders, live workers, jobs counted by state per namespace, handovers,
+``/``       leaders, live workers, jobs counted by state per namespace, what the
+            workers did per minute over the last hour (a chart per namespace), handovers,
             held jobs and given-up jobs (each list paged: ``?held=N``, ``?gave_up=N``),
             and what the server holds (keys and bytes per namespace by kind);
 ``/jobs``   every job, filtered by namespace, state and part of the id, paged;
@@ -36,7 +37,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
 from lockworker import __version__
-from lockworker.cli import footprint, schedules
+from lockworker.cli import footprint, schedules, throughput
 from lockworker.cli.cells import duration
 from lockworker.cli.web import guard
 from lockworker.cli.web.view import STATES, Collector
@@ -119,7 +120,8 @@ def templates() -> Jinja2Templates:
     )
     env.filters.update(duration=duration, timestamp=timestamp)
     env.globals.update(job_link=job_link, with_query=with_query, STATES=STATES,
-                       version=__version__, footprint=footprint, schedules=schedules)
+                       version=__version__, footprint=footprint, schedules=schedules,
+                       throughput=throughput)
     return Jinja2Templates(env=env)
 
 

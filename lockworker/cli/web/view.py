@@ -16,7 +16,9 @@ walk of every job) and keeps the handovers they record (:func:`recorded_handover
 What the server holds (:mod:`lockworker.cli.footprint`: keys and bytes per namespace
 by kind, from a bounded sample) is read at most every :data:`MEMORY_EVERY` seconds.
 Each schedule's hash (:mod:`lockworker.cli.schedules`: few, found by their own key
-pattern) is read with every view.
+pattern) is read with every view. What the workers did per minute over the last hour
+(:mod:`lockworker.cli.throughput`: one script per namespace) is read at most every
+:data:`RATES_EVERY` seconds (the workers send their counts every few seconds).
 A job's attempt history (``Snapshot.history``, where the library
 records one) is read when a page shows the job.
 """
@@ -33,7 +35,7 @@ from typing import Any
 import redis
 import structlog
 
-from lockworker.cli import footprint, indexed, status
+from lockworker.cli import footprint, indexed, status, throughput
 from lockworker.cli.cells import natural
 from lockworker.cli.kept import Kept
 from lockworker.cli.schedules import ScheduleRow, schedule_rows
@@ -46,6 +48,7 @@ from lockworker.errors import ForeignValueError
 from lockworker.model.footprint import Footprint
 from lockworker.model.history import handed_over
 from lockworker.model.keys import JobKeys
+from lockworker.model.rates import Bucket
 from lockworker.model.redrive import Redrive
 from lockworker.model.state import Snapshot
 from lockworker.protocol import ScriptProtocol
@@ -61,6 +64,8 @@ SEEDED = 200
 for the handovers they record."""
 MEMORY_EVERY = 30.0
 """Seconds between two samples of what the server holds (memory moves slowly)."""
+RATES_EVERY = 5.0
+"""Seconds between two reads of the per-minute counts (sent every few seconds)."""
 
 log = structlog.get_logger("lockworker.cli.web")
 
@@ -102,6 +107,8 @@ class View:
     memory: Footprint | None = None
     """What the server holds, as last sampled (None before the first sample)."""
     schedules: tuple[ScheduleRow, ...] = ()
+    rates: dict[str, list[Bucket]] = field(default_factory=dict)
+    """namespace -> its last hour's minutes, as last read (:mod:`.throughput`)."""
 
     def select(
         self, *, namespace: str | None = None, state: str | None = None, query: str = ""
@@ -204,6 +211,7 @@ class Collector:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._memory: tuple[float, Footprint] | None = None
+        self._rates: tuple[float, dict[str, list[Bucket]]] | None = None
 
     def mask(self, message: str) -> str:
         for secret in self.masked:
@@ -242,12 +250,13 @@ class Collector:
                     old = self._view
                     self._view = View(wall_time(), old.read_seconds, old.leaders, old.workers,
                                       old.jobs, error, old.counts, old.memory,
-                                      old.schedules)
+                                      old.schedules, old.rates)
                     return self._view
             memory = self.memory(started)
+            rated = self.rates(started)
             took = self.clock.monotonic() - started
             view = View(wall_time(), took, tuple(leaders), tuple(workers), tuple(jobs),
-                        None, count(jobs), memory, tuple(timed))
+                        None, count(jobs), memory, tuple(timed), rated)
             found, seen = handovers(self._seen, [*leaders, *jobs], view.taken_at)
             with self._lock:
                 self._view, self._seen = view, seen
@@ -270,6 +279,20 @@ class Collector:
             log.warning("dashboard.memory_failed", error=self.mask(f"{type(exc).__name__}: {exc}"))
             return None if last is None else last[1]
         self._memory = (now, found)
+        return found
+
+    def rates(self, now: float) -> dict[str, list[Bucket]]:
+        """Each namespace's last hour per minute: read again once :data:`RATES_EVERY`
+        seconds have passed since the last read; the last one kept if this one fails."""
+        last = self._rates
+        if last is not None and now - last[0] < RATES_EVERY:
+            return last[1]
+        try:
+            found = throughput.read(self.client, self.namespace)
+        except (redis.RedisError, OSError) as exc:
+            log.warning("dashboard.rates_failed", error=self.mask(f"{type(exc).__name__}: {exc}"))
+            return {} if last is None else last[1]
+        self._rates = (now, found)
         return found
 
     def start(self) -> None:
