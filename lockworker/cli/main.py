@@ -336,7 +336,7 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 HANDLERS = {
     "run": ("run", "main"), "submit": ("jobs", "submit_main"),
-    "reset": ("jobs", "reset_main"), "status": ("throughput", "status_main"),
+    "reset": ("jobs", "reset_main"), "status": ("statusmain", "main"),
     "server": ("server", "main"), "demo": ("demo", "main"), "check": ("check", "main"),
     "dashboard": ("dashboard", "main"), "index": ("reindex", "main"),
 }

@@ -1,4 +1,4 @@
-"""``lockworker status``: every job and leader Redis knows of, as a table or JSON.
+"""What ``lockworker status`` reads (:mod:`.statusmain` prints it): jobs and leaders.
 
 Jobs are found through each namespace's index (:mod:`.indexed`; DONE ones, with
 ``--state done``, by SCAN over their state keys, on a cluster on every master), read in
@@ -12,9 +12,8 @@ hour), so age = that - time left. Pass the workers' ``--retention`` and
 workers alive in each namespace (primaries and backups, as they registered:
 :mod:`lockworker.model.presence`) are read from the namespace's presence set, and the
 fan-out readers of each stream from the stream's keys (:mod:`lockworker.cli.readers`),
-and each schedule from its hash (:mod:`lockworker.cli.schedules`).
-Last, what the server holds, by namespace and kind, from a bounded sample
-(:mod:`.footprint`).
+and each schedule from its hash (:mod:`lockworker.cli.schedules`); what the server
+holds, by namespace and kind, from a bounded sample (:mod:`.footprint`).
 """
 
 from __future__ import annotations
@@ -22,22 +21,18 @@ from __future__ import annotations
 import argparse
 import functools
 import itertools
-import json
-import sys
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import redis
 from redis.cluster import RedisCluster
 from redis.crc import key_slot
 
-from lockworker.cli import footprint, indexed, readers, schedules, summary
+from lockworker.cli import indexed, schedules
 from lockworker.cli.cells import aligned, duration, natural, printable
-from lockworker.cli.common import EXIT_OK, connect, redis_url
-from lockworker.cli.history import cut, history_table, last_error, record_json
+from lockworker.cli.history import cut, last_error
 from lockworker.cli.kept import Kept, kept
-from lockworker.cli.workers import worker_rows, workers_table
 from lockworker.clock import wall_time
 from lockworker.daemons.leader import NAMESPACE as LEADERS
 from lockworker.daemons.leader import Leader
@@ -321,75 +316,3 @@ def ticks_told(
         if row.outcome == "ran" and states.get(tick(row)) in ("done", "gave_up") else row
         for row in timed
     ]
-
-
-def main(args: argparse.Namespace) -> int:
-    client = connect(redis_url(args.redis))
-    found: dict[tuple[str, str], Any] = {}
-    by_namespace: dict[str, Any] | None = None
-    streams: list[readers.StreamRow] = []
-    timed: list[schedules.ScheduleRow] = []
-    held = None
-    limit = None if args.all or args.json else args.limit
-    in_state = 0  # --state's jobs in the index: the table's rows are only the newest
-    since_ms = int(kept(args).retention * 1000)
-    try:
-        if jobs_only(args):
-            workers, rows = [], selected(client, args)
-            if args.job is not None:
-                found = histories(client, rows)
-            elif limit is not None:
-                spaces = indexed.namespaces(client, args.namespace)
-                in_state = indexed.in_state(client, spaces, args.state, since_ms)
-        else:
-            workers = worker_rows(client, args.namespace)
-            rows = collect(client, args.namespace, kept(args), limit)
-            by_namespace = indexed.counts(
-                client, indexed.namespaces(client, args.namespace), since_ms, kept(args).done
-            )
-            streams = readers.stream_rows(client, args.namespace)
-            timed = ticks_told(
-                client, schedules.schedule_rows(client, args.namespace), kept(args)
-            )
-            held = footprint.read(client, args.namespace)
-    finally:
-        client.close()
-    if args.json:
-        jobs = [asdict(r) for r in rows if r.kind == "job"]
-        for job in jobs:
-            if (job["namespace"], job["id"]) in found:
-                job["history"] = [record_json(h) for h in found[job["namespace"], job["id"]]]
-        json.dump(
-            {
-                "workers": [asdict(w) for w in workers],
-                "streams": [asdict(s) for s in streams],
-                "schedules": [asdict(s) for s in timed],
-                "leaders": [asdict(r) for r in rows if r.kind == "leader"],
-                "jobs": jobs,
-                "counts": summary.counts(rows, by_namespace),
-                **({} if held is None else {"memory": footprint.as_json(held)}),
-            },
-            sys.stdout, indent=2,
-        )
-        sys.stdout.write("\n")
-        return EXIT_OK
-    if args.job is None and rows:  # one job needs no counting
-        print("\n".join(summary.counts_lines(rows, by_namespace)) + "\n")
-    shown, left_out = summary.cut(rows, None if args.all else args.limit)
-    left_out = max(left_out, summary.listed_total(rows, by_namespace) - len(shown),
-                   in_state - len(shown))
-    print(table(shown, errors=jobs_only(args)))
-    if left_out:
-        print(summary.more_line(left_out))
-    for (namespace, job_id), records in found.items():
-        print(f"\nattempts of {printable(job_id)!s} in namespace {printable(namespace)}:")
-        print(history_table(records))
-    if workers:
-        print("\n" + workers_table(workers))
-    if streams:
-        print("\n" + readers.table(streams))
-    if timed:
-        print("\n" + schedules.table(timed))
-    if held is not None:
-        print("\n" + "\n".join(footprint.lines(held)))
-    return EXIT_OK

@@ -6,26 +6,18 @@ Read without a walk of the jobs: one script per namespace over its last hour has
 (:func:`lockworker.runtime.rates.rates`). The namespaces are the one asked for, else
 the registered ones (:func:`namespaces`).
 
-``lockworker status`` runs through :func:`status_main`: the status itself
-(:func:`lockworker.cli.status.main`), then a line per namespace (last minute and last
-hour), or, with ``--json``, the same document with ``"rates"`` added. Not with
-``--job`` or ``--state``, which ask for jobs only.
+``lockworker status`` (:mod:`lockworker.cli.statusmain`) prints a line per namespace
+(last minute and last hour), or, with ``--json``, adds ``"rates"``. Not with ``--job``
+or ``--state``, which ask for jobs only.
 """
 
 from __future__ import annotations
 
-import argparse
-import contextlib
-import io
-import json
-import sys
 from typing import Any
 
 import redis
 
-from lockworker.cli import status
 from lockworker.cli.cells import natural, printable
-from lockworker.cli.common import connect, redis_url
 from lockworker.clock import wall_time
 from lockworker.model import rates as model
 from lockworker.model.rates import KINDS, Bucket
@@ -125,28 +117,3 @@ def charted(
 def busiest(found: list[Bucket]) -> int:
     """The largest count of one kind in one minute (the chart's scale)."""
     return max((counts.get(kind, 0) for _start, counts in found for kind in KINDS), default=0)
-
-
-def status_main(args: argparse.Namespace) -> int:
-    """``lockworker status`` with the rates: see the module."""
-    if status.jobs_only(args):
-        return status.main(args)
-    client = connect(redis_url(args.redis))
-    try:
-        found = read(client, args.namespace)
-    finally:
-        client.close()
-    if not args.json:
-        code = status.main(args)
-        shown = lines(found)
-        if shown:
-            print("\n" + "\n".join(shown))
-        return code
-    printed = io.StringIO()
-    with contextlib.redirect_stdout(printed):
-        code = status.main(args)
-    document = json.loads(printed.getvalue())
-    document["rates"] = as_json(found)
-    json.dump(document, sys.stdout, indent=2)
-    sys.stdout.write("\n")
-    return code

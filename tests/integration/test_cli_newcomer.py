@@ -318,12 +318,13 @@ def test_help_shows_the_defaults_and_every_subcommand_describes_itself() -> None
                   "(default: 1.0)"],
         "dashboard": ["(default: 127.0.0.1)", "(default: 8470)", "(default: read-only)",
                       "Needs pip install 'lockworker[dashboard]'"],
+        "index": ["(default: all)", "(default: 86400, one day)", "safe to run again"],
     }
     out = run("--help")
     assert out.returncode == 0, out.stderr
     listed = re.findall(r"^    (\w+) ", out.stdout, re.M)
     assert listed == [
-        "run", "submit", "status", "reset", "demo", "server", "check", "dashboard"
+        "run", "submit", "status", "reset", "demo", "server", "check", "dashboard", "index"
     ]
     assert "a Redis-protocol server to try lockworker on" in " ".join(out.stdout.split())
     for command, fragments in expected.items():
