@@ -62,7 +62,7 @@ from lockworker.model.codec import check_payload
 from lockworker.model.keys import JobKeys, Space, check_name
 from lockworker.protocol import text
 from lockworker.protocol.streams import TOUCH, entry_order, fanout_keys, touched
-from lockworker.runtime import events, retry
+from lockworker.runtime import events, registering, retry
 
 __all__ = [
     "BAD_ENTRY", "READER_TTL", "SAVE_FAILED", "STREAMS_NAMESPACE", "Delivery", "IterableSource",
@@ -205,6 +205,7 @@ class StreamSource:
         :meth:`attach`): its position counts toward that namespace's progress, and it
         skips what the progress shows resolved. None: read as release 0.3.0 did."""
         self._progress: str | None = None
+        self._registration = registering.stream(client, stream)  # the views' list
         self._group = None if self.group is None else GroupReader(
             client, self.keys, owner=self.owner, group=self.group, block=self.block,
             batch=batch, start=start, reader_ttl=self.reader_ttl, clock=self.clock,
@@ -274,6 +275,7 @@ class StreamSource:
     def deliveries(self, stop: threading.Event) -> Iterator[Delivery]:
         """Jobs after this owner's saved position, until ``stop`` is set (in a group:
         the entries this member is given)."""
+        self._registration()
         if self._group is not None:
             yield from self._group.deliveries(stop)
             return
