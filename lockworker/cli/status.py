@@ -31,7 +31,7 @@ import redis
 from redis.cluster import RedisCluster
 from redis.crc import key_slot
 
-from lockworker.cli import footprint, readers, schedules, summary
+from lockworker.cli import footprint, readers, registered, schedules, summary
 from lockworker.cli.cells import aligned, duration, natural, printable
 from lockworker.cli.common import EXIT_OK, connect, redis_url
 from lockworker.cli.history import cut, history_table, last_error, record_json
@@ -210,21 +210,17 @@ def _job_row(
 
 
 def leader_rows(client: redis.Redis) -> list[Row]:
-    """One row per leader name that ever had a term (its token counter exists)."""
+    """One row per leader name that campaigned (:func:`lockworker.cli.registered.leaders`)."""
     rows = []
     now = wall_time()
-    for raw in client.scan_iter(match=state_pattern(Space.LEADER, LEADERS), count=1000):
-        found = parse_state_key(text(raw), Space.LEADER)
-        if found is None:
-            continue
-        name = found[1]
+    for name in sorted(set(registered.leaders(client)), key=natural):
         try:
             info = Leader.current(client, name)
         except ForeignValueError:
             rows.append(Row("leader", LEADERS, name, "foreign", None, None, 0, None, None))
             continue
         if info is None:
-            raw_state = client.get(text(raw))
+            raw_state = client.get(JobKeys(LEADERS, name, Space.LEADER).state)
             decoded = decode_state(raw_state) if raw_state is not None else None
             token = decoded.token if decoded is not None else 0
             rows.append(Row("leader", LEADERS, name, "vacant", None, None, token, None, None))

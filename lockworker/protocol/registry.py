@@ -41,3 +41,11 @@ def indexed(client: Any) -> dict[str, int]:
 
 def mark_indexed(client: Any, namespace: str, ms: int) -> None:
     client.hset(INDEXED, namespace, ms)
+
+
+def found(client: Any, kind: str) -> list[tuple[str, ...]] | None:
+    """The names of everything registered of ``kind``; None if nothing of that kind is:
+    what was served by release 0.3.0, or before the registry existed, is not registered
+    until it is served again, so the views walk the keyspace for that kind instead."""
+    names = [r.names for r in registered(client, kind)]
+    return names or None
