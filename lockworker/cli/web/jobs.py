@@ -67,7 +67,7 @@ def indexed(client: Any, namespace: str, kept: Kept) -> tuple[list[Row], dict[st
     since = round(kept.retention * 1000)
     seen = index.count(client, namespace, since)
     entries: list[Entry] = []
-    for kind in Kind:
+    for kind in (k for k in Kind if seen.of(k)):  # a kind counted none lists none
         entries.extend(
             e for e in index.listed(client, namespace, kind, LISTED)
             if kind is Kind.HELD or e.ms > seen.now_ms - since  # its state has expired

@@ -13,8 +13,9 @@ Between two reads it compares who held each job and each leadership: a job (or a
 whose holder changed to another process with a greater fencing token was handed over,
 and the :class:`Handover` is kept (the newest :data:`KEPT` of them) for the page to
 show as it happens. So that the panel does not start empty, the first read also reads
-the attempt histories of the :data:`SEEDED` most recently written jobs (bounded: no
-walk of every job) and keeps the handovers they record (:func:`recorded_handovers`).
+the attempt histories of the :data:`SEEDED` most recently written jobs it listed
+(bounded: no walk of every job; finished jobs are not listed) and keeps the handovers
+they record (:func:`recorded_handovers`).
 What the server holds (:mod:`lockworker.cli.footprint`: keys and bytes per namespace
 by kind, from a bounded sample) is read at most every :data:`MEMORY_EVERY` seconds.
 Each schedule's hash (:mod:`lockworker.cli.schedules`: few, found in the registry) is
