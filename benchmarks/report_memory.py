@@ -96,6 +96,9 @@ def memory(m: MemoryRun | None) -> list[str]:
     out.append(f"| server memory per job, processes stopped | {_n(m.per_job(m.after))} B |")
     out.append(f"| a DONE record (`MEMORY USAGE`, {m.done_keys}) | {_n(m.done_record)} B "
                f"(target <= {DONE_TARGET} B: {_verdict(m.done_record <= DONE_TARGET)}) |")
+    out.append(f"| a bare key of the same name, a one-byte value and the same TTL "
+               f"(`MEMORY USAGE`): one key per record costs at least | "
+               f"{_n(m.done_floor)} B |")
     out.append(f"| a day at {DAY_RATE:,} jobs/s keeps, with the defaults | {day_line(m)} "
                f"(target <= 1 GiB: {_verdict(day_kept(m) <= DAY_TARGET)}) |")
     out.append(f"| serving processes' resident memory | {rss_line(m)} |")

@@ -188,7 +188,8 @@ def targets(section: StreamSection) -> list[tuple[str, str, bool | None]]:
     if m is not None and not m.error:
         out.append((
             f"a DONE record's server memory <= {DONE_TARGET} B",
-            f"{_n(m.done_record)} B (`MEMORY USAGE` of its {m.done_keys} key)",
+            f"{_n(m.done_record)} B (`MEMORY USAGE` of its {m.done_keys} key; a bare key "
+            f"of that name with a one-byte value and a TTL costs {_n(m.done_floor)} B)",
             m.done_record <= DONE_TARGET,
         ))
         out.append((

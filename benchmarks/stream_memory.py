@@ -23,8 +23,8 @@ from lockworker.model.keys import JobKeys
 
 EVERY = 0.25
 FANOUT = ("primary", "backup", "backup")
-DONE_TARGET = 172
-"""Bytes of server memory a DONE record may cost (what it cost before the batch work)."""
+DONE_TARGET = 100
+"""Bytes of server memory a DONE record may cost (the finished-job window's target)."""
 SAMPLED = 200
 
 
@@ -51,6 +51,10 @@ class MemoryRun:
     """Mean ``MEMORY USAGE`` bytes of a DONE job's keys (state, its attempt history, and
     lease if any): what a finished job costs for its retention."""
     done_keys: str = ""
+    done_floor: float = float("nan")
+    """Mean ``MEMORY USAGE`` bytes of a bare key named like a DONE record's state key,
+    with a one-byte value and the same time to live: the floor of one key per record
+    on this server, whatever the value holds."""
     seconds: float = float("nan")
     error: str = ""
 
@@ -92,7 +96,7 @@ def _data(client: redis.Redis) -> int:
 
 
 def _done_record(client: redis.Redis, namespace: str, jobs: int, result: MemoryRun) -> None:
-    sizes, kinds = [], set()
+    sizes, kinds, floors = [], set(), []
     for n in range(0, jobs, max(1, jobs // SAMPLED)):
         keys = JobKeys.of(namespace, f"job-{n}")
         total = 0
@@ -102,7 +106,13 @@ def _done_record(client: redis.Redis, namespace: str, jobs: int, result: MemoryR
                 total += int(size)
                 kinds.add(kind)
         sizes.append(total)
+        ttl = client.pttl(keys.state)
+        bare = keys.state[: -len("state")] + "floor"  # the same length of name
+        client.set(bare, "1", px=ttl if ttl and ttl > 0 else 3_600_000)
+        floors.append(int(client.memory_usage(bare, samples=0) or 0))
+        client.delete(bare)
     result.done_record = sum(sizes) / len(sizes) if sizes else float("nan")
+    result.done_floor = sum(floors) / len(floors) if floors else float("nan")
     result.done_keys = " + ".join(sorted(kinds))
 
 

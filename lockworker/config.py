@@ -22,6 +22,7 @@ import random
 import secrets
 import socket
 from collections.abc import Callable
+from datetime import datetime, timedelta, timezone
 from functools import partial
 from typing import Any, TypeAlias, cast
 
@@ -360,3 +361,27 @@ def give_up_on(value: object, name: str = "give_up_on") -> tuple[type[BaseExcept
             f"{name} must be an exception class or a tuple of them, got {_shown(value)}"
         )
     return cast("tuple[type[BaseException], ...]", types)
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+
+def due(delay: object, at: object) -> tuple[int, bool] | None:
+    """When a delayed job is due (``submit(..., delay=, at=)``): None if neither is
+    given; else ``(ms, absolute)``: ``delay`` as whole ms from the server's now (seconds
+    >= 0, rounded up, so never early), or ``at`` (an aware datetime) as epoch ms, rounded
+    up. Both at once are refused: one due time, said once."""
+    if delay is not None and at is not None:
+        raise InvalidConfig(
+            f"give delay or at, not both, got delay={_shown(delay)} and at={_shown(at)}"
+        )
+    if delay is not None:
+        return -(-round(seconds(delay, "delay", positive=False) * 1e6) // 1000), False
+    if at is None:
+        return None
+    if not isinstance(at, datetime) or at.utcoffset() is None:
+        raise InvalidConfig(
+            f"at must be an aware datetime (with a time zone, e.g. timezone.utc), got "
+            f"{_shown(at)}"
+        )
+    return max(0, -(-((at - _EPOCH) // timedelta(microseconds=1)) // 1000)), True

@@ -266,10 +266,8 @@ class Worker(WorkerSettings):
         :meth:`lockworker.Worker.reset_all`."""
         state = config.job_state(state)
         results: dict[str, Reset] = {}
-        pattern = deadletter.pattern(self.namespace)
-        async for raw in self.client.scan_iter(match=pattern, count=1000):
-            keys = deadletter.job_keys(raw, self.namespace)
-            if keys is None or keys.job_id in results:
+        async for keys in deadletter.acandidates(self.client, self.namespace, state):
+            if keys.job_id in results:
                 continue
             done = await self._call(
                 lambda k=keys: redrive.reset_job_async(  # type: ignore[misc]

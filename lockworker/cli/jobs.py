@@ -16,11 +16,12 @@ from lockworker.cli.common import (
     redis_url,
     safe_url,
 )
+from lockworker.cli.delay import due_text
 from lockworker.cli.history import confirm, reset_state_main
 from lockworker.cli.status import selected
 from lockworker.daemons.redrive import reset_job
 from lockworker.daemons.settings import DONE_RETENTION
-from lockworker.daemons.sources import submit
+from lockworker.daemons.submit import Submitted, submit_job
 from lockworker.errors import ForeignValueError, InvalidConfig
 from lockworker.model.keys import JobKeys
 from lockworker.model.state import JobStatus, Reset, Snapshot
@@ -38,21 +39,25 @@ def parse_payload(text: str | None) -> Any:
 
 
 def submit_main(args: argparse.Namespace) -> int:
-    """Add the job to the stream; say what was added where, and how to follow it (with
-    ``--quiet``, only the entry id, for scripts)."""
+    """Add the job to the stream (or, with ``--in``/``--at``, to the jobs waiting off
+    it until due); say what was added where, and how to follow it (with ``--quiet``,
+    only the entry id, or ``delayed:<id>``, for scripts)."""
     payload = parse_payload(args.payload)
     url = redis_url(args.redis)
     client = connect(url)
     try:
-        entry = submit(client, args.stream, args.job_id, payload)
+        done = submit_job(
+            client, args.stream, args.job_id, payload,
+            delay=getattr(args, "delay", None), at=getattr(args, "at", None),
+        )
     except InvalidConfig as exc:
         raise CliError(str(exc)) from exc
     finally:
         client.close()
     if args.quiet:
-        print(entry)
+        print(done.id)
     else:
-        print(submitted(args.stream, args.job_id, payload, entry, safe_url(url)))
+        print(submitted(args.stream, args.job_id, payload, done, safe_url(url)))
     return EXIT_OK
 
 
@@ -60,17 +65,28 @@ PAYLOAD_CHARS = 60
 """A payload longer than this (as JSON) is shown cut, with its size."""
 
 
-def submitted(stream: str, job_id: str, payload: Any, entry: str, where: str) -> str:
-    """Two lines: the job, its stream, server and entry id, its payload; then the
-    command that shows it once a worker has taken it (a job no worker looked at yet has
-    no state: ``status`` lists it from then on)."""
+def submitted(stream: str, job_id: str, payload: Any, done: Submitted, where: str) -> str:
+    """Two lines: the job, its stream, server and entry id (or when it is due, and that
+    it waits off the stream), its payload; then the command that shows it once a worker
+    has taken it (a job no worker looked at yet has no state: ``status`` lists it from
+    then on)."""
     text = json.dumps(payload, separators=(",", ":"), ensure_ascii=False)
     shown = text if len(text) <= PAYLOAD_CHARS else (
         f"{text[:PAYLOAD_CHARS]}... ({len(text.encode())} bytes)"
     )
+    if done.entry is not None:
+        what = f"submitted job {job_id!r} to stream {stream!r} on {where}: entry {done.entry}"
+        if done.due_ms is not None:
+            what += f" (due {due_text(done.due_ms)}, already past)"
+    else:
+        assert done.due_ms is not None
+        what = (
+            f"submitted job {job_id!r} to stream {stream!r} on {where}, due "
+            f"{due_text(done.due_ms)} by the server's clock: it waits off the stream "
+            f"({done.id}) until a reader of the stream adds it then"
+        )
     return (
-        f"submitted job {job_id!r} to stream {stream!r} on {where}: entry {entry}, "
-        f"payload {shown}\n"
+        f"{what}, payload {shown}\n"
         f"follow it: lockworker status --job {shlex.quote(job_id)} (listed once a worker "
         "of the stream has taken it)"
     )
@@ -150,7 +166,7 @@ def reset_in_state(args: argparse.Namespace) -> int:
     try:
         wanted = argparse.Namespace(
             namespace=args.namespace, job=None, state=args.state, retention=args.retention,
-            done_retention=DONE_RETENTION,
+            done_retention=DONE_RETENTION, all=True, limit=None,
         )
         rows = selected(client, wanted)
     finally:

@@ -23,6 +23,7 @@ from lockworker import __version__, config
 from lockworker.cli import (
     check,
     dashboard,
+    delay,
     history,
     kept,
     logs,
@@ -230,17 +231,7 @@ def _add_run(sub: argparse._SubParsersAction[Parser], common: Parser) -> None:
 
 
 def _add_jobs(sub: argparse._SubParsersAction[Parser], common: Parser) -> None:
-    submit = sub.add_parser(
-        "submit", parents=[common], help="add a job to a stream",
-        description="Add job JOB_ID with payload PAYLOAD_JSON (JSON, default: none) to "
-        "the stream STREAM that `lockworker run` workers serve; say what was added, "
-        "where (its entry id), and the command that follows the job.",
-    )
-    submit.add_argument("stream", metavar="STREAM")
-    submit.add_argument("job_id", metavar="JOB_ID")
-    submit.add_argument("payload", metavar="PAYLOAD_JSON", nargs="?", default=None)
-    submit.add_argument("--quiet", "-q", action="store_true",
-                        help="print only the entry id, for scripts")
+    delay.add_parser(sub, common)
 
     status = sub.add_parser(
         "status", parents=[common], help="jobs and leaders as a table",

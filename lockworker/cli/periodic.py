@@ -1,9 +1,14 @@
-"""``lockworker run``'s schedule options: ``--every``, ``--cron`` and ``--tz``.
+"""``lockworker run``'s schedule options: ``--every``, ``--cron``, ``--tz``,
+``--catch-up`` and ``--overlap``.
 
 - ``--every NAME=SECONDS`` (repeatable): a tick every SECONDS, on the multiples of it
   since the epoch (``--every sync=300``);
 - ``--cron 'NAME=EXPR'`` (repeatable): a five-field cron expression, in the zone
-  ``--tz`` (default UTC): ``--cron 'digest=0 6 * * *' --tz Europe/Berlin``.
+  ``--tz`` (default UTC): ``--cron 'digest=0 6 * * *' --tz Europe/Berlin``;
+- ``--catch-up latest|all|none`` and ``--overlap skip|allow|wait``: the policies of
+  every schedule the process serves (defaults: the library's, ``latest`` and ``skip``).
+  Every process serving a schedule should be given the same ones: each decides the
+  ticks it finds by its own.
 
 The worker then serves the schedules' ticks (:class:`lockworker.ScheduleSource`): alone,
 or beside the stream ``--stream`` names when it is given. Without a schedule, the worker
@@ -22,7 +27,7 @@ from lockworker.cli.common import CliError
 from lockworker.daemons.schedules import ScheduleSource
 from lockworker.daemons.sources import StreamSource
 from lockworker.errors import InvalidConfig
-from lockworker.model.schedule import Cron, Every, Schedule
+from lockworker.model.schedule import CATCH_UP, OVERLAP, Cron, Every, Schedule
 
 
 def add_options(run: argparse.ArgumentParser) -> None:
@@ -41,6 +46,16 @@ def add_options(run: argparse.ArgumentParser) -> None:
         "--tz", metavar="ZONE",
         help="Worker only: the time zone of the --cron expressions (default: UTC)",
     )
+    run.add_argument(
+        "--catch-up", choices=CATCH_UP, metavar="|".join(CATCH_UP),
+        help="Worker only, with a schedule: of the ticks missed while no process served, "
+        "run only the latest, all in order, or none (default: latest)",
+    )
+    run.add_argument(
+        "--overlap", choices=OVERLAP, metavar="|".join(OVERLAP),
+        help="Worker only, with a schedule: a tick falling due while the previous one "
+        "still runs anywhere is skipped, runs alongside, or waits (default: skip)",
+    )
 
 
 def _split(spec: str, option: str, what: str) -> tuple[str, str]:
@@ -53,6 +68,10 @@ def _split(spec: str, option: str, what: str) -> tuple[str, str]:
 def schedules(args: argparse.Namespace) -> list[Schedule]:
     """The schedules ``--every`` and ``--cron`` name (none: an empty list)."""
     found: list[Schedule] = []
+    policies = {
+        name: getattr(args, name) for name in ("catch_up", "overlap")
+        if getattr(args, name, None) is not None
+    }
     try:
         for spec in args.every or ():
             name, value = _split(spec, "--every", "SECONDS")
@@ -62,12 +81,15 @@ def schedules(args: argparse.Namespace) -> list[Schedule]:
                 raise CliError(
                     f"--every must be NAME=SECONDS (a whole number >= 1), got {spec!r}"
                 ) from None
-            found.append(Every(name, interval))
+            found.append(Every(name, interval, **policies))
         for spec in args.cron or ():
             name, value = _split(spec, "--cron", "EXPR")
-            found.append(Cron(name, value, tz=args.tz or "UTC"))
+            found.append(Cron(name, value, tz=args.tz or "UTC", **policies))
         if args.tz is not None and not args.cron:
             raise CliError("--tz: only with --cron")
+        for name in policies:
+            if not found:
+                raise CliError(f"--{name.replace('_', '-')}: only with --every or --cron")
         names = [s.name for s in found]
         for name in names:
             if names.count(name) > 1:

@@ -22,12 +22,14 @@ from lockworker.cli import registered
 from lockworker.cli.cells import aligned, duration, natural, printable
 from lockworker.daemons.sources import stream_keys
 from lockworker.protocol import text
+from lockworker.protocol.delayed import delayed_key
 from lockworker.protocol.streams import entry_order, fanout_keys
 
 # READ_STREAM: KEYS the stream's fanout_keys (entries, positions, readers, namespaces,
-# progress). Returns its length, its first entry's id
+# progress), then its delayed jobs. Returns its length, its first entry's id
 # (or ''), the readers with their registrations' ends, the positions, the readers'
-# namespaces, the namespaces' progress (flat lists), and the server's TIME.
+# namespaces, the namespaces' progress (flat lists), the server's TIME, how many
+# delayed jobs wait and the first one's due time ('' if none).
 READ_STREAM = """
 local length, first = 0, ''
 if redis.call('TYPE', KEYS[1])['ok'] == 'stream' then
@@ -37,7 +39,8 @@ if redis.call('TYPE', KEYS[1])['ok'] == 'stream' then
 end
 return {length, first, redis.call('ZRANGE', KEYS[3], 0, -1, 'WITHSCORES'),
         redis.call('HGETALL', KEYS[2]), redis.call('HGETALL', KEYS[4]),
-        redis.call('HGETALL', KEYS[5]), redis.call('TIME')}
+        redis.call('HGETALL', KEYS[5]), redis.call('TIME'), redis.call('ZCARD', KEYS[6]),
+        redis.call('ZRANGE', KEYS[6], 0, 0, 'WITHSCORES')[2] or ''}
 """
 
 
@@ -66,6 +69,10 @@ class StreamRow:
     first: str | None
     progress: dict[str, str] = field(default_factory=dict)
     readers: list[ReaderRow] = field(default_factory=list)
+    delayed: int = 0
+    """Jobs waiting off the stream until due (``submit(..., delay=)``)."""
+    next_due_in: float | None = None
+    """Seconds until the first of them is due, by the server's clock (None: none)."""
 
 
 def _pairs(flat: Any) -> dict[str, str]:
@@ -80,9 +87,11 @@ def stream_names(client: redis.Redis) -> Iterator[str]:
 
 def stream_row(client: redis.Redis, stream: str, namespace: str | None = None) -> StreamRow:
     """``stream`` as one script read it (its readers of ``namespace`` only, if given)."""
-    reply = client.register_script(READ_STREAM)(keys=fanout_keys(stream_keys(stream)))
-    length, first, registered, positions, namespaces, progress, now = reply
+    keys = stream_keys(stream)
+    reply = client.register_script(READ_STREAM)(keys=[*fanout_keys(keys), delayed_key(keys)])
+    length, first, registered, positions, namespaces, progress, now, waiting, due = reply
     now_ms = int(now[0]) * 1000 + int(now[1]) // 1000
+    due_in = round((float(text(due)) - now_ms) / 1000.0, 3) if text(due) else None
     ends = _pairs(registered)
     positions, namespaces, progress = _pairs(positions), _pairs(namespaces), _pairs(progress)
     readers = []
@@ -99,7 +108,9 @@ def stream_row(client: redis.Redis, stream: str, namespace: str | None = None) -
             owner, ns, pos, behind, round((float(ends[owner]) - now_ms) / 1000.0, 3),
             trimming_waits=ns is None,
         ))
-    return StreamRow(stream, int(length), text(first) or None, progress, readers)
+    return StreamRow(
+        stream, int(length), text(first) or None, progress, readers, int(waiting), due_in
+    )
 
 
 def stream_rows(client: redis.Redis, namespace: str | None = None) -> list[StreamRow]:
@@ -123,6 +134,8 @@ def table(rows: list[StreamRow]) -> str:
             f"stream {printable(r.stream)}: {r.entries} entries"
             + (f" from {r.first}" if r.first else "")
             + (f"; progress: {reached}" if reached else "")
+            + (f"; {r.delayed} delayed, the next due in {duration(max(0.0, r.next_due_in))}"
+               if r.delayed and r.next_due_in is not None else "")
         )
     cells = [HEADER] + [
         (printable(r.stream), printable(x.owner), printable(x.namespace or "-"),

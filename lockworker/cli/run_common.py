@@ -41,7 +41,7 @@ NO_OWNER = "run.no_owner"
 
 WORKER_ONLY = (
     "max_attempts", "concurrency", "stream", "group", "retry_delay", "give_up_on",
-    "retention", "done_retention", "every", "cron", "tz",
+    "retention", "done_retention", "every", "cron", "tz", "catch_up", "overlap",
 )
 
 

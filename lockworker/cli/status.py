@@ -31,7 +31,7 @@ import redis
 from redis.cluster import RedisCluster
 from redis.crc import key_slot
 
-from lockworker.cli import footprint, readers, registered, schedules, summary
+from lockworker.cli import footprint, indexed, readers, registered, schedules, summary
 from lockworker.cli.cells import aligned, duration, natural, printable
 from lockworker.cli.common import EXIT_OK, connect, redis_url
 from lockworker.cli.history import cut, history_table, last_error, record_json
@@ -42,8 +42,8 @@ from lockworker.daemons.leader import NAMESPACE as LEADERS
 from lockworker.daemons.leader import Leader
 from lockworker.errors import ForeignValueError
 from lockworker.model.codec import decode_lock, decode_state
-from lockworker.model.keys import JobKeys, Space, parse_state_key, state_pattern
-from lockworker.protocol import ScriptProtocol, text
+from lockworker.model.keys import JobKeys, Space
+from lockworker.protocol import ScriptProtocol
 from lockworker.protocol.decode import server_ms, snapshot_of
 
 BATCH = 200
@@ -69,19 +69,6 @@ class Row:
     """A pending job whose failed attempt set its next one ahead: seconds until due."""
     last_error: str | None = None
     """The newest ended attempt's error (``Type: message``), or ``lease lost``."""
-
-
-def state_keys(client: redis.Redis, namespace: str | None) -> Iterator[tuple[str, str, str]]:
-    """``(key, namespace, id)`` of every job state key (of ``namespace`` if given).
-
-    Only the workers' key space (``lw:job:``) is scanned: locks, semaphores, leaders
-    and cached values live in key spaces of their own and are never listed as jobs.
-    """
-    for raw in client.scan_iter(match=state_pattern(Space.JOB, namespace), count=1000):
-        key = text(raw)
-        found = parse_state_key(key, Space.JOB)
-        if found is not None and (namespace is None or found[0] == namespace):
-            yield key, *found
 
 
 # READ_JOBS: state, lock, both TTLs and the last two attempt records of every job in
@@ -233,15 +220,32 @@ def leader_rows(client: redis.Redis) -> list[Row]:
     return sorted(rows, key=lambda r: natural(r.id))
 
 
-def collect(client: redis.Redis, namespace: str | None, retention: Kept) -> list[Row]:
-    """Leaders (unless another namespace than theirs was asked for), then jobs, sorted
-    naturally."""
+LISTED = ("held", "pending", "gave_up")
+"""The states the table lists unless ``--state`` asks for another (DONE jobs are
+counted, not listed: :mod:`lockworker.cli.indexed`)."""
+
+
+def read_rows(
+    client: redis.Redis, keys: list[tuple[str, str, str]], retention: Kept
+) -> list[Row]:
+    """The jobs of ``keys`` as they are now, sorted naturally; a job whose keys are
+    gone since the index listed it gives no row."""
+    space = functools.cache(natural)  # a few namespaces, many ids
+    keys = sorted(keys, key=lambda k: (space(k[1]), natural(k[2])))
+    return [r for r in job_rows(client, keys, retention)
+            if r.token or r.holder or r.state == "foreign"]
+
+
+def collect(
+    client: redis.Redis, namespace: str | None, retention: Kept, limit: int | None
+) -> list[Row]:
+    """Leaders (unless another namespace than theirs was asked for), then the newest
+    ``limit`` jobs of each listed state of each namespace, sorted naturally."""
     rows: list[Row] = []
     if namespace in (None, LEADERS):
         rows.extend(leader_rows(client))
-    space = functools.cache(natural)  # a few namespaces, many ids
-    keys = sorted(state_keys(client, namespace), key=lambda k: (space(k[1]), natural(k[2])))
-    rows.extend(job_rows(client, keys, retention))
+    spaces = indexed.namespaces(client, namespace)
+    rows.extend(read_rows(client, indexed.listed(client, spaces, LISTED, limit), retention))
     return rows
 
 
@@ -274,12 +278,14 @@ def jobs_only(args: argparse.Namespace) -> bool:
 
 
 def selected(client: redis.Redis, args: argparse.Namespace) -> list[Row]:
-    """The job rows ``--namespace``, ``--job`` and ``--state`` ask for."""
-    keys = sorted(
-        (k for k in state_keys(client, args.namespace) if args.job in (None, k[2])),
-        key=lambda k: (natural(k[1]), natural(k[2])),
-    )
-    return [r for r in job_rows(client, keys, kept(args)) if args.state in (None, r.state)]
+    """The job rows ``--namespace``, ``--job`` and ``--state`` ask for: one job's keys
+    (in each namespace, if none is given), or a state's jobs from the index."""
+    spaces = indexed.namespaces(client, args.namespace)
+    if args.job is not None:
+        keys = [indexed.key_of(ns, args.job) for ns in spaces]
+    else:
+        keys = indexed.listed(client, spaces, [args.state], None if args.all else args.limit)
+    return [r for r in read_rows(client, keys, kept(args)) if args.state in (None, r.state)]
 
 
 def histories(client: redis.Redis, rows: list[Row]) -> dict[tuple[str, str], Any]:
@@ -294,9 +300,11 @@ def histories(client: redis.Redis, rows: list[Row]) -> dict[tuple[str, str], Any
 def main(args: argparse.Namespace) -> int:
     client = connect(redis_url(args.redis))
     found: dict[tuple[str, str], Any] = {}
+    by_namespace: dict[str, Any] | None = None
     streams: list[readers.StreamRow] = []
     timed: list[schedules.ScheduleRow] = []
     held = None
+    limit = None if args.all or args.json else args.limit
     try:
         if jobs_only(args):
             workers, rows = [], selected(client, args)
@@ -304,7 +312,11 @@ def main(args: argparse.Namespace) -> int:
                 found = histories(client, rows)
         else:
             workers = worker_rows(client, args.namespace)
-            rows = collect(client, args.namespace, kept(args))
+            rows = collect(client, args.namespace, kept(args), limit)
+            since_ms = int(kept(args).retention * 1000)
+            by_namespace = indexed.counts(
+                client, indexed.namespaces(client, args.namespace), since_ms
+            )
             streams = readers.stream_rows(client, args.namespace)
             states = {(r.namespace, r.id): r.state for r in rows if r.kind == "job"}
             timed = schedules.schedule_rows(client, args.namespace, states)
@@ -323,7 +335,7 @@ def main(args: argparse.Namespace) -> int:
                 "schedules": [asdict(s) for s in timed],
                 "leaders": [asdict(r) for r in rows if r.kind == "leader"],
                 "jobs": jobs,
-                "counts": summary.counts(rows),
+                "counts": summary.counts(rows, by_namespace),
                 **({} if held is None else {"memory": footprint.as_json(held)}),
             },
             sys.stdout, indent=2,
@@ -331,8 +343,9 @@ def main(args: argparse.Namespace) -> int:
         sys.stdout.write("\n")
         return EXIT_OK
     if args.job is None and rows:  # one job needs no counting
-        print("\n".join(summary.counts_lines(rows)) + "\n")
+        print("\n".join(summary.counts_lines(rows, by_namespace)) + "\n")
     shown, left_out = summary.cut(rows, None if args.all else args.limit)
+    left_out = max(left_out, summary.listed_total(rows, by_namespace) - len(shown))
     print(table(shown, errors=jobs_only(args)))
     if left_out:
         print(summary.more_line(left_out))

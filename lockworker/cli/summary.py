@@ -40,9 +40,17 @@ class Counted(Protocol):
 ByState = dict[str, int]
 
 
-def counts(rows: Sequence[Counted]) -> dict[str, Any]:
+def counts(
+    rows: Sequence[Counted], by_namespace: dict[str, ByState] | None = None
+) -> dict[str, Any]:
     """``{"jobs": {state: n}, "leaders": {state: n}, "namespaces": {ns: {state: n}}}``,
-    every state present (0 if none), namespaces of jobs only, in the rows' order."""
+    every state present (0 if none), namespaces of jobs only, in the rows' order.
+
+    With ``by_namespace`` (the index's counts, :func:`lockworker.cli.indexed.counts`),
+    the jobs are counted from it, not from the rows (which are only the newest of each
+    state); foreign rows, which the index never holds, are added from the rows."""
+    if by_namespace is not None:
+        return _indexed(rows, by_namespace)
     jobs: Counter[str] = Counter()
     leaders: Counter[str] = Counter()
     namespaces: dict[str, Counter[str]] = {}
@@ -59,6 +67,35 @@ def counts(rows: Sequence[Counted]) -> dict[str, Any]:
     }
 
 
+def _indexed(rows: Sequence[Counted], by_namespace: dict[str, ByState]) -> dict[str, Any]:
+    leaders: Counter[str] = Counter(r.state for r in rows if r.kind == "leader")
+    namespaces: dict[str, Counter[str]] = {
+        ns: Counter(seen) for ns, seen in by_namespace.items()
+    }
+    for row in rows:
+        if row.kind != "leader" and row.state == "foreign":
+            namespaces.setdefault(row.namespace, Counter())["foreign"] += 1
+    jobs: Counter[str] = Counter()
+    for seen in namespaces.values():
+        jobs.update(seen)
+    return {
+        "jobs": _all_of(jobs, JOB_KINDS),
+        "leaders": _all_of(leaders, LEADER_KINDS),
+        "namespaces": {ns: _all_of(seen, JOB_KINDS) for ns, seen in namespaces.items()},
+    }
+
+
+def listed_total(rows: Sequence[Counted], by_namespace: dict[str, ByState] | None) -> int:
+    """How many rows the table would have with no limit: the leaders, and the jobs of
+    the listed states the index counts (``done`` is counted, never listed)."""
+    if by_namespace is None:
+        return len(rows)
+    leaders = sum(1 for r in rows if r.kind == "leader")
+    return leaders + sum(
+        n for seen in by_namespace.values() for state, n in seen.items() if state != "done"
+    )
+
+
 def _all_of(seen: Counter[str], kinds: Sequence[str]) -> ByState:
     return {kind: seen.get(kind, 0) for kind in kinds}
 
@@ -69,10 +106,12 @@ def _line(label: str, by_state: ByState) -> str:
     return f"{label}: {sum(by_state.values())}" + (f" ({parts})" if parts else "")
 
 
-def counts_lines(rows: Sequence[Counted]) -> list[str]:
+def counts_lines(
+    rows: Sequence[Counted], by_namespace: dict[str, ByState] | None = None
+) -> list[str]:
     """The counts as the table shows them, before its rows: jobs in all, each namespace
     when there are several, then the leaders if any."""
-    found = counts(rows)
+    found = counts(rows, by_namespace)
     namespaces: dict[str, ByState] = found["namespaces"]
     lines = []
     if namespaces:

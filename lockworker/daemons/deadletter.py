@@ -1,7 +1,9 @@
 """Every job of a namespace in one state, re-driven at once: ``Worker.reset_all``.
 
-The jobs are found by SCAN over the namespace's state keys (never KEYS, which blocks
-the server; a cluster client scans every master), and each is reset by
+The jobs are found in the namespace's index (:mod:`lockworker.model.index`: one call
+per server, whatever the number of finished jobs); DONE jobs, which have no entry, by
+SCAN over the namespace's state keys (never KEYS, which blocks the server; a cluster
+client scans every master). Each is reset by
 :func:`lockworker.daemons.redrive.reset_job` with ``expect=state``: atomically, only if
 it is still in that state when its turn comes (a pending job finished meanwhile is left
 DONE), as a single reset never under a live holder unless ``force``, and re-driven
@@ -12,17 +14,18 @@ trip per job of the namespace, two more per job re-driven. The asyncio twin
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any, Protocol, TypeVar
 
 import redis
 
 from lockworker.daemons.redrive import reset_job
 from lockworker.errors import JobNotFound
+from lockworker.model.index import STATES
 from lockworker.model.keys import JobKeys, Space, parse_state_key, state_pattern
 from lockworker.model.redrive import Redrive
 from lockworker.model.state import Reset
-from lockworker.protocol import LockProtocol, text
+from lockworker.protocol import LockProtocol, index, text
 from lockworker.runtime import events
 
 T = TypeVar("T")
@@ -57,6 +60,33 @@ def job_keys(raw_key: Any, namespace: str) -> JobKeys | None:
     return JobKeys(namespace, found[1])
 
 
+def candidates(client: redis.Redis, namespace: str, state: str) -> Iterator[JobKeys]:
+    """The jobs of ``namespace`` that may be in ``state``: its index's entries of that
+    state, or for ``done`` a walk of its state keys (each reset checks the state)."""
+    if state == "done":
+        for raw in client.scan_iter(match=pattern(namespace), count=1000):
+            keys = job_keys(raw, namespace)
+            if keys is not None:
+                yield keys
+        return
+    for kind in STATES[state]:
+        for e in index.listed(client, namespace, kind):
+            yield JobKeys(namespace, e.job_id)
+
+
+async def acandidates(client: Any, namespace: str, state: str) -> AsyncIterator[JobKeys]:
+    """:func:`candidates` on a ``redis.asyncio`` client."""
+    if state == "done":
+        async for raw in client.scan_iter(match=pattern(namespace), count=1000):
+            keys = job_keys(raw, namespace)
+            if keys is not None:
+                yield keys
+        return
+    for kind in STATES[state]:
+        for e in await index.alisted(client, namespace, kind):
+            yield JobKeys(namespace, e.job_id)
+
+
 def reset_one(worker: Resetter, job_id: str, *, force: bool = False) -> bool:
     """``Worker.reset``: reset (and re-drive) one job; logged as ``job.reset``."""
     keys = JobKeys.of(worker.namespace, job_id)
@@ -78,9 +108,8 @@ def reset_all(worker: Resetter, state: str, *, force: bool = False) -> dict[str,
     out. Each reset is logged (``job.reset``: re-driven, or the command that submits
     it again)."""
     results: dict[str, Reset] = {}
-    for raw in worker.client.scan_iter(match=pattern(worker.namespace), count=1000):
-        keys = job_keys(raw, worker.namespace)
-        if keys is None or keys.job_id in results:
+    for keys in candidates(worker.client, worker.namespace, state):
+        if keys.job_id in results:
             continue
         done: Redrive = worker._call(
             lambda k=keys: reset_job(  # type: ignore[misc]

@@ -68,6 +68,7 @@ from lockworker.daemons.groupkeep import (
     Keeper,
     Member,
 )
+from lockworker.daemons.submit import DueMover
 from lockworker.errors import InvalidConfig
 from lockworker.model.state import Role
 from lockworker.protocol import streams
@@ -81,6 +82,10 @@ class GroupReader(Keeper):
     """The group side of one :class:`~lockworker.StreamSource` (see the module)."""
 
     # -- the pass -------------------------------------------------------------------
+
+    @functools.cached_property
+    def _due(self) -> DueMover:
+        return DueMover(self.client, self.keys, self._call)
 
     @property
     def buffered(self) -> int:
@@ -230,6 +235,8 @@ class GroupReader(Keeper):
         return not (m.role is Role.BACKUP and m._view.primary_serving())
 
     def _read_loop(self) -> None:
+        """Hand out this owner's entries, then read new ones (before each read, the
+        stream's delayed jobs come due join it: :mod:`lockworker.daemons.submit`)."""
         history: str | None = "0"  # first what the group lists as this owner's
         block_ms = max(1, round(self.block * 1000))
         while not self._closing:
@@ -246,7 +253,7 @@ class GroupReader(Keeper):
                 if not self._may_read():
                     self._pause()
                     continue
-                self._take(self._read(">", block_ms))
+                self._take(self._read(">", self._due.block_ms(block_ms)))
             except BaseException as exc:
                 if streams.missing_group(exc):
                     self._create_quietly()

@@ -255,7 +255,14 @@ class ScheduleSource:
             base = max(base, plan.started)
         most = MAX_CATCH_UP + 1 if schedule.catch_up == "all" else 1
         due = schedule.recent(base, now, most)
-        backlog = len(due) > 1
+        # A backlog of missed ticks, or the end of one: the last missed tick is due
+        # alone once the one before was admitted, and must wait for that one to end
+        # rather than be skipped behind it (the hash's ``catching`` remembers how far
+        # the missed ticks went, for every process).
+        backlog = len(due) > 1 or (
+            schedule.catch_up == "all" and bool(due)
+            and due[0] <= int(fields.get("catching", -1))
+        )
         if backlog and (runs or plan.inflight):  # one tick at a time, in order
             return POLL
         for tick in due[:1]:
@@ -264,7 +271,7 @@ class ScheduleSource:
                 return wait  # jitter: not due yet
             reply = self._call(
                 lambda t=tick: ADMIT(  # type: ignore[misc]
-                    self.client, [plan.key], [t, schedule.overlap, int(backlog)]
+                    self.client, [plan.key], [t, schedule.overlap, int(backlog), due[-1]]
                 ),
                 "admit a tick of schedule",
             )

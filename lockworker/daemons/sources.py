@@ -20,6 +20,10 @@ Keys of stream ``jobs`` (one hash tag, so one Cluster slot)::
     lw:stream:streams:{jobs}:namespaces  hash: owner -> the namespace it serves
     lw:stream:streams:{jobs}:progress    hash: namespace -> entry id up to which every
                                          entry is resolved in that namespace
+    lw:stream:streams:{jobs}:delayed     sorted set: jobs submitted with delay=/at=,
+                                         waiting off the stream until due (server ms):
+                                         every reader moves the due ones in before it
+                                         reads (:mod:`lockworker.daemons.submit`)
 
 A stream's progress is the record of its finished entries. Job states are per
 namespace, so the progress is too: the highest position any reader of the namespace
@@ -57,9 +61,9 @@ from lockworker.clock import Clock, SystemClock
 from lockworker.config import count, seconds
 from lockworker.daemons.delivery import Delivery, IterableSource, Source, as_source, job_of
 from lockworker.daemons.groupsource import BAD_ENTRY, GroupReader, Member
+from lockworker.daemons.submit import STREAMS_NAMESPACE, DueMover, stream_keys, submit
 from lockworker.errors import InvalidConfig, LockworkerError
-from lockworker.model.codec import check_payload
-from lockworker.model.keys import JobKeys, Space, check_name
+from lockworker.model.keys import check_name
 from lockworker.protocol import text
 from lockworker.protocol.streams import TOUCH, entry_order, fanout_keys, touched
 from lockworker.runtime import events, registering, retry
@@ -69,7 +73,6 @@ __all__ = [
     "Source", "StreamSource", "as_source", "stream_keys", "submit",
 ]
 
-STREAMS_NAMESPACE = "streams"
 READER_TTL = 6 * 3600.0
 """Default ``reader_ttl``: how long a namespace's unfinished entries are kept after its
 last reader was seen (a reader of no namespace: the entries after its position)."""
@@ -93,28 +96,12 @@ other member serves meanwhile), so kept small."""
 _ENTRY_ID = re.compile(r"^\d+-\d+$")
 
 
-def stream_keys(stream: str) -> JobKeys:
-    """The keys of ``stream`` (see the module docstring)."""
-    return JobKeys(STREAMS_NAMESPACE, check_name(stream, "stream"), Space.STREAM)
-
-
 def shares_out(source: object) -> bool:
     """Whether ``source`` gives each job to one reader (a stream read through a
     consumer group), rather than every job to every process: then a backup sees jobs
     nobody else does, and holds back only behind a primary, never a backup ranked
     before it (:func:`lockworker.daemons.defer.deferring`)."""
     return getattr(source, "group", None) is not None
-
-
-def submit(client: redis.Redis, stream: str, job_id: str, payload: Any = None) -> str:
-    """Add a job to ``stream`` for every reader to see; returns the entry id.
-
-    ``payload`` must be JSON-serialisable; it is checked before anything is sent.
-    """
-    keys = stream_keys(stream)
-    check_name(job_id, "job_id")
-    data = check_payload(payload)
-    return text(client.xadd(keys.extra("entries"), {"job_id": job_id, "payload": data}))
 
 
 def _entries(reply: Any) -> list[tuple[str, dict[str, str]]]:
@@ -193,6 +180,7 @@ class StreamSource:
         self.redis_retry = redis_retry or retry.DEFAULT
         self._log = events.logger(events.SOURCES, logger, stream=stream, owner=self.owner)
         self._call = retry.Caller(self.clock, self.redis_retry, self._log, f" {stream!r}")
+        self._due = DueMover(client, self.keys, self._call)
         self._lock = threading.Lock()
         self._read: collections.deque[str] = collections.deque()
         self._done: set[str] = set()
@@ -302,9 +290,10 @@ class StreamSource:
             ):
                 self.touch()  # a reader that reads on hears of its namespace's progress
             last_read = self._skip(last_read)
+            wait_ms = self._due.block_ms(block_ms)  # the delayed jobs come due join
             reply = self._call(
-                lambda after=last_read: self.client.xread(  # type: ignore[misc]
-                    {self.entries_key: after}, count=self.batch, block=block_ms
+                lambda after=last_read, wait_ms=wait_ms: self.client.xread(  # type: ignore[misc]
+                    {self.entries_key: after}, count=self.batch, block=wait_ms
                 ),
                 "read stream",
             )

@@ -51,7 +51,8 @@ class Kind(str, enum.Enum):
     """``lw:job:...:history``: the attempts of a job that needed more than one, or
     failed (kept with the state)."""
     STREAM_ENTRIES = "stream_entries"
-    """``lw:stream:...:entries``: a stream's jobs."""
+    """``lw:stream:...:entries`` and ``...:delayed``: a stream's jobs, in it and
+    waiting off it until due."""
     STREAM_READERS = "stream_readers"
     """``lw:stream:...:positions`` and ``...:readers``: who read a stream how far."""
     LEADER = "leader"
@@ -76,8 +77,8 @@ LABELS = {
 }
 PRIMITIVES = {Space.LOCK.value, Space.SEMAPHORE.value, Space.ONCE.value, Space.REDLOCK.value}
 JOB_SUFFIXES = {"lock": Kind.JOB_LEASE, "state": Kind.JOB_STATE, "history": Kind.JOB_HISTORY}
-STREAM_SUFFIXES = {"entries": Kind.STREAM_ENTRIES, "positions": Kind.STREAM_READERS,
-                   "readers": Kind.STREAM_READERS}
+STREAM_SUFFIXES = {"entries": Kind.STREAM_ENTRIES, "delayed": Kind.STREAM_ENTRIES,
+                   "positions": Kind.STREAM_READERS, "readers": Kind.STREAM_READERS}
 
 Class = tuple["str | None", Kind]
 """(namespace, kind): a namespace of None is no lockworker namespace."""

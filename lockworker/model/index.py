@@ -22,9 +22,12 @@ gave_up    4     when it was given up
 =========  ====  ==========================================================
 
 A DONE removes the entry. Entries follow the job's state key, which expires after
-``retention`` from its last write: each write of a kind trims that kind's entries older
-than ``retention`` (ZREMRANGEBYSCORE, amortised), and the views count only entries
-younger than that. A held entry whose lease ran out (its holder died) stays held until
+``retention`` from its last write: each write of a kind other than held (a failure, a
+give-up, a reset: never a clean job's step) trims that kind's entries and the held ones
+older than ``retention`` (ZREMRANGEBYSCORE, amortised; a held entry is renewed with its
+lease, so an old one is a holder that died and whose job nobody took since), and the
+views count only entries younger than that. A clean job costs one ZADD at its grant
+and one ZREM at its DONE. A held entry whose lease ran out (its holder died) stays held until
 the next step on the job; the views tell it by the lease itself.
 """
 
@@ -35,7 +38,7 @@ from dataclasses import dataclass
 
 from lockworker.model.keys import all_index_keys, index_key, unescape
 
-__all__ = ["SPAN", "Entry", "Kind", "all_index_keys", "entry", "index_key", "score"]
+__all__ = ["SPAN", "STATES", "Entry", "Kind", "all_index_keys", "entry", "index_key", "score"]
 
 SPAN = 10**13
 """The score span of one kind: milliseconds since the epoch stay below it until 2286."""
@@ -56,6 +59,16 @@ class Kind(enum.IntEnum):
     @property
     def high(self) -> int:
         return (self.value + 1) * SPAN - 1
+
+
+STATES = {
+    "held": (Kind.HELD,),
+    "pending": (Kind.PENDING, Kind.BACKOFF),
+    "gave_up": (Kind.GAVE_UP,),
+}
+"""The kinds each listed job state is found in (a held entry whose lease ran out reads
+as pending once its keys are read; a pending job whose retry is due later is BACKOFF).
+``done`` has none: a DONE ends a job's entry."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,9 +110,11 @@ local function lw_index(kind, ms, retention)
   end
   local base = kind * SPAN
   redis.call('ZADD', KEYS[4], string.format('%.0f', base + ms), id)
-  if retention then
+  if retention and kind > 1 then
+    local cut = ms - tonumber(retention)
     redis.call('ZREMRANGEBYSCORE', KEYS[4], string.format('%.0f', base),
-               '(' .. string.format('%.0f', base + ms - tonumber(retention)))
+               '(' .. string.format('%.0f', base + cut))
+    redis.call('ZREMRANGEBYSCORE', KEYS[4], SPAN, '(' .. string.format('%.0f', SPAN + cut))
   end
 end
 """.replace("SPAN", str(SPAN))

@@ -32,14 +32,16 @@ PROBE_ID = "lockworker-permission-probe"
 the key and channel patterns are the ones its jobs need."""
 
 # PROBE: every command the steps' scripts run, changing nothing.
-# KEYS[1] lock   KEYS[2] state   ARGV[1] wake channel
+# KEYS[1] lock   KEYS[2] state   KEYS[3] the namespace's index key of the probe's slot
+# ARGV[1] wake channel
 # returns a flat list: command, target, error for each refused command
 PROBE = """
 local out = {}
 local tries = {
   {'GET', KEYS[2]}, {'SET', KEYS[1], 'probe', 'XX', 'PX', '1'}, {'PEXPIRE', KEYS[1], '1'},
   {'PTTL', KEYS[1]}, {'EXISTS', KEYS[2]}, {'DEL', KEYS[1]}, {'TIME'},
-  {'PUBLISH', ARGV[1], 'probe'},
+  {'PUBLISH', ARGV[1], 'probe'}, {'ZADD', KEYS[3], 'XX', '0', 'probe'},
+  {'ZREM', KEYS[3], 'probe'}, {'ZREMRANGEBYSCORE', KEYS[3], '1', '0'},
 }
 for _, c in ipairs(tries) do
   local r = redis.pcall(unpack(c))
@@ -74,7 +76,7 @@ def probe_keys(keys: JobKeys) -> JobKeys:
 def probe_call(keys: JobKeys) -> tuple[LuaScript, list[str], list[str]]:
     """The probe script, its keys and its arguments (for either kind of client)."""
     probe = probe_keys(keys)
-    return _PROBE, [probe.lock, probe.state], [probe.wake]
+    return _PROBE, [probe.lock, probe.state, probe.index], [probe.wake]
 
 
 def decode_probe(reply: Sequence[Any]) -> list[Denied]:

@@ -11,6 +11,9 @@ Cluster slot), the only record of what was decided about its ticks:
     w:<tick>    a tick waiting for the running one to end (``overlap="wait"``)
     s:<tick>    a tick skipped (``overlap="skip"``), kept until the progress passes it
     ran skipped caught_up    counts
+    catching    the latest tick that was already due when a missed tick was admitted
+                by ``catch_up="all"``: ticks up to it are missed ones, run in turn,
+                never skipped behind the catch-up tick that still runs
     last_ran    the latest tick whose job was resolved
     definition  what the schedule was when a process last began serving it (JSON:
                 ``{"every": 300}`` or ``{"cron": "30 2 * * *", "tz": "UTC"}``), so
@@ -73,6 +76,7 @@ end
 # KEYS[1] the schedule's hash
 # ARGV[1] tick (epoch s)   ARGV[2] overlap: skip, allow or wait
 # ARGV[3] 1 if the tick is a missed one that catch-up runs (counted if it decides)
+# ARGV[4] with ARGV[3] 1: the latest tick due then (recorded as 'catching' if it decides)
 # returns {verdict, decided}: the verdict 'run', 'wait', 'skip' or 'past' (settled
 # already, or dropped), and 1 if this call decided it, 0 if it read an earlier decision
 # (so each decision is counted once, by the process that made it)
@@ -85,7 +89,12 @@ if redis.call('HEXISTS', key, 'w:' .. tick) == 1 then return {'wait', 0} end
 if redis.call('HEXISTS', key, 's:' .. tick) == 1 then return {'skip', 0} end
 if tick <= number('last') then return {'past', 0} end
 redis.call('HSET', key, 'last', tick)
-if ARGV[3] == '1' then redis.call('HINCRBY', key, 'caught_up', 1) end
+if ARGV[3] == '1' then
+  redis.call('HINCRBY', key, 'caught_up', 1)
+  if tonumber(ARGV[4] or '-1') > number('catching') then
+    redis.call('HSET', key, 'catching', ARGV[4])
+  end
+end
 local runs, waits = open_ticks()
 local verdict = 'run'
 if #runs > 0 and ARGV[2] == 'skip' then verdict = 'skip' end

@@ -326,8 +326,9 @@ def index(
     pipe: Pipeline, keys: JobKeys, kind: Kind | None, ms: int, retention_ms: int
 ) -> None:
     """Queue the job's index entry (:mod:`lockworker.model.index`), as the scripts'
-    ``lw_index`` writes it: ``kind`` at ``ms``, or removed (None), and that kind's
-    entries older than ``retention_ms`` trimmed. Nothing for a primitive."""
+    ``lw_index`` writes it: ``kind`` at ``ms``, or removed (None), and (but for a
+    grant) that kind's and the held entries older than ``retention_ms`` trimmed.
+    Nothing for a primitive."""
     if keys.index == keys.lock:
         return
     member = escape(keys.job_id)
@@ -335,7 +336,9 @@ def index(
         pipe.zrem(keys.index, member)
         return
     pipe.zadd(keys.index, {member: score(kind, ms)})
-    pipe.zremrangebyscore(keys.index, kind.low, f"({score(kind, ms - retention_ms)}")
+    if kind is not Kind.HELD:
+        pipe.zremrangebyscore(keys.index, kind.low, f"({score(kind, ms - retention_ms)}")
+        pipe.zremrangebyscore(keys.index, Kind.HELD.low, f"({score(Kind.HELD, ms - retention_ms)}")
 
 
 def last_record(pipe: Pipeline, keys: JobKeys) -> RawRecord | None:

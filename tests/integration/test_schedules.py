@@ -168,6 +168,24 @@ def test_catch_up_after_nobody_served(
         assert ticks[0] > now
 
 
+def test_catch_up_all_never_skips_the_last_missed_tick_behind_the_one_running(
+    redis_client: redis.Redis, namespace: str, serving: Serving
+) -> None:
+    """The last missed tick is due alone once the one before it was admitted: it waits
+    for that one, in every process (the hash's ``catching``), rather than be skipped by
+    ``overlap="skip"`` as a current tick would be."""
+    now = int(server_now(redis_client))
+    redis_client.hset(schedule_key(namespace, "beat"), mapping={
+        "last": now - 1, "resolved": now - 2, f"r:{now - 1}": 1, "catching": now,
+    })  # catching up elsewhere: now-1 admitted and running, now still to come
+    runs = Runs(redis_client)
+    serving([Every("beat", 1, catch_up="all")], runs.hook("other"))
+    wait_for(lambda: len(runs.ids) >= 3, timeout=10)
+    assert runs.ticks()[:3] == [now - 1, now, now + 1]
+    seen = state(redis_client, namespace, "beat")
+    assert f"s:{now}" not in seen and seen.get("skipped", "0") == "0", seen
+
+
 def test_catch_up_all_is_capped(
     redis_client: redis.Redis, namespace: str, serving: Serving
 ) -> None:

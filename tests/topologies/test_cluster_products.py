@@ -301,3 +301,28 @@ def test_compute_once_runs_fn_once_for_a_stampede(
     assert 0 < clients[0].pttl(value_key) <= 30_000
     for client in clients:
         client.close()
+
+
+def test_delayed_jobs_wait_off_their_streams_and_run_once_due_on_every_master(
+    workers: Any, namespace: str
+) -> None:
+    runs = Runs()
+    streams = [f"{namespace}-{i}" for i in range(6)]  # their slots spread over the masters
+    served = [(s, workers("script", runs.hook)) for s in streams]
+    for stream, worker in served:
+        assert lockworker.submit(worker.client, stream, f"late-{stream}", delay=0.5).startswith(
+            "delayed:"
+        )
+        lockworker.submit(worker.client, stream, f"now-{stream}")
+    threads = [
+        serve_in_thread(w, lockworker.StreamSource(w.client, s, owner="r", block=0.1), 2)
+        for s, w in served
+    ]
+    wanted = {f"{kind}-{s}" for s in streams for kind in ("late", "now")}
+    wait_for(lambda: wanted <= set(runs.payloads), timeout=30)
+    for _, worker in served:
+        worker.stop()
+    for thread, raised in threads:
+        thread.join(timeout=30)
+        assert raised == []
+    assert all(len(runs.tokens[job]) == 1 for job in wanted)

@@ -5,6 +5,7 @@ If a public signature changes in a way that breaks callers, mypy fails here.
 
 from __future__ import annotations
 
+from datetime import datetime, timezone
 from typing import NoReturn
 
 import redis
@@ -80,6 +81,9 @@ def use_primitives(client: redis.Redis) -> None:
     value: object = lockworker.compute_once(client, "k", lambda: {"a": 1}, ttl=60.0)
     del value
     lockworker.submit(client, "stream", "job-1", {"a": 1})
+    waiting: str = lockworker.submit(client, "stream", "job-2", delay=30.0)
+    del waiting
+    lockworker.submit(client, "stream", "job-3", at=datetime(2030, 1, 1, tzinfo=timezone.utc))
 
 
 async def use_asyncio_primitives(client: redis.asyncio.Redis) -> None:

@@ -1,5 +1,6 @@
-"""``lockworker run --every/--cron/--tz``: the schedules reach the worker's source, alone
-or beside ``--stream``; a bad value is one line (a CliError); a Leader refuses them."""
+"""``lockworker run --every/--cron/--tz/--catch-up/--overlap``: the schedules reach the
+worker's source, alone or beside ``--stream``, with the policies given; a bad value is
+one line (a CliError); a Leader refuses them."""
 
 from __future__ import annotations
 
@@ -39,6 +40,23 @@ def test_schedules_alone_or_beside_a_stream() -> None:
     assert isinstance(beside.beside, StreamSource) and beside.beside.stream == "jobs"
 
 
+def test_catch_up_and_overlap_reach_every_schedule_and_default_to_the_librarys() -> None:
+    plain = source("--every", "sync=60")
+    assert isinstance(plain, ScheduleSource)
+    assert [(s.catch_up, s.overlap) for s in plain.schedules] == [("latest", "skip")]
+    given = source("--every", "sync=60", "--cron", "d=0 6 * * *", "--catch-up", "all",
+                   "--overlap", "wait")
+    assert isinstance(given, ScheduleSource)
+    assert [(s.catch_up, s.overlap) for s in given.schedules] == [("all", "wait")] * 2
+
+
+@pytest.mark.parametrize("extra", [["--catch-up", "maybe"], ["--overlap", "queue"]])
+def test_an_unknown_policy_is_refused_by_the_parser(extra: list[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        parse("--every", "a=5", *extra)
+    assert exc.value.code == 2
+
+
 @pytest.mark.parametrize(
     ("extra", "match"),
     [
@@ -51,6 +69,8 @@ def test_schedules_alone_or_beside_a_stream() -> None:
         (["--tz", "UTC", "--every", "a=5"], "--tz: only with --cron"),
         (["--every", "a=5", "--cron", "a=* * * * *"], "distinct"),
         (["--every", "a=5", "--group", "g"], "--group"),
+        (["--catch-up", "all"], "--catch-up: only with --every or --cron"),
+        (["--overlap", "allow"], "--overlap: only with --every or --cron"),
     ],
 )
 def test_a_bad_schedule_option_is_one_line(extra: list[str], match: str) -> None:

@@ -59,6 +59,7 @@ def test_primitives_are_counted_under_their_namespace(
 def test_streams_leaders_and_presence(name: str) -> None:
     stream = stream_keys(name)
     assert classify(stream.extra("entries")) == ("streams", Kind.STREAM_ENTRIES)
+    assert classify(stream.extra("delayed")) == ("streams", Kind.STREAM_ENTRIES)
     assert classify(stream.extra("positions")) == ("streams", Kind.STREAM_READERS)
     assert classify(stream.extra("readers")) == ("streams", Kind.STREAM_READERS)
     leader = leader_keys(name)

@@ -19,12 +19,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from lockworker.cli import status
+from lockworker.cli import indexed, status
 from lockworker.cli.cells import natural
 from lockworker.cli.kept import Kept
 from lockworker.cli.status import Row
 from lockworker.model.index import Entry, Kind
-from lockworker.model.keys import JobKeys
 from lockworker.model.registry import NAMESPACE
 from lockworker.protocol import index, registry
 
@@ -57,12 +56,14 @@ def read(client: Any, namespace: str | None, kept: Kept) -> tuple[list[Row], Cou
     rows: list[Row] = []
     counts: Counts = {}
     for ns in names:
-        listed, counts[ns] = indexed(client, ns, kept)
+        listed, counts[ns] = of_namespace(client, ns, kept)
         rows.extend(listed)
     return rows, counts
 
 
-def indexed(client: Any, namespace: str, kept: Kept) -> tuple[list[Row], dict[str, int | None]]:
+def of_namespace(
+    client: Any, namespace: str, kept: Kept
+) -> tuple[list[Row], dict[str, int | None]]:
     """One namespace's listed jobs, read now, and its index's counts."""
     since = round(kept.retention * 1000)
     seen = index.count(client, namespace, since)
@@ -72,9 +73,8 @@ def indexed(client: Any, namespace: str, kept: Kept) -> tuple[list[Row], dict[st
             e for e in index.listed(client, namespace, kind, LISTED)
             if kind is Kind.HELD or e.ms > seen.now_ms - since  # its state has expired
         )
-    ids = sorted({e.job_id for e in entries}, key=natural)
-    keys = [(JobKeys.of(namespace, i).state, namespace, i) for i in ids]
-    rows = status.job_rows(client, keys, kept)
+    keys = [indexed.key_of(namespace, i) for i in {e.job_id for e in entries}]
+    rows = status.read_rows(client, keys, kept)  # none for a job gone since
     counts: dict[str, int | None] = {
         "held": seen.held, "pending": seen.pending + seen.backoff, "done": None,
         "gave_up": seen.gave_up, "foreign": sum(r.state == "foreign" for r in rows),
@@ -85,7 +85,7 @@ def indexed(client: Any, namespace: str, kept: Kept) -> tuple[list[Row], dict[st
 def scanned(client: Any, namespace: str | None, kept: Kept) -> tuple[list[Row], Counts]:
     """Every job (of ``namespace``, if given), found by SCAN over the state keys."""
     keys = sorted(
-        status.state_keys(client, namespace), key=lambda k: (natural(k[1]), natural(k[2]))
+        indexed.walk(client, namespace), key=lambda k: (natural(k[1]), natural(k[2]))
     )
     rows = status.job_rows(client, keys, kept)
     return rows, count(rows)
