@@ -22,6 +22,8 @@ import redis
 
 from lockworker.cli import registered
 from lockworker.cli.cells import aligned, duration, natural, printable
+from lockworker.model.codec import decode_state
+from lockworker.model.keys import JobKeys
 from lockworker.model.schedule import TICK_FORMAT, from_definition
 from lockworker.protocol import text
 from lockworker.protocol.schedules import (
@@ -99,6 +101,16 @@ def schedule_row(
     )
 
 
+def finished(client: redis.Redis, namespace: str, job_id: str) -> str | None:
+    """The state of a job read now (one GET), if lockworker wrote it."""
+    try:
+        raw = client.get(JobKeys(namespace, job_id).state)
+    except redis.ResponseError:  # a key of another type: not a state lockworker wrote
+        return None
+    decoded = None if raw is None else decode_state(raw)
+    return None if decoded is None else decoded.status.value
+
+
 def schedule_rows(
     client: redis.Redis, namespace: str | None = None,
     jobs: Mapping[tuple[str, str], str] | None = None,
@@ -116,6 +128,8 @@ def schedule_rows(
         seen = decode_progress(fields)
         tick_id = None if seen.last is None else f"{name}@{moment(seen.last)}"
         state = None if jobs is None or tick_id is None else jobs.get((ns, tick_id))
+        if state is None and jobs is not None and tick_id is not None and seen.outcome == "ran":
+            state = finished(client, ns, tick_id)  # the caller lists no finished job
         rows.append(schedule_row(ns, name, seen, now, state))
     return rows
 
