@@ -203,6 +203,7 @@ class StreamSource:
     def attach(self, worker: Member) -> None:
         """``serve`` tells a source the worker it serves for: a group its lease, role
         and presence; a fan-out reader its namespace, whose progress it follows."""
+        self._registration()  # the views' list (a fan-out reader's touch adds it too)
         if self._group is not None:
             self._group.attach(worker)
         elif self.namespace != worker.namespace:
@@ -242,6 +243,7 @@ class StreamSource:
     def touch(self, position: str = "") -> str:
         """Register or refresh this reader, save ``position``, and trim; returns the
         saved position (for a reader of a namespace, never behind its progress)."""
+        self._registration()
         self._last_touch = self.clock.monotonic()
         ttl_ms = max(1, round(self.reader_ttl * 1000))
         args: list[str | int] = [
@@ -263,7 +265,6 @@ class StreamSource:
     def deliveries(self, stop: threading.Event) -> Iterator[Delivery]:
         """Jobs after this owner's saved position, until ``stop`` is set (in a group:
         the entries this member is given)."""
-        self._registration()
         if self._group is not None:
             yield from self._group.deliveries(stop)
             return
