@@ -51,3 +51,11 @@ def is_indexed(client: Any, namespace: str) -> bool:
 async def ais_indexed(client: Any, namespace: str) -> bool:
     """:func:`is_indexed` on a ``redis.asyncio`` client."""
     return bool(await client.hexists(INDEXED, namespace))
+
+
+def found(client: Any, kind: str) -> list[tuple[str, ...]] | None:
+    """The names of everything registered of ``kind``; None if nothing of that kind is:
+    what was served by release 0.3.0, or before the registry existed, is not registered
+    until it is served again, so the views walk the keyspace for that kind instead."""
+    names = [r.names for r in registered(client, kind)]
+    return names or None
