@@ -4,8 +4,9 @@ Finished jobs are the many (millions of DONE keys on a busy server); the dashboa
 the few that are not: held, backing off, pending and given up. Each namespace's index
 counts those (``ZCOUNT``, whatever the number of finished jobs) and lists the newest
 :data:`LISTED` of each kind; only the listed jobs' keys are read (:func:`job_rows`), so
-a read costs what it shows. Finished jobs are neither counted (``done`` shows as
-unknown) nor listed; ``lockworker status --id`` or a job's page shows one.
+a read costs what it shows. Finished jobs are not listed (``done`` is filled in by
+the collector from the last hour's outcomes per minute, :mod:`lockworker.cli.
+throughput`); ``lockworker status --job`` or a job's page shows one.
 
 The namespaces are the registered ones (:mod:`lockworker.cli.registered`). While none
 is registered (every worker of release 0.3.0, or of this release before the registry

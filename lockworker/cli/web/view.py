@@ -244,6 +244,9 @@ class Collector:
                     return self._view
             memory = self.memory(started)
             rated = self.rates(started)
+            for ns, by_state in counts.items():  # finished jobs are not counted one by
+                if by_state.get("done") is None and ns in rated:  # one: the last hour's
+                    by_state["done"] = throughput.summary(rated[ns])["last_hour"]["done"]
             took = self.clock.monotonic() - started
             view = View(wall_time(), took, tuple(leaders), tuple(workers), tuple(jobs),
                         None, counts, memory, tuple(timed), rated)
