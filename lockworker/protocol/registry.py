@@ -13,6 +13,15 @@ def register(client: Any, *found: Registered) -> None:
     client.sadd(REGISTRY, *(r.member() for r in found))
 
 
+def forget(client: Any, *found: Registered) -> None:
+    """Take ``found`` out of the registry, and a namespace's mark (a run that removes
+    every key it wrote: ``lockworker demo``)."""
+    client.srem(REGISTRY, *(r.member() for r in found))
+    spaces = [r.names[0] for r in found if r.kind == "namespace"]
+    if spaces:
+        client.hdel(INDEXED, *spaces)
+
+
 async def aregister(client: Any, *found: Registered) -> None:
     """:func:`register` on a ``redis.asyncio`` client."""
     await client.sadd(REGISTRY, *(r.member() for r in found))
