@@ -255,7 +255,7 @@ def render(run: Run) -> str:
     add("pip install -e '.[bench]'   # the peers, hiredis and a server binary")
     add(s.command)
     add("python -m benchmarks --only stream   # or failover: section 5 (9) alone, into this page")
-    add("python -m benchmarks --only views    # section 10 (--views-jobs 1000000,10000000)")
+    add(report_views.RERUN)
     add("```")
     add("")
     add("## Summary")

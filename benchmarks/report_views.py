@@ -78,6 +78,7 @@ def section(found: ViewsSection | None) -> list[str]:
     if found is None or not found.runs:
         return [*out, "Not run.", "", *(f"- {s}" for s in (found.skipped if found else []))]
     out.append(
+        f"Measured {found.date} by `{found.command}`. "
         "Each size on a server of its own: that many finished jobs in namespace "
         f"`{views_fill.NAMESPACE}` (a DONE state key each, written directly with the value "
         "and time to live (`done_retention`) a clean completion writes, checked against "
@@ -89,7 +90,9 @@ def section(found: ViewsSection | None) -> list[str]:
         "registered, as a worker registers it. Nothing else runs against the server "
         "(idle). Each view runs in this process, once untimed (it loads the scripts), then "
         f"{found.runs_per_view} times; the table gives the median wall time and the "
-        f"range (a view slower than {views.SLOW:g} s runs once). The command lines go "
+        f"range; a view's runs stop at the first slower than {views.SLOW:g} s, and a "
+        f"view whose time scaled from the size before passes {views.CAP:g} s is not run "
+        "at the larger size (both: walks of every key). The command lines go "
         "through `lockworker.cli.main.main` with their output sent to `/dev/null`: a "
         f"command typed in a shell adds the interpreter's start and imports, "
         f"{found.startup_seconds:.2f} s here (`lockworker --version`). SCANs / run: "
@@ -109,14 +112,23 @@ def section(found: ViewsSection | None) -> list[str]:
 
 
 def _walkers(found: ViewsSection) -> list[str]:
-    """The views (not the dashboard's) that made a SCAN at the largest size run."""
-    return [v.name for v in found.runs[-1].views
-            if v.scans >= 1 and v.name != views.DASHBOARD and not v.part]
+    """The views (the dashboard's apart) that made a SCAN at any size."""
+    return [v.name for v in found.runs[0].views
+            if v.name != views.DASHBOARD and not v.part and any(
+                (w := r.view(v.name)) is not None and w.scans >= 1 for r in found.runs)]
+
+
+def _busy(found: ViewsSection) -> bool:
+    try:
+        return float(found.load.split(",")[0]) > found.cores
+    except ValueError:
+        return False
 
 
 def notes(found: ViewsSection) -> list[str]:
     walkers = _walkers(found)
-    dashboard = found.runs[-1].view(views.DASHBOARD)
+    dashboard = max((r.view(views.DASHBOARD) for r in found.runs),
+                    key=lambda v: 0.0 if v is None else v.scans)
     return [
         "What the figures mean:",
         "",
@@ -145,10 +157,12 @@ def notes(found: ViewsSection) -> list[str]:
         "- **The metrics** (`lockworker/metrics`) read nothing from the server: every "
         "gauge is set from the process's own events (a server check's verdict, the "
         "leases it holds), so they have no row.",
-        f"- Machine load before the run (1/5/15 min): {found.load}. The machine is a "
-        "shared 2-core one (see Machine above) on which other work may run at the "
-        "same time; a median over the runs shrugs off a burst, but single runs (the "
-        "slow views) carry it.",
+        f"- Machine load before the run (1/5/15 min): {found.load}"
+        + (f", above its {found.cores} cores: the figures come from a busy machine"
+           if _busy(found) else "")
+        + f". The machine is a shared {found.cores}-core one (see Machine above) on "
+        "which other work may run at the same time; a median over the runs shrugs off "
+        "a burst, but single runs (the slow views) carry it.",
         "",
     ]
 
@@ -198,11 +212,30 @@ def only(sizes: tuple[int, ...], runs: int, command: str, output: Path | None) -
         page = output.read_text(encoding="utf-8") if output.exists() else "# Benchmarks\n"
         output.parent.mkdir(parents=True, exist_ok=True)
         output.write_text(
-            splice_into(page, HEADING, (SUMMARY_PREFIX,), section(found), lines),
+            splice_into(with_command(page), HEADING, (SUMMARY_PREFIX,), section(found),
+                        lines),
             encoding="utf-8",
         )
         print(f"wrote {output}")
     return 0
+
+
+RERUN = "python -m benchmarks --only views    # section 10 (--views-jobs 1000000,10000000)"
+"""The page's line that says how to measure this section again (:func:`report.render`)."""
+
+
+def with_command(page: str) -> str:
+    """``page`` with :data:`RERUN` in its "Re-run with" block (after the ``--only
+    stream`` line) if it is not there yet."""
+    if RERUN in page:
+        return page
+    lines = page.split("\n")
+    at = next((i for i, line in enumerate(lines)
+               if line.startswith("python -m benchmarks --only stream")), None)
+    if at is None:
+        return page
+    lines.insert(at + 1, RERUN)
+    return "\n".join(lines)
 
 
 def sizes(text: str) -> tuple[int, ...]:

@@ -90,6 +90,9 @@ class ViewsSection:
     """``lockworker --version`` in a new interpreter: what a typed command adds."""
     skipped: list[str] = field(default_factory=list)
     """Sizes not run, each with why."""
+    cores: int = field(default_factory=lambda: os.cpu_count() or 1)
+    date: str = field(default_factory=lambda: time.strftime("%Y-%m-%d %H:%M UTC",
+                                                            time.gmtime()))
 
 
 def cli_view(url: str, *args: str) -> Callable[[], None]:
@@ -223,7 +226,7 @@ def measure(jobs: int, runs: int, previous: ViewsRun | None,
                 before = previous.view(view.name) if previous is not None else None
                 scale = jobs / previous.jobs if previous is not None else 1.0
                 found = timed(client, view, runs, before, scale)
-                shown = (f"{found.seconds * 1000:,.0f} ms ({len(found.times)} runs)"
+                shown = (f"{found.seconds * 1000:,.0f} ms (runs: {len(found.times)})"
                          if found.times else found.error or "not run")
                 say(f"  {view.name}: {shown}")
                 result.views.append(found)
