@@ -25,6 +25,7 @@ from typing import Any
 import redis
 import structlog
 
+import lockworker
 from benchmarks.common import median, quiet_logging
 from benchmarks.views_fill import GAVE_UP, NAMESPACE, give_up, populate
 from lockworker.model.codec import Holder, new_run
@@ -161,9 +162,10 @@ def timed(client: redis.Redis, view: View, runs: int, before: ViewTime | None,
     return result
 
 
-def views(server: RedisServer, client: redis.Redis, protocol: ScriptProtocol) -> list[View]:
-    """Every view of issue 40, in the order the page lists them."""
-    import lockworker
+def views(server: RedisServer, client: redis.Redis, protocol: ScriptProtocol,
+          worker: Any) -> list[View]:
+    """Every view of issue 40, in the order the page lists them (``worker``: a
+    ``lockworker.Worker`` of :data:`NAMESPACE`, for ``reset_all``)."""
     from lockworker.cli.web.view import Collector
     from lockworker.protocol import index
 
@@ -189,7 +191,6 @@ def views(server: RedisServer, client: redis.Redis, protocol: ScriptProtocol) ->
             raise RuntimeError(found.error)
         return found
 
-    worker = lockworker.Worker(client, namespace=NAMESPACE, handle_signals=False)
     return [
         View("`lockworker status`", cli_view(url, "status")),
         View(f"`lockworker status --namespace {NAMESPACE}`",
@@ -218,9 +219,10 @@ def measure(jobs: int, runs: int, previous: ViewsRun | None,
         say(f"  {jobs:,} finished jobs written in {result.fill_seconds:.1f} s; "
             f"{result.keys:,} keys, {result.used_memory / 2**20:,.0f} MiB")
         client = server.client()
+        worker = lockworker.Worker(client, namespace=NAMESPACE, handle_signals=False)
         try:
             protocol = ScriptProtocol(client)
-            for view in views(server, client, protocol):
+            for view in views(server, client, protocol, worker):
                 structlog.reset_defaults()  # a command line configured its own logging
                 quiet_logging(to_devnull=True)  # a library call's warnings not shown
                 before = previous.view(view.name) if previous is not None else None
@@ -231,6 +233,7 @@ def measure(jobs: int, runs: int, previous: ViewsRun | None,
                 say(f"  {view.name}: {shown}")
                 result.views.append(found)
         finally:
+            worker.close()
             client.close()
             structlog.reset_defaults()  # the command line configured its own logging
             quiet_logging()
