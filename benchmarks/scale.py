@@ -157,7 +157,7 @@ def run(port: int, url: str, client: redis.Redis, jobs: int) -> ScaleRun:
         result.memory_held_data = _data_memory(client) - data_before
         _status(url, namespace, result)
         started = time.monotonic()
-        rows = collect(client, namespace, Kept())
+        rows = collect(client, namespace, Kept(), None)  # every row, not the first --limit
         result.collect_seconds = time.monotonic() - started
         result.collect_rows = sum(1 for row in rows if row.kind == "job")
         for pipe in pipes:
