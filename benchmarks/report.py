@@ -11,6 +11,7 @@ from benchmarks import (
     report_handover,
     report_load,
     report_stream,
+    report_views,
 )
 from benchmarks.common import Machine, median, spread
 from benchmarks.contended import Contended
@@ -22,6 +23,7 @@ from benchmarks.masters import MastersRun
 from benchmarks.report_handover import HANDOVER_TARGET_MS, NEAR, TAKEOVER_TARGET_MS
 from benchmarks.scale import ScaleRun
 from benchmarks.stream import StreamSection
+from benchmarks.views import ViewsSection
 
 CYCLE_TARGET = 1.0
 LOCK_TARGET = 1.0
@@ -58,6 +60,9 @@ class Settings:
     """Seconds a killed worker's job is watched for its rerun."""
     peer_hold: float = 30.0
     """Seconds that job works."""
+    views_jobs: tuple[int, ...] = (1_000_000, 10_000_000)
+    """Finished jobs on the server of each size of section 10 (views)."""
+    views_runs: int = 5
     peer_side_by_side: bool = False
     """The killed-job trials run during the jobs/s rows (a quick run's shortcut)."""
     wall_seconds: float = 0.0
@@ -81,6 +86,7 @@ class Run:
     leaders: list[LeaderHandover] = field(default_factory=list)
     failover: report_failover.FailoverSection | None = None
     outsiders: list[outsider.OutsiderResult] = field(default_factory=list)
+    views: ViewsSection | None = None
     """The contended section measured by fresh processes (benchmarks/outsider.py)."""
     charts: dict[str, str] = field(default_factory=dict)
     """Chart kind ("handovers", "takeover", "stream") -> file name beside the page."""
@@ -224,6 +230,7 @@ def summary(run: Run) -> list[str]:
         )
     if run.failover is not None:
         lines.extend(report_failover.summary(run.failover))
+    lines.extend(report_views.summary(run.views))
     return lines
 
 
@@ -248,6 +255,7 @@ def render(run: Run) -> str:
     add("pip install -e '.[bench]'   # the peers, hiredis and a server binary")
     add(s.command)
     add("python -m benchmarks --only stream   # or failover: section 5 (9) alone, into this page")
+    add(report_views.RERUN)
     add("```")
     add("")
     add("## Summary")
@@ -377,4 +385,6 @@ def render(run: Run) -> str:
     out.extend(report_load.market(run.market, s.market_seconds))
     out.extend(report_load.masters(run.masters))
     out.extend(report_failover.section(run.failover))
+    if run.views is not None:
+        out.extend(report_views.section(run.views))
     return "\n".join(out)

@@ -10,6 +10,7 @@ with the targets and writes the figures and charts to ``docs/`` (a full run) or 
 
 ``--only failover`` measures section 9 alone (the stream's failover, RQ and Celery),
 ``--only stream`` section 5 (a stream served by ``serve()`` beside consumer groups),
+``--only views`` section 10 (the views with many finished jobs: ``--views-jobs``),
 and puts it, with its summary lines, into the page already at the output path, leaving
 the other sections' figures as they were (a page that does not exist yet gets that
 section only).
@@ -39,9 +40,11 @@ from benchmarks import (
     report,
     report_failover,
     report_stream,
+    report_views,
     scale,
     stream,
     stream_failover,
+    views,
 )
 from benchmarks.common import counting_client, installed, machine, quiet_logging
 from lockworker.testing.server import RedisServer
@@ -99,8 +102,10 @@ QUICK = report.Settings(
     peer_bound=3.0,
     peer_hold=2.0,
     peer_side_by_side=True,
+    views_jobs=(10_000,),
+    views_runs=2,
 )
-SECTIONS = ("failover", "stream", "locks")
+SECTIONS = ("failover", "stream", "locks", "views")
 OUTSIDER_ROUNDS = 2
 """Rounds of the contended section's fresh-process harness (benchmarks/outsider.py)."""
 
@@ -117,7 +122,7 @@ def measure(
     quick = settings.rounds == 1
     say(f"server: {server.version()} on 127.0.0.1:{server.port} "
         f"(+{len(servers) - 1} Redlock masters)")
-    say(f"1/9 uncontended: {settings.rounds} rounds x {len(cycle.CONTENDERS)} contenders "
+    say(f"1/10 uncontended: {settings.rounds} rounds x {len(cycle.CONTENDERS)} contenders "
         f"x {settings.seconds:g} s")
     cycles = cycle.run(
         servers, rounds=settings.rounds, seconds=settings.seconds, warmup=20 if quick else 200
@@ -138,7 +143,7 @@ def measure(
     ]
     client = server.client()
     kinds = contended.kinds()
-    say(f"2/9 contended: {len(kinds)} contenders x {settings.contended_seconds:g} s")
+    say(f"2/10 contended: {len(kinds)} contenders x {settings.contended_seconds:g} s")
     contention = contended.run(
         [s.port for s in servers], client, settings.contended_seconds
     )
@@ -148,13 +153,13 @@ def measure(
     )
     pair = failover.Pair(server.port, namespace)
     try:
-        say(f"3/9 handover: {settings.handover_trials} trials x {len(handovers)} contenders, "
+        say(f"3/10 handover: {settings.handover_trials} trials x {len(handovers)} contenders, "
             f"then x {len(leaders.PAIRS)} leader pairings")
         for _ in range(settings.handover_trials):
             for handover in handovers:
                 failover.handover_trial(pair, handover)
         by_leaders = leaders.run(server.port, settings.handover_trials)
-        say(f"4/9 takeover after SIGKILL: {settings.takeover_trials} trials (lockworker), "
+        say(f"4/10 takeover after SIGKILL: {settings.takeover_trials} trials (lockworker), "
             f"{settings.peer_takeover_trials} per peer, {settings.takeover_lease:g} s lease")
         for trial in range(max(settings.takeover_trials, settings.peer_takeover_trials)):
             for takeover in takeovers:
@@ -168,20 +173,22 @@ def measure(
     finally:
         pair.close()
     try:
-        say(f"5/9 stream: {settings.stream_jobs} jobs x {len(stream.CONTENDERS)} contenders "
+        say(f"5/10 stream: {settings.stream_jobs} jobs x {len(stream.CONTENDERS)} contenders "
             f"x {settings.stream_rounds} rounds, SIGKILL runs, memory, a cluster")
         streams = measure_stream(servers, settings, say)
-        say(f"6/9 scale: {settings.scale_jobs} jobs in flight over {scale.PROCESSES} processes")
+        say(f"6/10 scale: {settings.scale_jobs} jobs in flight over {scale.PROCESSES} processes")
         scaled = scale.run(server.port, server.url, client, settings.scale_jobs)
-        say(f"7/9 marketplace: {2 * len(market.SETUPS)} setups x {settings.market_seconds:g} s")
+        say(f"7/10 marketplace: {2 * len(market.SETUPS)} setups x {settings.market_seconds:g} s")
         markets = market.run(server.port, settings.market_seconds)
     finally:
         client.close()
-    say(f"8/9 masters: {settings.masters_jobs} jobs through serve() on 1 server and on a "
+    say(f"8/10 masters: {settings.masters_jobs} jobs through serve() on 1 server and on a "
         f"{masters.MASTERS}-master cluster, then {settings.scale_jobs} in flight on it")
     by_masters = masters.run(settings.masters_jobs, settings.scale_jobs)
-    say(f"9/9 failover of a stream ({len(stream_failover.CASES)} rows), then RQ and Celery")
+    say(f"9/10 failover of a stream ({len(stream_failover.CASES)} rows), then RQ and Celery")
     failover_section = measure_failover(server, settings, say, time.monotonic())
+    say(f"10/10 views with {', '.join(f'{n:,}' for n in settings.views_jobs)} finished jobs")
+    views_section = views.run(settings.views_jobs, settings.views_runs, settings.command, say)
     settings = report.Settings(
         **{**settings.__dict__, "wall_seconds": time.monotonic() - started}
     )
@@ -192,7 +199,7 @@ def measure(
         machine(server), settings, cycles, overhead, handovers, takeovers, missing,
         contended=contention, streams=streams, scale=scaled, market=markets,
         masters=by_masters, leaders=by_leaders, failover=failover_section,
-        outsiders=outsiders,
+        outsiders=outsiders, views=views_section,
     )
 
 
@@ -254,10 +261,18 @@ def main(argv: list[str] | None = None) -> int:
         help="measure one section (stream: section 5, a stream served beside consumer "
         "groups; failover: section 9, a stream's failover beside RQ and Celery; both put "
         "into the page at the output path, the rest kept; locks: the contended locks, "
-        "both harnesses, printed only)",
+        "both harnesses, printed only; views: section 10, the views with many finished "
+        "jobs)",
+    )
+    parser.add_argument(
+        "--views-jobs", type=report_views.sizes, default=None, metavar="N[,N...]",
+        help="finished jobs of each of section 10's servers (default 1000000,10000000; "
+        "--quick: 10000)",
     )
     args = parser.parse_args(argv)
     settings = QUICK if args.quick else FULL
+    if args.views_jobs is not None:
+        settings = report.Settings(**{**settings.__dict__, "views_jobs": args.views_jobs})
     common.FAST_START = args.quick  # children from a fork server: a quick check only
     output = args.output if args.output is not None else (None if args.quick else DOC)
     quiet_logging()
@@ -265,6 +280,9 @@ def main(argv: list[str] | None = None) -> int:
         return only_stream(settings, output)
     if args.only == "locks":
         return only_locks(settings)
+    if args.only == "views":
+        return report_views.only(settings.views_jobs, settings.views_runs,
+                                 f"{settings.command} --only views", output)
     if args.only is not None:
         return only_failover(settings, args.only, output)
     with RedisServer() as server, RedisServer() as second, RedisServer() as third:

@@ -53,6 +53,7 @@ def test_quick_benchmark_run_writes_a_report(tmp_path: Path) -> None:
         "## 9. Failover of a stream, beside RQ and Celery",
         "### The stream's jobs/s before and after its primary goes",
         "### Beside RQ and Celery: jobs/s, and a killed worker's job",
+        "## 10. Views with a million finished jobs",
     ):
         assert heading in report
     for row in (
@@ -134,6 +135,7 @@ def test_quick_benchmark_run_writes_a_report(tmp_path: Path) -> None:
         "stream: `serve()` primary + 2 backups >= 0.8x the primary-only consumer group",
         "stream: a DONE record's server memory <=",
         "stream, 3 streams through shared groups (jobs/s):",
+        "views with 10,000 finished jobs, 1,000 held, 10 given up: each < 500 ms:",
     ):
         assert line in done.stdout
     if importlib.util.find_spec("redis_lock") is not None:  # the handover target's peer
@@ -146,3 +148,46 @@ def test_quick_benchmark_run_writes_a_report(tmp_path: Path) -> None:
     for chart in ("benchmarks-handovers.png", "benchmarks-takeover.png", "benchmarks-stream.png"):
         if f"]({chart})" in report:
             assert (tmp_path / chart).stat().st_size > 0
+
+
+VIEWS = (
+    "`lockworker status`",
+    "`lockworker status --namespace orders`",
+    "`lockworker status --state gave_up`",
+    "`lockworker status --state held`",
+    "`lockworker status --job done-7`",
+    "`lockworker status --json`",
+    "`lockworker reset --namespace orders --state gave_up --yes`",
+    '`Worker.reset_all("gave_up")`',
+    "dashboard read (`Collector.read`)",
+)
+
+
+@pytest.mark.timeout(150)
+def test_only_views_puts_section_10_into_the_page_and_keeps_the_rest(tmp_path: Path) -> None:
+    output = tmp_path / "benchmarks.md"
+    before = (
+        "# Benchmarks\n\n## Summary\n\n- uncontended Lock acquire+release: kept\n"
+        "- views with 5 finished jobs: an older run's line, replaced\n\n"
+        "## 9. Failover of a stream, beside RQ and Celery\n\nkept\n"
+    )
+    output.write_text(before, encoding="utf-8")
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "--quick", "--only", "views",
+         "--views-jobs", "2000", "--output", str(output)],
+        cwd=ROOT, capture_output=True, text=True, timeout=120, check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    report = output.read_text(encoding="utf-8")
+    assert "- uncontended Lock acquire+release: kept" in report
+    assert "## 9. Failover of a stream, beside RQ and Celery\n\nkept\n" in report
+    assert "an older run's line" not in report
+    assert "- views with 2,000 finished jobs, 1,000 held, 10 given up: each < 500 ms:" in report
+    section = report.split("## 10. Views with a million finished jobs", 1)[1]
+    # Every view ran (a figure, not an error): the resets found and reset the 10
+    # given-up jobs on each run (the benchmark checks it), and the fill's keys are there.
+    for view in VIEWS:
+        row = next(line for line in section.splitlines() if line.startswith(f"| {view} |"))
+        assert "error:" not in row and "not run" not in row, row
+    keys = re.search(r"\| keys \(`DBSIZE`\) \| ([\d,]+) \|", section)
+    assert keys is not None and int(keys.group(1).replace(",", "")) > 2000 + 1000
