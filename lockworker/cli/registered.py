@@ -2,11 +2,11 @@
 
 Each is read from the registry (:mod:`lockworker.model.registry`): one SMEMBERS, however
 many keys the server holds. What was served by release 0.3.0, or by this release before
-the registry existed, is not registered until it is served again; so while nothing of a
-kind is registered, that kind is found as before, by SCAN over the keyspace (seconds
-with millions of finished jobs' keys). Once one thing of a kind is registered, the
-others of that kind not served since are not listed (``lockworker index`` registers
-the namespaces it finds).
+the registry existed, is not registered until it is served again, or until
+``lockworker index`` (which walks the keyspace once) registers what it finds. While the
+registry does not exist at all (no process of this release served the server yet), each
+kind is found as before, by SCAN over the keyspace (seconds with millions of keys):
+the ``scanned_*`` functions, which ``lockworker index`` uses too.
 """
 
 from __future__ import annotations
@@ -34,6 +34,10 @@ def namespaces(client: Any) -> list[str]:
     found = registry.found(client, NAMESPACE)
     if found is not None:
         return [names[0] for names in found]
+    return scanned_namespaces(client)
+
+
+def scanned_namespaces(client: Any) -> list[str]:
     parsed = (parse_members_key(k) for k in _scan(client, MEMBERS_PATTERN))
     return [n for n in parsed if n is not None]
 
@@ -43,6 +47,10 @@ def streams(client: Any) -> list[str]:
     found = registry.found(client, STREAM)
     if found is not None:
         return [names[0] for names in found]
+    return scanned_streams(client)
+
+
+def scanned_streams(client: Any) -> list[str]:
     head, tail = "lw:stream:streams:{", "}:readers"
     return [
         unescape(k[len(head) : -len(tail)]) for k in _scan(client, STREAMS_PATTERN)
@@ -57,9 +65,13 @@ def schedules(client: Any, namespace: str | None = None) -> list[tuple[str, str]
     if found is not None:
         pairs = [(n[0], n[1]) for n in found if len(n) == 2]
     else:
-        parsed = (parse_schedule_key(k) for k in _scan(client, schedule_pattern(namespace)))
-        pairs = [p for p in parsed if p is not None]
+        pairs = scanned_schedules(client, namespace)
     return [p for p in pairs if namespace in (None, p[0])]
+
+
+def scanned_schedules(client: Any, namespace: str | None = None) -> list[tuple[str, str]]:
+    parsed = (parse_schedule_key(k) for k in _scan(client, schedule_pattern(namespace)))
+    return [p for p in parsed if p is not None]
 
 
 def leaders(client: Any) -> list[str]:
@@ -68,6 +80,10 @@ def leaders(client: Any) -> list[str]:
     found = registry.found(client, LEADER)
     if found is not None:
         return [names[0] for names in found]
+    return scanned_leaders(client)
+
+
+def scanned_leaders(client: Any) -> list[str]:
     pattern = state_pattern(Space.LEADER, LEADERS)
     parsed = (parse_state_key(k, Space.LEADER) for k in _scan(client, pattern))
     return [p[1] for p in parsed if p is not None]

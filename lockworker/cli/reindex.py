@@ -3,7 +3,8 @@
 Jobs written by release 0.3.0, or by this release before the upgrade, have no entry
 in their namespace's index (:mod:`lockworker.model.index`), so the views do not list
 them. The command SCANs the job state keys (every master of a cluster), adds every
-namespace it finds to the registry (:mod:`lockworker.model.registry`), writes each
+namespace it finds to the registry (:mod:`lockworker.model.registry`; without
+``--namespace``, the streams, schedules and leaders it finds too), writes each
 job's entry with :data:`lockworker.protocol.reindex.INDEX` (one atomic step per job,
 many per round trip), and marks each namespace indexed (``lw:registry:indexed``, the
 server's clock) once the whole scan of it succeeded: a scan that fails half way marks
@@ -23,6 +24,7 @@ import shlex
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from lockworker.cli import registered
 from lockworker.cli.common import EXIT_OK, CliError, connect, redis_url
 from lockworker.cli.kept import RETENTION_HELP
 from lockworker.daemons.settings import DAY
@@ -53,6 +55,20 @@ def unindexed_note(client: Any, namespaces: Iterable[str] | None = None) -> list
     ]
 
 
+def register_others(client: Any) -> int:
+    """Register every stream, schedule and leader a walk of the keyspace finds (served
+    by 0.3.0, or before the registry existed): the views list them from then on; how
+    many were found."""
+    found = [
+        *(names.stream(s) for s in registered.scanned_streams(client)),
+        *(names.schedule(ns, n) for ns, n in registered.scanned_schedules(client)),
+        *(names.leader(n) for n in registered.scanned_leaders(client)),
+    ]
+    if found:
+        registry.register(client, *found)
+    return len(found)
+
+
 def main(args: argparse.Namespace) -> int:
     namespace = args.namespace
     if namespace is not None:
@@ -66,8 +82,11 @@ def main(args: argparse.Namespace) -> int:
             client, namespace, round(args.retention * 1000),
             lambda line: print(line, flush=True),
         )
+        others = register_others(client) if namespace is None else 0
     finally:
         client.close()
+    if others:
+        print(f"registered {others} streams, schedules and leaders found")
     if not tallies:
         print("no jobs found" + (f" in namespace {namespace}" if namespace else ""))
     for name, tally in sorted(tallies.items()):

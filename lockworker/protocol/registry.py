@@ -63,8 +63,11 @@ async def ais_indexed(client: Any, namespace: str) -> bool:
 
 
 def found(client: Any, kind: str) -> list[tuple[str, ...]] | None:
-    """The names of everything registered of ``kind``; None if nothing of that kind is:
-    what was served by release 0.3.0, or before the registry existed, is not registered
-    until it is served again, so the views walk the keyspace for that kind instead."""
-    names = [r.names for r in registered(client, kind)]
-    return names or None
+    """The names of everything registered of ``kind``; None if the registry does not
+    exist at all (a server no process of this release has served: the views then walk
+    the keyspace as before). Things served only by 0.3.0 since are listed once served
+    again, or once ``lockworker index`` registered what it found."""
+    raw = client.smembers(REGISTRY)
+    if not raw:
+        return None
+    return [r.names for r in decoded(raw) if r.kind == kind]

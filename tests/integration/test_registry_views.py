@@ -15,6 +15,7 @@ from helpers import wait_for
 import lockworker
 from lockworker import Every, Leader, ScheduleSource, StreamSource, aio
 from lockworker.cli import readers, registered, status
+from lockworker.cli.main import main
 from lockworker.cli.schedules import schedule_rows
 from lockworker.cli.web.view import Collector
 from lockworker.cli.workers import worker_rows
@@ -128,9 +129,12 @@ def test_each_kind_registers_once_whatever_its_serving(
     assert len(leaders) == len(set(leaders))
 
 
-def test_while_nothing_of_a_kind_is_registered_the_views_walk_the_keyspace() -> None:
+def test_while_no_registry_exists_the_views_walk_the_keyspace_and_index_registers_all(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     """Things served by 0.3.0 (no registry): every kind found by SCAN, as before; once
-    one thing of a kind registers, that kind is read from the registry."""
+    anything registers, every kind is read from the registry alone (a fresh server's
+    views never walk), and ``lockworker index`` registers what the walk finds."""
     with RedisServer() as server:
         client = server.client(decode_responses=True)
         old = StateValue(JobStatus.GAVE_UP, 1, 1, "0123456789abcdef", "host-a")
@@ -151,7 +155,15 @@ def test_while_nothing_of_a_kind_is_registered_the_views_walk_the_keyspace() -> 
         registry.register(client, names.leader("new-leader"), names.namespace("new-ns"))
         assert [r.id for r in status.leader_rows(client)] == ["new-leader"]
         assert [r.id for r in Collector(client).read().jobs] == []  # new-ns has none yet
-        assert registered.schedules(client) == [("old-ns", "nightly")]  # none registered
+        assert registered.schedules(client) == []  # not served since: not registered
+
+        assert main(["index", "--redis", server.url]) == 0
+        assert "registered 2 streams, schedules and leaders found" in capsys.readouterr().out
+        assert sorted(r.id for r in status.leader_rows(client)) == ["new-leader", "old-leader"]
+        assert registered.schedules(client) == [("old-ns", "nightly")]
+        assert [(r.namespace, r.id, r.state) for r in Collector(client).read().jobs] == [
+            ("old-ns", "job-1", "gave_up")
+        ]
         client.close()
 
 
