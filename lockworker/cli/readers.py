@@ -148,8 +148,11 @@ def waiting(row: StreamRow) -> str:
 
 
 def entry_time(entry_id: str) -> str:
-    """When an entry was added (its id's milliseconds), ``2026-11-28 17:04:05 UTC``."""
+    """When an entry was added (its id's milliseconds), ``2026-11-28 17:04:05 UTC``;
+    empty for ``0-0`` (no entry: the progress of a namespace that resolved none yet)."""
     try:
+        if entry_order(entry_id)[0] == 0:
+            return ""
         when = datetime.fromtimestamp(entry_order(entry_id)[0] / 1000.0, timezone.utc)
     except (ValueError, OverflowError, OSError):  # not an entry id lockworker wrote
         return ""

@@ -146,4 +146,4 @@ def test_a_stream_s_delayed_jobs_say_how_many_and_when_the_next_is_due() -> None
     assert readers.waiting(StreamRow("s", 0, None, delayed=1, next_due_in=-5.0)) == (
         "1 delayed, next overdue 5.0s")  # no reader moved it: none is reading
     assert readers.entry_time("1700000000000-0") == "2023-11-14 22:13:20 UTC"
-    assert readers.entry_time("not-an-id") == ""
+    assert readers.entry_time("0-0") == readers.entry_time("not-an-id") == ""
