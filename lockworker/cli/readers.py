@@ -1,5 +1,5 @@
-"""``lockworker status``'s streams: each fan-out reader, how far it is behind its
-namespace's progress, and whether trimming waits for it.
+"""The streams of ``lockworker status`` and of the dashboard: each fan-out reader, how
+far it is behind its namespace's progress, and whether trimming waits for it.
 
 A stream's keys share one slot, so one script reads a stream at one moment. A reader
 of a namespace (under ``Worker.serve``) is behind its namespace's progress by the time
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from typing import Any
 
 import redis
@@ -118,6 +119,44 @@ def stream_rows(client: redis.Redis, namespace: str | None = None) -> list[Strea
     names = sorted(set(stream_names(client)), key=natural)
     rows = [stream_row(client, s, namespace) for s in names]
     return [r for r in rows if r.readers]
+
+
+def live(row: StreamRow) -> int:
+    """How many of the stream's readers are registered still (their registration has
+    not run out: it is renewed while the reader runs)."""
+    return sum(1 for x in row.readers if x.expires_in > 0)
+
+
+def furthest_behind(row: StreamRow) -> float | None:
+    """How far the live reader furthest behind its namespace's progress is (None: no
+    live reader of a namespace); one whose registration ran out is gone, not behind."""
+    known = [x.behind for x in row.readers if x.expires_in > 0 and x.behind is not None]
+    return max(known, default=None)
+
+
+def waiting(row: StreamRow) -> str:
+    """``3 delayed, next due in 42.0s``; ``... overdue 5.0s`` when no reader moved it to
+    the stream (readers move the due ones before they read: none is reading); ``-``."""
+    if not row.delayed:
+        return "-"
+    said = f"{row.delayed} delayed"
+    if row.next_due_in is None:
+        return said
+    if row.next_due_in < 0:
+        return f"{said}, next overdue {duration(-row.next_due_in)}"
+    return f"{said}, next due in {duration(row.next_due_in)}"
+
+
+def entry_time(entry_id: str) -> str:
+    """When an entry was added (its id's milliseconds), ``2026-11-28 17:04:05 UTC``;
+    empty for ``0-0`` (no entry: the progress of a namespace that resolved none yet)."""
+    try:
+        if entry_order(entry_id)[0] == 0:
+            return ""
+        when = datetime.fromtimestamp(entry_order(entry_id)[0] / 1000.0, timezone.utc)
+    except (ValueError, OverflowError, OSError):  # not an entry id lockworker wrote
+        return ""
+    return when.strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 HEADER = ("STREAM", "READER", "NAMESPACE", "POSITION", "BEHIND", "EXPIRES IN", "TRIMMING WAITS")

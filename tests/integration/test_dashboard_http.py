@@ -9,6 +9,7 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -18,12 +19,14 @@ from dashboard_server import ask, serving
 import lockworker
 from lockworker.cli.web.app import PAGE, create_app
 from lockworker.cli.web.view import Collector
+from lockworker.daemons.sources import stream_keys
 from lockworker.model import registry as names
 from lockworker.model.codec import StateValue
 from lockworker.model.keys import JobKeys
 from lockworker.model.state import JobStatus, Snapshot
 from lockworker.protocol import ScriptProtocol, registry
 from lockworker.protocol.schedules import schedule_key
+from lockworker.protocol.streams import fanout_keys
 from lockworker.testing import RedisServer
 
 HTML = {"Accept": "text/html"}
@@ -347,3 +350,34 @@ def test_the_rates_panel_charts_each_namespace_s_last_hour_per_minute(
     assert row[0].count("<polyline") == 4 and '<svg class="rate-chart"' in row[0]
     counts = re.findall(r'<td class="count (\w+)"[^>]*>(\d+)</td>', row[0])
     assert counts == [("done", "2"), ("failed", "1"), ("gave_up", "1"), ("handed_over", "0")]
+
+
+def test_the_streams_panel_shows_entries_progress_readers_and_delayed_jobs(
+    redis_client: redis.Redis, namespace: str
+) -> None:
+    stream = f"{namespace}-orders"
+    entry = lockworker.submit(redis_client, stream, "now", {"n": 1})
+    for job_id in ("later", "much-later", "last"):
+        lockworker.submit(redis_client, stream, job_id, delay=30)
+    reader = lockworker.StreamSource(redis_client, stream, owner="<i>reader</i>")
+    reader.attach(SimpleNamespace(namespace=namespace))  # type: ignore[arg-type]
+    reader.touch()  # a reader of the namespace, registered: the stream is listed
+    progress = fanout_keys(stream_keys(stream))[4]
+    redis_client.hset(progress, namespace, entry)  # as serving records it
+    collector = Collector(redis_client, namespace=namespace, refresh=60.0)
+    with serving(create_app(collector, url="redis://x")) as base:
+        body = ask(base, "/").body
+        fragment = ask(base, "/?fragment=1").body
+    assert 'id="streams"' in fragment  # swapped in with the live part
+    panel = body[body.index('<section id="streams">'):]
+    panel = panel[: panel.index("</section>")]
+    row = re.findall(r'<tr class="stream">(.*?)</tr>', panel, re.S)
+    assert len(row) == 1 and f'<td class="name">{stream}</td>' in row[0], panel
+    assert '<td class="count entries">1</td>' in row[0]  # the delayed jobs are not entries
+    assert f"<div>{namespace} <span" in row[0] and f">{entry}</span>" in row[0]
+    assert '<td class="count readers">1/1</td>' in row[0]
+    delayed = re.search(r'<td class="delayed">([^<]*)</td>', row[0])
+    assert delayed and re.fullmatch(r"3 delayed, next due in (2\d\.\d|30\.0)s", delayed[1])
+    reader_row = re.findall(r'<tr class="reader">(.*?)</tr>', panel, re.S)
+    assert len(reader_row) == 1 and "&lt;i&gt;reader&lt;/i&gt;" in reader_row[0]
+    assert "<i>reader</i>" not in panel  # the owner is escaped

@@ -1,7 +1,8 @@
 """``lockworker dashboard`` in a real browser (headless Chromium through chromedriver)
-against real ``lockworker run`` daemons: the open page shows a handover without a
-reload, a given-up job's error, an id holding markup as text; the command refuses a
-non-loopback address without a token and never shows the Redis password.
+against real ``lockworker run`` daemons: the open page shows a stream's readers and
+its delayed job and a handover without a reload, a given-up job's error, an id holding
+markup as text; the command refuses a non-loopback address without a token and never
+shows the Redis password.
 
 One browser serves the whole module; each test starts its own dashboard process.
 """
@@ -140,6 +141,9 @@ def test_the_open_page_shows_a_handover_and_the_new_holder_without_a_reload(
     lockworker.submit(client, stream, "report-7", {"ms": 60_000})  # outlasts the test
     shows(browser, "#held tr.job", lambda rows: any(
         "report-7" in r and "dash-primary" in r for r in rows))
+    lockworker.submit(client, stream, "digest-1", delay=3600)
+    shows(browser, "#streams tr.stream", lambda rows: any(  # both readers, the job waiting
+        stream in r and "2/2" in r and "1 delayed, next due in 59m" in r for r in rows))
     daemons["dash-primary"].send_signal(signal.SIGKILL)
     shows(browser, "#handovers tr.handover", lambda rows: any(
         "report-7" in r and "dash-primary" in r and "dash-backup" in r for r in rows))

@@ -1,5 +1,6 @@
 """The dashboard's pure parts: handovers between two reads, the last error of an
-attempt history, paging, which addresses need a token, and masked URLs."""
+attempt history, paging, which addresses need a token, masked URLs, and how a
+stream's readers and delayed jobs are told."""
 
 from __future__ import annotations
 
@@ -8,8 +9,10 @@ from types import SimpleNamespace
 import pytest
 from starlette.datastructures import QueryParams
 
+from lockworker.cli import readers
 from lockworker.cli.common import safe_url
 from lockworker.cli.dashboard import password_of
+from lockworker.cli.readers import ReaderRow, StreamRow
 from lockworker.cli.status import Row
 from lockworker.cli.web.app import PAGE, paged
 from lockworker.cli.web.guard import is_loopback, needs_token
@@ -122,3 +125,25 @@ def test_recorded_handovers_are_attempts_by_another_owner_not_across_a_reset() -
     assert [(h.id, h.before, h.after, h.token, h.attempt, h.seen_at, h.recorded)
             for h in found] == [("j", "host-a", "host-b", 2, 2, 2.0, True)]
     assert recorded_handovers(job("j", "done", None, 1), [SimpleNamespace()] * 2) == []
+
+
+def test_a_stream_s_readers_count_as_live_until_their_registration_runs_out() -> None:
+    def reader(owner: str, behind: float | None, expires_in: float) -> ReaderRow:
+        return ReaderRow(owner, None if behind is None else "ns", "1-0", behind, expires_in,
+                         trimming_waits=behind is None)
+
+    row = StreamRow("s", 5, "1-0", {"ns": "9-0"}, [
+        reader("a", 2.0, 30.0), reader("b", 600.0, -5.0), reader("c", None, 10.0)])
+    assert readers.live(row) == 2
+    assert readers.furthest_behind(row) == 2.0  # the reader gone is not counted behind
+    assert readers.furthest_behind(StreamRow("s", 0, None, {}, [reader("b", 1.0, -1)])) is None
+
+
+def test_a_stream_s_delayed_jobs_say_how_many_and_when_the_next_is_due() -> None:
+    assert readers.waiting(StreamRow("s", 0, None)) == "-"
+    assert readers.waiting(StreamRow("s", 0, None, delayed=3, next_due_in=42.0)) == (
+        "3 delayed, next due in 42.0s")
+    assert readers.waiting(StreamRow("s", 0, None, delayed=1, next_due_in=-5.0)) == (
+        "1 delayed, next overdue 5.0s")  # no reader moved it: none is reading
+    assert readers.entry_time("1700000000000-0") == "2023-11-14 22:13:20 UTC"
+    assert readers.entry_time("0-0") == readers.entry_time("not-an-id") == ""

@@ -3,7 +3,8 @@
 ``/``       leaders, live workers, jobs counted by state per namespace, what the
             workers did per minute over the last hour (a chart per namespace), handovers,
             held jobs and given-up jobs (each list paged: ``?held=N``, ``?gave_up=N``),
-            and what the server holds (keys and bytes per namespace by kind);
+            schedules, streams (entries, progress, readers, delayed jobs) and what the
+            server holds (keys and bytes per namespace by kind);
 ``/jobs``   every job, filtered by namespace, state and part of the id, paged;
 ``/job``    one job (``?ns=&id=``): its state, holder, lease and attempt history;
 ``/reset``, ``/reset-gave-up``   POST only, and only with ``allow_reset``;
@@ -37,7 +38,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
 from lockworker import __version__
-from lockworker.cli import footprint, schedules, throughput
+from lockworker.cli import footprint, readers, schedules, throughput
 from lockworker.cli.cells import duration
 from lockworker.cli.web import guard
 from lockworker.cli.web.jobs import STATES
@@ -122,7 +123,7 @@ def templates() -> Jinja2Templates:
     env.filters.update(duration=duration, timestamp=timestamp)
     env.globals.update(job_link=job_link, with_query=with_query, STATES=STATES,
                        version=__version__, footprint=footprint, schedules=schedules,
-                       throughput=throughput)
+                       throughput=throughput, readers=readers)
     return Jinja2Templates(env=env)
 
 

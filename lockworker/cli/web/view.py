@@ -19,7 +19,10 @@ they record (:func:`recorded_handovers`).
 What the server holds (:mod:`lockworker.cli.footprint`: keys and bytes per namespace
 by kind, from a bounded sample) is read at most every :data:`MEMORY_EVERY` seconds.
 Each schedule's hash (:mod:`lockworker.cli.schedules`: few, found in the registry) is
-read with every view. What the workers did per minute over the last hour
+read with every view, and so is each stream (:mod:`lockworker.cli.readers`: one script
+per stream, few of them, found in the registry as ``lockworker status`` finds them: its
+entries, its namespaces' progress, its readers, its delayed jobs and when the next is
+due, a countdown not worth leaving seconds old). What the workers did per minute over the last hour
 (:mod:`lockworker.cli.throughput`: one script per namespace) is read at most every
 :data:`RATES_EVERY` seconds (the workers send their counts every few seconds).
 A job's attempt history (``Snapshot.history``, where the library
@@ -40,6 +43,7 @@ import structlog
 
 from lockworker.cli import footprint, status, throughput
 from lockworker.cli.kept import Kept
+from lockworker.cli.readers import StreamRow, stream_rows
 from lockworker.cli.schedules import ScheduleRow, schedule_rows
 from lockworker.cli.status import Row
 from lockworker.cli.web import jobs as listing
@@ -112,6 +116,7 @@ class View:
     schedules: tuple[ScheduleRow, ...] = ()
     rates: dict[str, list[Bucket]] = field(default_factory=dict)
     """namespace -> its last hour's minutes, as last read (:mod:`.throughput`)."""
+    streams: tuple[StreamRow, ...] = ()
 
     def select(
         self, *, namespace: str | None = None, state: str | None = None, query: str = ""
@@ -233,6 +238,7 @@ class Collector:
                 jobs, counts = listing.read(self.client, self.namespace, self.kept)
                 states = {(r.namespace, r.id): r.state for r in jobs}
                 timed = schedule_rows(self.client, self.namespace, states)
+                streams = stream_rows(self.client, self.namespace)
             except (redis.RedisError, OSError) as exc:
                 error = self.mask(f"{type(exc).__name__}: {exc}")
                 log.warning("dashboard.read_failed", error=error)
@@ -240,7 +246,7 @@ class Collector:
                     old = self._view
                     self._view = View(wall_time(), old.read_seconds, old.leaders, old.workers,
                                       old.jobs, error, old.counts, old.memory,
-                                      old.schedules, old.rates)
+                                      old.schedules, old.rates, old.streams)
                     return self._view
             memory = self.memory(started)
             rated = self.rates(started)
@@ -249,7 +255,7 @@ class Collector:
                     by_state["done"] = throughput.summary(rated[ns])["last_hour"]["done"]
             took = self.clock.monotonic() - started
             view = View(wall_time(), took, tuple(leaders), tuple(workers), tuple(jobs),
-                        None, counts, memory, tuple(timed), rated)
+                        None, counts, memory, tuple(timed), rated, tuple(streams))
             found, seen = handovers(self._seen, [*leaders, *jobs], view.taken_at)
             with self._lock:
                 self._view, self._seen = view, seen
