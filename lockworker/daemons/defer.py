@@ -40,8 +40,12 @@ over (the settle of a failure due again at once, or a release on stop, publishes
 the namespace's handover channel, :func:`lockworker.model.presence.handover_channel`)
 and when no primary serves any more (its presence wakes it): a failed job is taken
 over at once, a crashed primary's jobs at the lease's end. A backup costs the server
-one command per job per ``backup_delay`` behind a live, fast primary, in one round
-trip per batch, and listens on one channel, not one per job.
+one command per job per ``backup_delay`` that its namespace's progress does not
+settle, in one round trip per batch, and listens on one channel, not one per job.
+
+Before each look, a backup reading a fan-out stream follows its namespace's progress
+(:mod:`lockworker.daemons.follow`): a delivery the progress shows DONE is settled
+without a look; behind a live primary that keeps up, that is next to every one.
 
 With no primary, a backup holds back behind the backups ranked before it in the same
 way (not for a shared group's entries). Deliveries held back are not resolved: after a

@@ -937,18 +937,18 @@ BATCHED = Mix(workers=4, lockers=1, leaders=1, concurrency=6, backups=True, step
 half of them backups holding deliveries back, beside a lock holder and a leader."""
 
 
-def _killed(mix: Mix, name: str) -> Scenario:
+def _killed(mix: Mix, name: str, jobs: int = 36) -> Scenario:
     """SIGKILL of holders (as :func:`sigkill`) in the fleet ``mix``, reported as ``name``."""
     def run(workdir: Path, **kw: Any) -> Result:
-        return replace(sigkill(workdir, jobs=36, mix=mix, **kw), scenario=name)
+        return replace(sigkill(workdir, **{"jobs": jobs, **kw}, mix=mix), scenario=name)
     return run
 
 
-def _paused(mix: Mix, name: str) -> Scenario:
+def _paused(mix: Mix, name: str, jobs: int = 30) -> Scenario:
     """SIGSTOP past the lease (as :func:`sigstop`) in ``mix`` with longer sections."""
     def run(workdir: Path, **kw: Any) -> Result:
         paused = replace(mix, steps=(5, 10), step=0.04)
-        return replace(sigstop(workdir, jobs=30, mix=paused, **kw), scenario=name)
+        return replace(sigstop(workdir, **{"jobs": jobs, **kw}, mix=paused), scenario=name)
     return run
 
 
@@ -1018,8 +1018,8 @@ SCENARIOS: dict[str, Scenario] = {
     "inline_sigkill": _killed(INLINE, "inline_sigkill"),
     "inline_sigstop": _paused(INLINE, "inline_sigstop"),
     "shared_sigkill": _killed(SHARED, "shared_sigkill"),
-    "fanout_sigkill": _killed(FANOUT, "fanout_sigkill"),
-    "fanout_sigstop": _paused(FANOUT, "fanout_sigstop"),
+    "fanout_sigkill": _killed(FANOUT, "fanout_sigkill", jobs=90),
+    "fanout_sigstop": _paused(FANOUT, "fanout_sigstop", jobs=60),
     "fanout_progress_restart": _fanout_progress,
     "group_progress_restart": _group_progress,
     "done_window": done_window,

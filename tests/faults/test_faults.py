@@ -183,6 +183,7 @@ def test_fanout_backups_following_the_progress_under_sigstop_past_the_lease(
     waits behind their jobs, which the others take over; late steps are refused."""
     result = scenarios.SCENARIOS["fanout_sigstop"](tmp_path)
     verdict(result, tmp_path)
+    assert result.extra["followed"] >= 1, result.figure()
     mixed(result)
 
 
