@@ -43,7 +43,7 @@ from lockworker.errors import LockworkerError, StopRequested
 from lockworker.model.codec import LockValue
 from lockworker.model.state import Durability, Grant, ProtocolKind, Role, Snapshot
 from lockworker.protocol.luacall import ready
-from lockworker.runtime import events, retry
+from lockworker.runtime import events, registering, retry
 from lockworker.runtime.lease import Lease, revoke
 from lockworker.runtime.signals import stop_on_signals
 
@@ -127,6 +127,7 @@ class Leader(LeaderSettings):
         self._term: AsyncTerm | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._background = Background()
+        self._registration = registering.leader(client, self.name)
 
     # -- hooks -----------------------------------------------------------------------
 
@@ -168,6 +169,7 @@ class Leader(LeaderSettings):
         await ready(self.client)
         try:
             await require_permissions(self.client, self.keys)
+            await self._registration.acall()  # the views' list, at the first campaign
             with stop_on_signals(lambda _signum: self.stop(), enabled=self.handle_signals):
                 async with self._hub.listen(self.keys.wake) as wake:
                     await contend.run(_Campaign(self, wake))

@@ -47,9 +47,10 @@ from lockworker.cli.demo_view import Board, Process, View, summarize, summary_li
 from lockworker.cli.demo_worker import key_prefix, records_key
 from lockworker.clock import SystemClock
 from lockworker.daemons.sources import stream_keys, submit
+from lockworker.model import registry as names
 from lockworker.model.keys import PREFIX, JobKeys, Space, escape
 from lockworker.model.state import JobStatus, Snapshot
-from lockworker.protocol import snapshot_from
+from lockworker.protocol import registry, snapshot_from
 from lockworker.runtime.signals import stop_on_signals
 
 WORKER = "lockworker.cli.demo_worker:DemoWorker"
@@ -63,13 +64,17 @@ LONG_MS = 60_000
 
 def demo_patterns(namespace: str) -> list[str]:
     """SCAN patterns of every key a demo run in ``namespace`` writes: its jobs' keys,
-    its stream's (the stream is named after the namespace) and the demo worker's."""
+    its namespace's index and outcomes per minute, its stream's (the stream is named
+    after the namespace) and the demo worker's. (Its entries in the registry are taken
+    out by :meth:`Demo.delete_keys`.)"""
 
     def glob(text: str) -> str:
         return re.sub(r"([*?\[\]\\])", r"\\\1", text)
 
     return [
         glob(f"{PREFIX}:{Space.JOB.value}:{escape(namespace)}:{{") + "*",
+        glob(f"{PREFIX}:index:{escape(namespace)}:{{") + "*",
+        glob(f"{PREFIX}:{Space.PRESENCE.value}:workers:{{{escape(namespace)}}}:rates:") + "*",
         glob(stream_keys(namespace).base + ":") + "*",
         glob(key_prefix(namespace)) + "*",
     ]
@@ -161,6 +166,8 @@ class Demo:
                     batch = []
             if batch:
                 deleted += self.client.unlink(*batch)
+        registry.forget(self.client, names.namespace(self.namespace),
+                        names.stream(self.namespace))
         return deleted
 
     # -- waiting ---------------------------------------------------------------------

@@ -18,15 +18,12 @@ from typing import Any
 
 import redis
 
+from lockworker.cli import registered
 from lockworker.cli.cells import aligned, duration, natural, printable
 from lockworker.daemons.sources import stream_keys
-from lockworker.model.keys import unescape
 from lockworker.protocol import text
 from lockworker.protocol.delayed import delayed_key
 from lockworker.protocol.streams import entry_order, fanout_keys
-
-PATTERN = "lw:stream:streams:{*}:readers"
-"""Every stream that has or had a fan-out reader (its ``readers`` key)."""
 
 # READ_STREAM: KEYS the stream's fanout_keys (entries, positions, readers, namespaces,
 # progress), then its delayed jobs. Returns its length, its first entry's id
@@ -84,11 +81,8 @@ def _pairs(flat: Any) -> dict[str, str]:
 
 
 def stream_names(client: redis.Redis) -> Iterator[str]:
-    head, tail = "lw:stream:streams:{", "}:readers"
-    for raw in client.scan_iter(match=PATTERN, count=1000):
-        key = text(raw)
-        if key.startswith(head) and key.endswith(tail):
-            yield unescape(key[len(head) : -len(tail)])
+    """Every stream read (:func:`lockworker.cli.registered.streams`)."""
+    yield from registered.streams(client)
 
 
 def stream_row(client: redis.Redis, stream: str, namespace: str | None = None) -> StreamRow:

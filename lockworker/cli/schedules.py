@@ -2,8 +2,9 @@
 latest tick and what became of it, its next tick, and its counts, read from its hash on
 the server (:mod:`lockworker.protocol.schedules`).
 
-Schedules are few: their hashes are found by SCAN with MATCH on their own key pattern
-(never a walk of the jobs' keys), at most :data:`MOST` of them. A schedule's next tick
+Schedules are few: each registers itself when it starts being served, and is read from
+the registry (:mod:`lockworker.cli.registered`; a SCAN of the schedules' hashes only
+while none of them is registered), at most :data:`MOST` of them. A schedule's next tick
 comes from its definition, which each serving process records in the hash when it
 begins serving; a hash without one (written by hand, or by another release) shows what
 it knows and says the rest is unknown. "Now" is the server's clock, as for due-ness.
@@ -19,18 +20,20 @@ from typing import Any
 
 import redis
 
+from lockworker.cli import registered
 from lockworker.cli.cells import aligned, duration, natural, printable
+from lockworker.model.codec import decode_state
+from lockworker.model.keys import JobKeys
 from lockworker.model.schedule import TICK_FORMAT, from_definition
 from lockworker.protocol import text
 from lockworker.protocol.schedules import (
     Progress,
     decode_progress,
-    parse_schedule_key,
-    schedule_pattern,
+    schedule_key,
 )
 
 MOST = 1000
-"""The most schedule hashes read: a bound on the scan, not a count anyone reaches."""
+"""The most schedule hashes read: a bound on the list, not a count anyone reaches."""
 UNKNOWN = "unknown (no definition recorded)"
 
 
@@ -71,14 +74,9 @@ class ScheduleRow:
 
 def schedule_keys(client: redis.Redis, namespace: str | None) -> list[tuple[str, str, str]]:
     """``(key, namespace, name)`` of every schedule's hash (of ``namespace`` if given)."""
-    found = []
-    keys = client.scan_iter(match=schedule_pattern(namespace), count=1000)
-    for raw in itertools.islice(keys, MOST):
-        key = text(raw)
-        parsed = parse_schedule_key(key)
-        if parsed is not None and namespace in (None, parsed[0]):
-            found.append((key, *parsed))
-    return sorted(set(found), key=lambda k: (natural(k[1]), natural(k[2])))
+    found = itertools.islice(registered.schedules(client, namespace), MOST)
+    keys = {(schedule_key(ns, name), ns, name) for ns, name in found}
+    return sorted(keys, key=lambda k: (natural(k[1]), natural(k[2])))
 
 
 def schedule_row(
@@ -103,6 +101,16 @@ def schedule_row(
     )
 
 
+def finished(client: redis.Redis, namespace: str, job_id: str) -> str | None:
+    """The state of a job read now (one GET), if lockworker wrote it."""
+    try:
+        raw = client.get(JobKeys(namespace, job_id).state)
+    except redis.ResponseError:  # a key of another type: not a state lockworker wrote
+        return None
+    decoded = None if raw is None else decode_state(raw)
+    return None if decoded is None else decoded.status.value
+
+
 def schedule_rows(
     client: redis.Redis, namespace: str | None = None,
     jobs: Mapping[tuple[str, str], str] | None = None,
@@ -120,6 +128,8 @@ def schedule_rows(
         seen = decode_progress(fields)
         tick_id = None if seen.last is None else f"{name}@{moment(seen.last)}"
         state = None if jobs is None or tick_id is None else jobs.get((ns, tick_id))
+        if state is None and jobs is not None and tick_id is not None and seen.outcome == "ran":
+            state = finished(client, ns, tick_id)  # the caller lists no finished job
         rows.append(schedule_row(ns, name, seen, now, state))
     return rows
 

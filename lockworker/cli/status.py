@@ -29,7 +29,7 @@ import redis
 from redis.cluster import RedisCluster
 from redis.crc import key_slot
 
-from lockworker.cli import indexed, schedules
+from lockworker.cli import indexed, registered, schedules
 from lockworker.cli.cells import aligned, duration, natural, printable
 from lockworker.cli.history import cut, last_error
 from lockworker.cli.kept import Kept, kept
@@ -38,8 +38,8 @@ from lockworker.daemons.leader import NAMESPACE as LEADERS
 from lockworker.daemons.leader import Leader
 from lockworker.errors import ForeignValueError
 from lockworker.model.codec import decode_lock, decode_state
-from lockworker.model.keys import JobKeys, Space, parse_state_key, state_pattern
-from lockworker.protocol import ScriptProtocol, text
+from lockworker.model.keys import JobKeys, Space
+from lockworker.protocol import ScriptProtocol
 from lockworker.protocol.decode import server_ms, snapshot_of
 
 BATCH = 200
@@ -193,21 +193,17 @@ def _job_row(
 
 
 def leader_rows(client: redis.Redis) -> list[Row]:
-    """One row per leader name that ever had a term (its token counter exists)."""
+    """One row per leader name that campaigned (:func:`lockworker.cli.registered.leaders`)."""
     rows = []
     now = wall_time()
-    for raw in client.scan_iter(match=state_pattern(Space.LEADER, LEADERS), count=1000):
-        found = parse_state_key(text(raw), Space.LEADER)
-        if found is None:
-            continue
-        name = found[1]
+    for name in sorted(set(registered.leaders(client)), key=natural):
         try:
             info = Leader.current(client, name)
         except ForeignValueError:
             rows.append(Row("leader", LEADERS, name, "foreign", None, None, 0, None, None))
             continue
         if info is None:
-            raw_state = client.get(text(raw))
+            raw_state = client.get(JobKeys(LEADERS, name, Space.LEADER).state)
             decoded = decode_state(raw_state) if raw_state is not None else None
             token = decoded.token if decoded is not None else 0
             rows.append(Row("leader", LEADERS, name, "vacant", None, None, token, None, None))

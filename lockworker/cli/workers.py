@@ -9,14 +9,13 @@ from dataclasses import dataclass
 
 import redis
 
+from lockworker.cli import registered
 from lockworker.cli.cells import aligned, duration, natural, printable
 from lockworker.model.presence import (
-    MEMBERS_PATTERN,
-    parse_members_key,
     presence_keys,
     serving_as_primary,
 )
-from lockworker.protocol import presence, text
+from lockworker.protocol import presence
 
 
 @dataclass(frozen=True)
@@ -72,8 +71,7 @@ def worker_rows(client: redis.Redis, namespace: str | None) -> list[WorkerRow]:
     if namespace is not None:
         namespaces = [namespace]
     else:
-        found = (parse_members_key(text(k)) for k in client.scan_iter(match=MEMBERS_PATTERN))
-        namespaces = sorted({n for n in found if n is not None}, key=natural)
+        namespaces = sorted(set(registered.namespaces(client)), key=natural)
     rows = [row for ns in namespaces for row in namespace_workers(client, ns)]
     order = {ns: i for i, ns in enumerate(namespaces)}
     return sorted(rows, key=lambda w: (order[w.namespace], w.role != "primary", natural(w.owner)))

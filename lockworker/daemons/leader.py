@@ -44,7 +44,7 @@ from lockworker.daemons.term import Term
 from lockworker.errors import StopRequested
 from lockworker.model.codec import LockValue
 from lockworker.model.state import Durability, Grant, ProtocolKind, Role, Snapshot
-from lockworker.runtime import events, retry, servercheck
+from lockworker.runtime import events, registering, retry, servercheck
 from lockworker.runtime.lease import Heartbeat, Lease
 from lockworker.runtime.signals import stop_on_signals
 from lockworker.runtime.wake import Waits
@@ -138,6 +138,7 @@ class Leader(LeaderSettings):
         self._heartbeat = Heartbeat(self.clock, self.lock_timeout / 3)
         self._hub = Waits(client)
         self._term: Term | None = None
+        self._registration = registering.leader(client, self.name)
 
     # -- hooks -----------------------------------------------------------------------
 
@@ -182,6 +183,7 @@ class Leader(LeaderSettings):
         try:
             with contextlib.ExitStack() as stack:
                 servercheck.require_permissions(self.client, self.keys)
+                self._registration()  # the views' list, at the first campaign
                 stack.callback(servercheck.watching(self.client, self._log, SystemClock()))
                 stack.enter_context(
                     stop_on_signals(lambda _signum: self.stop(), enabled=self.handle_signals)

@@ -54,10 +54,11 @@ import redis
 from lockworker.clock import Clock, SystemClock
 from lockworker.daemons.delivery import Delivery
 from lockworker.errors import InvalidConfig, LockworkerError
+from lockworker.model import registry as names
 from lockworker.model.schedule import MAX_CATCH_UP, Schedule, as_schedules, definition, period
 from lockworker.protocol import text
 from lockworker.protocol.schedules import ADMIT, RESOLVE, schedule_key
-from lockworker.runtime import events, retry
+from lockworker.runtime import events, registering, retry
 
 __all__ = ["POLL", "ScheduleSource"]
 
@@ -132,6 +133,7 @@ class ScheduleSource:
         self._wake = threading.Event()
         self._lock = threading.Lock()
         self._ready = 0
+        self._registration = registering.Registration(client)
 
     # -- what serve asks of a source ------------------------------------------------
 
@@ -178,6 +180,8 @@ class ScheduleSource:
                 lambda p=plan, d=shown: self.client.hset(p.key, "definition", d),  # type: ignore[misc]
                 "record schedule",
             )
+        namespace = self.namespace or ""  # key() above refused a source never attached
+        self._registration(*(names.schedule(namespace, s.name) for s in self.schedules))
         others: queue.Queue[Any] | None = None
         ended = threading.Event()  # the source beside stops with this pass
         if self.beside is not None:

@@ -69,7 +69,7 @@ from lockworker.errors import InvalidConfig, LockworkerError
 from lockworker.model.keys import check_name
 from lockworker.protocol import text
 from lockworker.protocol.streams import NOT_DONE, TOUCH, entry_order, fanout_keys, touched
-from lockworker.runtime import events, retry
+from lockworker.runtime import events, registering, retry
 
 __all__ = [
     "BAD_ENTRY", "READER_TTL", "SAVE_FAILED", "STREAMS_NAMESPACE", "Delivery", "IterableSource",
@@ -200,6 +200,7 @@ class StreamSource:
         """Entries read and resolved here otherwise than DONE, not yet passed."""
         self._not_done: str | None = None
         """The highest such entry the position passed, until a touch saved it."""
+        self._registration = registering.stream(client, stream)  # the views' list
         self._group = None if self.group is None else GroupReader(
             client, self.keys, owner=self.owner, group=self.group, block=self.block,
             batch=batch, start=start, reader_ttl=self.reader_ttl, clock=self.clock,
@@ -209,6 +210,7 @@ class StreamSource:
     def attach(self, worker: Member) -> None:
         """``serve`` tells a source the worker it serves for: a group its lease, role
         and presence; a fan-out reader its namespace, whose progress it follows."""
+        self._registration()  # the views' list (a fan-out reader's touch adds it too)
         if self._group is not None:
             self._group.attach(worker)
         elif self.namespace != worker.namespace:
@@ -248,6 +250,7 @@ class StreamSource:
     def touch(self, position: str = "") -> str:
         """Register or refresh this reader, save ``position``, and trim; returns the
         saved position (for a reader of a namespace, never behind its progress)."""
+        self._registration()
         self._last_touch = self.clock.monotonic()
         ttl_ms = max(1, round(self.reader_ttl * 1000))
         not_done = self._not_done  # saved before, or with, the position passing it

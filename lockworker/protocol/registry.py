@@ -13,6 +13,15 @@ def register(client: Any, *found: Registered) -> None:
     client.sadd(REGISTRY, *(r.member() for r in found))
 
 
+def forget(client: Any, *found: Registered) -> None:
+    """Take ``found`` out of the registry, and a namespace's mark (a run that removes
+    every key it wrote: ``lockworker demo``)."""
+    client.srem(REGISTRY, *(r.member() for r in found))
+    spaces = [r.names[0] for r in found if r.kind == "namespace"]
+    if spaces:
+        client.hdel(INDEXED, *spaces)
+
+
 async def aregister(client: Any, *found: Registered) -> None:
     """:func:`register` on a ``redis.asyncio`` client."""
     await client.sadd(REGISTRY, *(r.member() for r in found))
@@ -51,3 +60,11 @@ def is_indexed(client: Any, namespace: str) -> bool:
 async def ais_indexed(client: Any, namespace: str) -> bool:
     """:func:`is_indexed` on a ``redis.asyncio`` client."""
     return bool(await client.hexists(INDEXED, namespace))
+
+
+def found(client: Any, kind: str) -> list[tuple[str, ...]] | None:
+    """The names of everything registered of ``kind``; None if nothing of that kind is:
+    what was served by release 0.3.0, or before the registry existed, is not registered
+    until it is served again, so the views walk the keyspace for that kind instead."""
+    names = [r.names for r in registered(client, kind)]
+    return names or None

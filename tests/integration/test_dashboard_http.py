@@ -18,10 +18,11 @@ from dashboard_server import ask, serving
 import lockworker
 from lockworker.cli.web.app import PAGE, create_app
 from lockworker.cli.web.view import Collector
+from lockworker.model import registry as names
 from lockworker.model.codec import StateValue
 from lockworker.model.keys import JobKeys
 from lockworker.model.state import JobStatus, Snapshot
-from lockworker.protocol import ScriptProtocol
+from lockworker.protocol import ScriptProtocol, registry
 from lockworker.protocol.schedules import schedule_key
 from lockworker.testing import RedisServer
 
@@ -269,7 +270,10 @@ def test_the_handovers_panel_starts_with_those_the_histories_record_and_a_reset_
     with lockworker.Worker(redis_client, owner="host-b", on_acquired=lambda job: None,
                            **common) as b:
         assert b.process("moved") is lockworker.Outcome.DONE
-        assert b.process("handed") is lockworker.Outcome.DONE  # attempt 2: handed over
+    # Attempt 2, handed over, gives up: the index lists it (not a finished one).
+    with lockworker.Worker(redis_client, owner="host-b", on_acquired=fail, max_attempts=2,
+                           **common) as b:
+        assert b.process("handed") is lockworker.Outcome.GAVE_UP
     with serving(create_app(collector, url="redis://x")) as base:
         page = ask(base, "/").body
         recorded = [h for h in collector.handovers if h.recorded]
@@ -301,6 +305,7 @@ def test_the_schedules_panel_shows_each_schedule_s_ticks_and_counts(
         "caught_up": 1,
     })
     redis_client.hset(schedule_key(namespace, "beat"), mapping={"last": tick, f"r:{tick}": 1})
+    registry.register(redis_client, names.schedule(namespace, "<b>hand</b>"))  # as listed
     collector = Collector(redis_client, namespace=namespace, refresh=60.0)
     with serving(create_app(collector, url="redis://x")) as base:
         body = ask(base, "/").body

@@ -16,7 +16,8 @@ from lockworker import Every, ScheduleSource, Worker
 from lockworker.cli.main import main
 from lockworker.cli.schedules import UNKNOWN, schedule_rows
 from lockworker.daemons.schedules import server_now
-from lockworker.protocol import text
+from lockworker.model import registry as names
+from lockworker.protocol import registry, text
 from lockworker.protocol.schedules import decode_progress, schedule_key
 from lockworker.runtime import events
 from lockworker.testing import RedisServer
@@ -82,6 +83,7 @@ def test_a_hash_without_a_definition_shows_what_it_knows_and_says_so(
         mapping={"last": tick, "resolved": tick - 60, "last_ran": tick - 60, "ran": 3,
                  "skipped": 2, f"s:{tick}": 1},
     )
+    registry.register(redis_client, names.schedule(namespace, "old"))  # as listed
     (row,) = schedule_rows(redis_client, namespace)
     assert (row.spec, row.next_due, row.outcome) == (None, None, "skipped")
     assert (row.ran, row.skipped, row.caught_up) == (3, 2, 0)
@@ -98,12 +100,15 @@ def test_schedules_of_other_namespaces_are_left_out(
 ) -> None:
     redis_client.hset(schedule_key(namespace, "mine"), mapping={"last": 60})
     redis_client.hset(schedule_key(namespace + "-other", "theirs"), mapping={"last": 60})
+    theirs = names.schedule(namespace + "-other", "theirs")
+    registry.register(redis_client, names.schedule(namespace, "mine"), theirs)
     try:
         assert [r.name for r in schedule_rows(redis_client, namespace)] == ["mine"]
-        names = {(r.namespace, r.name) for r in schedule_rows(redis_client)}
-        assert {(namespace, "mine"), (namespace + "-other", "theirs")} <= names
+        listed = {(r.namespace, r.name) for r in schedule_rows(redis_client)}
+        assert {(namespace, "mine"), (namespace + "-other", "theirs")} <= listed
     finally:
         redis_client.delete(schedule_key(namespace + "-other", "theirs"))
+        redis_client.srem(names.REGISTRY, theirs.member())
 
 
 def test_a_tick_that_waited_reports_its_start_when_its_wait_ends(

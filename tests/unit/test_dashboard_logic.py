@@ -13,7 +13,8 @@ from lockworker.cli.dashboard import password_of
 from lockworker.cli.status import Row
 from lockworker.cli.web.app import PAGE, paged
 from lockworker.cli.web.guard import is_loopback, needs_token
-from lockworker.cli.web.view import count, handovers, last_error, recorded_handovers
+from lockworker.cli.web.jobs import count
+from lockworker.cli.web.view import handovers, last_error, recorded_handovers
 from lockworker.model.history import AttemptRecord, handed_over, reset_before
 
 

@@ -40,7 +40,8 @@ from lockworker import __version__
 from lockworker.cli import footprint, schedules, throughput
 from lockworker.cli.cells import duration
 from lockworker.cli.web import guard
-from lockworker.cli.web.view import STATES, Collector
+from lockworker.cli.web.jobs import STATES
+from lockworker.cli.web.view import Collector
 from lockworker.errors import InvalidConfig
 from lockworker.model.history import reset_before
 

@@ -1,22 +1,25 @@
 """What the dashboard shows, read from Redis the way ``lockworker status`` reads it.
 
-A :class:`Collector` reads every leader, live worker and job (SCAN over the state keys,
-:mod:`lockworker.cli.status`) into a :class:`View`, again and again in a thread of its
-own: every ``refresh`` seconds, but never busier than a third of the time (a read of
-10,000 jobs takes a fraction of a second, so it is not repeated back to back). Pages are
-cut from the latest view, so a page costs no read of its own and loads at once however
-many jobs there are.
+A :class:`Collector` reads every leader, live worker, stream and schedule (found in the
+registry: :mod:`lockworker.cli.registered`) and the jobs each namespace's index lists
+and counts (held, backing off, pending, given up: :mod:`lockworker.cli.web.jobs`; not
+the finished ones, whatever their number) into a :class:`View`, again and again in a
+thread of its own: every ``refresh`` seconds, but never busier than a third of the time
+(a read of 10,000 jobs takes a fraction of a second, so it is not repeated back to
+back). Pages are cut from the latest view, so a page costs no read of its own and loads
+at once however many jobs there are.
 
 Between two reads it compares who held each job and each leadership: a job (or a term)
 whose holder changed to another process with a greater fencing token was handed over,
 and the :class:`Handover` is kept (the newest :data:`KEPT` of them) for the page to
 show as it happens. So that the panel does not start empty, the first read also reads
-the attempt histories of the :data:`SEEDED` most recently written jobs (bounded: no
-walk of every job) and keeps the handovers they record (:func:`recorded_handovers`).
+the attempt histories of the :data:`SEEDED` most recently written jobs it listed
+(bounded: no walk of every job; finished jobs are not listed) and keeps the handovers
+they record (:func:`recorded_handovers`).
 What the server holds (:mod:`lockworker.cli.footprint`: keys and bytes per namespace
 by kind, from a bounded sample) is read at most every :data:`MEMORY_EVERY` seconds.
-Each schedule's hash (:mod:`lockworker.cli.schedules`: few, found by their own key
-pattern) is read with every view. What the workers did per minute over the last hour
+Each schedule's hash (:mod:`lockworker.cli.schedules`: few, found in the registry) is
+read with every view. What the workers did per minute over the last hour
 (:mod:`lockworker.cli.throughput`: one script per namespace) is read at most every
 :data:`RATES_EVERY` seconds (the workers send their counts every few seconds).
 A job's attempt history (``Snapshot.history``, where the library
@@ -27,7 +30,7 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from inspect import signature
 from typing import Any
@@ -35,11 +38,12 @@ from typing import Any
 import redis
 import structlog
 
-from lockworker.cli import footprint, indexed, status, throughput
-from lockworker.cli.cells import natural
+from lockworker.cli import footprint, status, throughput
 from lockworker.cli.kept import Kept
 from lockworker.cli.schedules import ScheduleRow, schedule_rows
 from lockworker.cli.status import Row
+from lockworker.cli.web import jobs as listing
+from lockworker.cli.web.jobs import Counts
 from lockworker.cli.workers import WorkerRow, worker_rows
 from lockworker.clock import Clock, SystemClock, wall_time
 from lockworker.daemons.redrive import reset_job
@@ -53,8 +57,6 @@ from lockworker.model.redrive import Redrive
 from lockworker.model.state import Snapshot
 from lockworker.protocol import ScriptProtocol
 
-STATES = ("held", "pending", "done", "gave_up", "foreign")
-"""The states a job row can have, in the order the counts show them."""
 KEPT = 100
 """How many handovers the dashboard remembers (the newest)."""
 BUSY = 3.0
@@ -102,8 +104,9 @@ class View:
     jobs: tuple[Row, ...] = ()
     error: str | None = None
     """Why the read failed (the previous rows are kept), with any password masked."""
-    counts: dict[str, dict[str, int]] = field(default_factory=dict)
-    """namespace -> state -> number of jobs."""
+    counts: Counts = field(default_factory=dict)
+    """namespace -> state -> number of jobs (None: not counted, finished jobs read
+    from the index)."""
     memory: Footprint | None = None
     """What the server holds, as last sampled (None before the first sample)."""
     schedules: tuple[ScheduleRow, ...] = ()
@@ -120,15 +123,6 @@ class View:
             and (state is None or r.state == state)
             and (not query or query in r.id)
         ]
-
-
-def count(rows: Iterable[Row]) -> dict[str, dict[str, int]]:
-    """Jobs per state per namespace (every state present, zero or not)."""
-    counts: dict[str, dict[str, int]] = {}
-    for row in rows:
-        states = counts.setdefault(row.namespace, dict.fromkeys(STATES, 0))
-        states[row.state] = states.get(row.state, 0) + 1
-    return counts
 
 
 Seen = dict[tuple[str, str, str], tuple[str, int, int | None]]
@@ -236,11 +230,7 @@ class Collector:
             try:
                 leaders = status.leader_rows(self.client) if self.namespace is None else []
                 workers = worker_rows(self.client, self.namespace)
-                keys = sorted(
-                    indexed.walk(self.client, self.namespace),
-                    key=lambda k: (natural(k[1]), natural(k[2])),
-                )
-                jobs = status.job_rows(self.client, keys, self.kept)
+                jobs, counts = listing.read(self.client, self.namespace, self.kept)
                 states = {(r.namespace, r.id): r.state for r in jobs}
                 timed = schedule_rows(self.client, self.namespace, states)
             except (redis.RedisError, OSError) as exc:
@@ -254,9 +244,12 @@ class Collector:
                     return self._view
             memory = self.memory(started)
             rated = self.rates(started)
+            for ns, by_state in counts.items():  # finished jobs are not counted one by
+                if by_state.get("done") is None and ns in rated:  # one: the last hour's
+                    by_state["done"] = throughput.summary(rated[ns])["last_hour"]["done"]
             took = self.clock.monotonic() - started
             view = View(wall_time(), took, tuple(leaders), tuple(workers), tuple(jobs),
-                        None, count(jobs), memory, tuple(timed), rated)
+                        None, counts, memory, tuple(timed), rated)
             found, seen = handovers(self._seen, [*leaders, *jobs], view.taken_at)
             with self._lock:
                 self._view, self._seen = view, seen
