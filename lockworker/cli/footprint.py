@@ -8,12 +8,14 @@ from __future__ import annotations
 from typing import Any
 
 from lockworker.cli.cells import aligned, duration, printable
-from lockworker.model.footprint import Footprint, Share, size
+from lockworker.model.footprint import Footprint, Kind, Share, size
 from lockworker.runtime import footprint
 
 MAX_ROWS = 20
 """Shares given a line of their own, largest first; the rest are summed in one."""
 NOT_OURS = "(not lockworker)"
+ALL = "(all)"
+"""The namespace column of what serves every namespace (the registry)."""
 """The namespace column of keys of no lockworker product."""
 HEADER = ("NAMESPACE", "KIND", "KEYS", "BYTES")
 
@@ -55,7 +57,8 @@ def basis(found: Footprint) -> str:
 def rows(shares: tuple[Share, ...] | list[Share]) -> list[tuple[str, str, str, str]]:
     """A row per share, the smallest beyond :data:`MAX_ROWS` summed in one."""
     shown, rest = list(shares[:MAX_ROWS]), list(shares[MAX_ROWS:])
-    out = [(printable(NOT_OURS if s.namespace is None else s.namespace), s.kind.label,
+    out = [(printable(s.namespace if s.namespace is not None else
+                      ALL if s.kind is Kind.REGISTRY else NOT_OURS), s.kind.label,
             number(s.keys), size(s.bytes)) for s in shown]
     if rest:
         known = [s.bytes for s in rest if s.bytes is not None]

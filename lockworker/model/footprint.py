@@ -26,6 +26,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from lockworker.model.keys import PREFIX, Space, unescape
+from lockworker.model.registry import INDEXED, REGISTRY
 
 
 def size(count: float | None) -> str:
@@ -60,7 +61,15 @@ class Kind(str, enum.Enum):
     PRIMITIVE = "primitive"
     """Locks, semaphores, ``compute_once`` values and Redlocks."""
     PRESENCE = "presence"
-    """``lw:presence:...``: the workers registered in a namespace."""
+    """``lw:presence:...``: the workers registered in a namespace (and what they did
+    per minute)."""
+    INDEX = "index"
+    """``lw:index:...``: a namespace's index of its held, backing-off, pending and
+    given-up jobs (:mod:`lockworker.model.index`)."""
+    SCHEDULE = "schedule"
+    """``lw:schedule:...``: a schedule's ticks."""
+    REGISTRY = "registry"
+    """``lw:registry`` and ``lw:registry:indexed``: what the views list (no namespace)."""
     OTHER = "other"
     """A key of no lockworker product (another application's, or unparsable)."""
 
@@ -74,11 +83,14 @@ LABELS = {
     Kind.JOB_HISTORY: "job histories", Kind.STREAM_ENTRIES: "stream entries",
     Kind.STREAM_READERS: "stream readers", Kind.LEADER: "leaders",
     Kind.PRIMITIVE: "locks/semaphores", Kind.PRESENCE: "presence", Kind.OTHER: "other",
+    Kind.INDEX: "job index", Kind.SCHEDULE: "schedules", Kind.REGISTRY: "registry",
 }
 PRIMITIVES = {Space.LOCK.value, Space.SEMAPHORE.value, Space.ONCE.value, Space.REDLOCK.value}
 JOB_SUFFIXES = {"lock": Kind.JOB_LEASE, "state": Kind.JOB_STATE, "history": Kind.JOB_HISTORY}
 STREAM_SUFFIXES = {"entries": Kind.STREAM_ENTRIES, "delayed": Kind.STREAM_ENTRIES,
                    "positions": Kind.STREAM_READERS, "readers": Kind.STREAM_READERS}
+
+INDEX_HEAD = f"{PREFIX}:index:"
 
 Class = tuple["str | None", Kind]
 """(namespace, kind): a namespace of None is no lockworker namespace."""
@@ -103,6 +115,12 @@ def parse(key: str) -> tuple[str, str, str, str] | None:
 def classify(key: str) -> Class:
     """The namespace a key is counted under and its :class:`Kind` (see the module
     docstring); ``(None, OTHER)`` for a key of no lockworker product."""
+    if key in (REGISTRY, INDEXED):
+        return None, Kind.REGISTRY
+    if key.startswith(INDEX_HEAD):
+        namespace, brace, _ = key[len(INDEX_HEAD):].partition(":{")
+        if brace and namespace and "{" not in namespace:
+            return unescape(namespace), Kind.INDEX
     parts = parse(key)
     if parts is None:
         return None, Kind.OTHER
@@ -117,6 +135,8 @@ def classify(key: str) -> Class:
         return name, Kind.PRESENCE
     if product in PRIMITIVES:
         return namespace, Kind.PRIMITIVE
+    if product == Space.SCHEDULE.value:
+        return namespace, Kind.SCHEDULE
     return namespace, Kind.OTHER
 
 

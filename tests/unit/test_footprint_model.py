@@ -123,3 +123,15 @@ def test_a_complete_scan_is_exact_and_an_unsized_class_has_no_bytes() -> None:
 ])
 def test_sizes(count: int | None, shown: str) -> None:
     assert size(count) == shown
+
+
+def test_the_index_schedules_and_the_registry_are_counted_as_lockworker_s() -> None:
+    from lockworker.model.keys import JobKeys
+    from lockworker.protocol.schedules import schedule_key
+
+    assert classify(JobKeys("billing", "job-1").index) == ("billing", Kind.INDEX)
+    assert classify(JobKeys("a:{b}%", "j").index) == ("a:{b}%", Kind.INDEX)
+    assert classify(schedule_key("billing", "nightly")) == ("billing", Kind.SCHEDULE)
+    assert classify("lw:registry") == (None, Kind.REGISTRY)
+    assert classify("lw:registry:indexed") == (None, Kind.REGISTRY)
+    assert classify("lw:index:no-brace") == (None, Kind.OTHER)
