@@ -63,12 +63,17 @@ def listed(
     from the index; each job once."""
     seen: dict[tuple[str, str], Key] = {}
     for ns in spaces:
+        found: index.Counts | None = None
         for state in states:
             if state == "done":
                 for key in walk(client, ns):
                     seen.setdefault((ns, key[2]), key)
                 continue
+            if found is None:  # one count saves the lists of the kinds it finds empty
+                found = index.count(client, ns)
             for kind in STATES[state]:
+                if not found.of(kind):
+                    continue
                 for e in index.listed(client, ns, kind, limit):
                     seen.setdefault((ns, e.job_id), key_of(ns, e.job_id))
     return list(seen.values())

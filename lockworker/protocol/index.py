@@ -2,8 +2,11 @@
 
 The index of a namespace is one sorted set per hash slot that holds any entry. One
 script per server reads them all (on a cluster, one per master, over the slots it
-serves): it skips the keys that do not exist (most of them, when few jobs are in the
-listed states), counts each kind with ZCOUNT, or lists a kind's newest entries with
+serves): on a single server it first asks whether any of them exists at all (EXISTS
+over thousands of keys per command: an empty namespace costs a handful of commands),
+then skips the keys that
+do not exist (most of them, when few jobs are in the listed states), counts each kind
+with ZCOUNT, or lists a kind's newest entries with
 ZREVRANGEBYSCORE ... LIMIT. The keys travel among the arguments, not as ``KEYS``: a
 script without a ``#!`` line may use keys of every slot its node serves (the rule of
 scripts before Redis 7, which Redis 7 and Valkey keep; :mod:`lockworker.protocol.many`
@@ -33,6 +36,7 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local since = tonumber(ARGV[1])
 local out = {0, 0, 0, 0}
+if lw_none(2) then out[5] = now return out end
 for i = 2, #ARGV do
   local key = ARGV[i]
   if redis.call('EXISTS', key) == 1 then
@@ -53,6 +57,7 @@ return out
 LIST = """
 local kind, limit = tonumber(ARGV[1]), tonumber(ARGV[2])
 local out = {}
+if lw_none(3) then return out end
 for i = 3, #ARGV do
   local key = ARGV[i]
   if redis.call('EXISTS', key) == 1 then
@@ -70,9 +75,24 @@ end
 return out
 """
 
+# Whether none of the keys from ARGV[first] on exists: EXISTS over thousands of keys at
+# a time (one command each, below Lua's stack limit for ``unpack``), so a namespace with
+# nothing listed costs a handful of commands, not one per slot. A cluster node refuses a
+# command over keys of several slots, even in a script: then (an error, not a number)
+# the caller looks key by key, as without this.
+NONE = """
+local function lw_none(first)
+  for i = first, #ARGV, 4000 do
+    local n = redis.pcall('EXISTS', unpack(ARGV, i, math.min(i + 3999, #ARGV)))
+    if type(n) ~= 'number' or n > 0 then return false end
+  end
+  return true
+end
+"""
+
 _SPAN = str(10**13)
-_COUNT = LuaScript(COUNT.replace("SPAN", _SPAN))
-_LIST = LuaScript(LIST.replace("SPAN", _SPAN))
+_COUNT = LuaScript(NONE + COUNT.replace("SPAN", _SPAN))
+_LIST = LuaScript(NONE + LIST.replace("SPAN", _SPAN))
 
 
 @dataclass(frozen=True, slots=True)

@@ -109,7 +109,7 @@ HOSTILE = st.text(
 ``}``, ``%``, ``:``) and SCAN's glob characters often among them."""
 
 
-@settings(max_examples=25, deadline=None,
+@settings(max_examples=12, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(job=HOSTILE, suffix=HOSTILE)
 def test_any_job_id_is_listed_as_itself_in_every_kind(
