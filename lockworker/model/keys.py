@@ -23,6 +23,7 @@ namespace, name) to keys is injective, and all keys of one name share the hash t
 from __future__ import annotations
 
 import enum
+import functools
 from dataclasses import dataclass, field
 
 from lockworker.errors import InvalidConfig
@@ -133,10 +134,12 @@ def index_key(namespace: str, job_tag: str) -> str:
     return f"{PREFIX}:index:{escape(namespace)}:{{{same_slot_tag(job_tag)}}}"
 
 
-def all_index_keys(namespace: str) -> list[str]:
-    """Every index key ``namespace`` can have: one per slot, in slot order."""
+@functools.lru_cache(maxsize=64)
+def all_index_keys(namespace: str) -> tuple[str, ...]:
+    """Every index key ``namespace`` can have: one per slot, in slot order (kept for
+    the namespaces read last: a view reads each several times)."""
     head = f"{PREFIX}:index:{escape(namespace)}:"
-    return [f"{head}{{{tag}}}" for tag in tags()]
+    return tuple(f"{head}{{{tag}}}" for tag in tags())
 
 
 def state_pattern(space: Space = Space.JOB, namespace: str | None = None) -> str:

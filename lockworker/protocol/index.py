@@ -109,7 +109,7 @@ class Counts:
         return (self.held, self.backoff, self.pending, self.gave_up)[kind.value - 1]
 
 
-def calls(client: Any, namespace: str) -> list[tuple[Any, list[str]]]:
+def calls(client: Any, namespace: str) -> list[tuple[Any, Sequence[str]]]:
     """The index keys of ``namespace``, grouped by the server that holds them: one
     group (node None) on a single server, one per master on a cluster."""
     keys = all_index_keys(namespace)

@@ -19,8 +19,8 @@ from lockworker.daemons.submit import submit_job
 from lockworker.protocol.delayed import delayed_key
 from lockworker.testing import RedisServer
 
-DELAY = 2.5
-BLOCK = 4.0
+DELAY = 1.5
+BLOCK = 2.5
 """Past DELAY: a reader that did not shorten its block would start the job late."""
 PROMPT_MS = 700
 

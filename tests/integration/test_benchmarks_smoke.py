@@ -21,6 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.processes
 
 
+@pytest.mark.benchrun
 @pytest.mark.timeout(330)
 def test_quick_benchmark_run_writes_a_report(tmp_path: Path) -> None:
     output = tmp_path / "benchmarks.md"

@@ -24,9 +24,9 @@ from lockworker.daemons.submit import submit_job
 from lockworker.protocol.delayed import delayed_key, move_due
 from lockworker.testing import RedisServer
 
-DELAY = 2.5
+DELAY = 1.5
 """Seconds the delayed job waits: far longer than the ordinary jobs take."""
-BLOCK = 4.0
+BLOCK = 2.5
 """The readers' XREAD block, well past DELAY: a reader that did not shorten its
 block to the due time would start the delayed job a second or more late."""
 PROMPT_MS = 700
