@@ -113,13 +113,20 @@ def lateness(timeouts: Sequence[float]) -> list[float]:
     return late
 
 
+NOISE = 0.0005
+"""Seconds by which the median of timed acquires' lateness may exceed a plain timed
+wait's: the two are measured at other moments of a busy machine."""
+
+
 def assert_on_time(overshoots: list[float], baseline: list[float]) -> None:
     """Back by the deadline: typically no later than a plain timed wait comes back
     (the medians of ``overshoots`` and ``baseline``, so one return delayed by a loaded
     machine does not count), and never early by more than the way back from the
     server (a few ms: 20 ms at most). An acquire that waited until its deadline and
-    then made its last round trips came back a few ms late every time."""
-    assert statistics.median(overshoots) <= max(0.0, statistics.median(baseline)), (
+    then made its last round trips came back a few ms late every time: its median sat
+    a millisecond or more above the baseline's, past the half millisecond allowed for
+    the two medians' own noise on a loaded machine."""
+    assert statistics.median(overshoots) <= max(0.0, statistics.median(baseline)) + NOISE, (
         sorted(overshoots), sorted(baseline))
     assert min(overshoots) >= -0.02, sorted(overshoots)
 
