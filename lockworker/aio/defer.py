@@ -16,13 +16,15 @@ from typing import Any
 from lockworker.aio.batcher import send
 from lockworker.aio.jobrun import AsyncJobRun
 from lockworker.aio.wake import wait
+from lockworker.daemons import follow
 from lockworker.daemons.defer import deferring, movers
-from lockworker.daemons.held import IDLE_WAIT, Held, Sighting
+from lockworker.daemons.held import IDLE_WAIT, Held, Looked, Sighting
 from lockworker.daemons.looked import done_elsewhere, watched
 from lockworker.daemons.sources import Delivery
 from lockworker.errors import LockworkerError
 from lockworker.model.presence import handover_channel
 from lockworker.protocol.script import inspect_step
+from lockworker.protocol.streams import FOLLOW
 
 AsyncDispatch = Callable[[Delivery, "Sighting | None"], Awaitable[object]]
 AsyncSettle = Callable[[Delivery], Awaitable[object]]
@@ -39,6 +41,7 @@ class AsyncDeferrals:
         self.settle = settle
         self.ranked = ranked
         self.held = Held(float(worker.backup_delay))
+        self.following = follow.Following()
         self._task: asyncio.Task[None] | None = None
         self._room = asyncio.Event()
         self._done = False
@@ -89,13 +92,19 @@ class AsyncDeferrals:
     async def _look(self, due: list[Delivery], *, hold_free: bool) -> None:
         """One round trip for ``due`` (see :meth:`lockworker.daemons.defer.Deferrals._look`)."""
         looked, bad = Held.keyed(self.w.namespace, due)
+        looked = await self._follow(looked)
         steps = [inspect_step(keys) for _, keys in looked]
+        witness = self.held.witness() if steps else None
+        if witness is not None:
+            steps.append(inspect_step(witness[0][1]))
         try:
             seen = await self.w._call(
                 lambda: send(self.w.client, steps), "look at held-back jobs"
             ) if steps else []
         except LockworkerError:
             seen = [None] * len(steps)
+        if witness is not None:
+            self.held.witnessed(seen.pop(), witness[1], movers(self.w, ranked=self.ranked))
         handed, news = self.held.after_look(
             looked, seen, self.w.clock.monotonic(), self.deferring(),
             hold_free=hold_free, movers=movers(self.w, ranked=self.ranked),
@@ -109,6 +118,30 @@ class AsyncDeferrals:
                 await self.settle(delivery)  # reported as its contest would, without one
             else:
                 await self.dispatch(delivery, snapshot)
+
+    async def _follow(self, looked: list[Looked]) -> list[Looked]:
+        """Settle what the namespace's progress shows done (see
+        :meth:`lockworker.daemons.defer.Deferrals._follow`); the rest, to look at."""
+        if not follow.follows(self.w):
+            return looked
+        for stream in self.following.unread(looked):
+            try:
+                reply = await self.w._call(
+                    lambda stream=stream: FOLLOW.acall(
+                        self.w.client, follow.keys_of(stream), [self.w.namespace]
+                    ),
+                    "read the progress of stream",
+                )
+            except LockworkerError:
+                continue  # looked at instead
+            self.following.learn(stream, reply)
+        covered, rest = self.following.split(looked)
+        if covered:
+            self.held.followed(self.w.clock.monotonic(), covered)
+            for delivery, _ in covered:
+                follow.report(self.w, delivery)
+                await self.settle(delivery)
+        return rest
 
     async def _locked(self, delivery: Delivery, seen: Sighting | None) -> None:
         """Report a job held by another as its contest would (``job.locked``, then

@@ -280,6 +280,7 @@ class _Server:
             self.log.error(
                 JOB_ERROR, job_id=delivery.job_id, error=events.describe(exc), skipped=True
             )
+            delivery.not_done()
             await self.resolved(delivery)
             return True
         except Exception as exc:
@@ -292,6 +293,7 @@ class _Server:
         if isinstance(result, lane.Pending):
             return False
         if result is Outcome.GAVE_UP:
+            delivery.not_done()
             await redrive.keep_async(self.worker, delivery, self.log)
         if result in RESOLVED:
             await self.resolved(delivery)
@@ -314,6 +316,7 @@ class _Server:
 
     async def settled(self, delivery: Delivery, outcome: Outcome) -> None:
         if outcome is Outcome.GAVE_UP:
+            delivery.not_done()
             await redrive.keep_async(self.worker, delivery, self.log)
         if outcome in RESOLVED:
             await self.resolved(delivery)

@@ -40,8 +40,12 @@ over (the settle of a failure due again at once, or a release on stop, publishes
 the namespace's handover channel, :func:`lockworker.model.presence.handover_channel`)
 and when no primary serves any more (its presence wakes it): a failed job is taken
 over at once, a crashed primary's jobs at the lease's end. A backup costs the server
-one command per job per ``backup_delay`` behind a live, fast primary, in one round
-trip per batch, and listens on one channel, not one per job.
+one command per job per ``backup_delay`` that its namespace's progress does not
+settle, in one round trip per batch, and listens on one channel, not one per job.
+
+Before each look, a backup reading a fan-out stream follows its namespace's progress
+(:mod:`lockworker.daemons.follow`): a delivery the progress shows DONE is settled
+without a look; behind a live primary that keeps up, that is next to every one.
 
 With no primary, a backup holds back behind the backups ranked before it in the same
 way (not for a shared group's entries). Deliveries held back are not resolved: after a
@@ -57,7 +61,8 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from lockworker.daemons.held import IDLE_WAIT, Held, Sighting
+from lockworker.daemons import follow
+from lockworker.daemons.held import IDLE_WAIT, Held, Looked, Sighting
 from lockworker.daemons.jobrun import JobRun
 from lockworker.daemons.looked import done_elsewhere, watched
 from lockworker.daemons.sources import Delivery
@@ -67,6 +72,7 @@ from lockworker.model.presence import View, handover_channel
 from lockworker.model.state import Role
 from lockworker.protocol import batch
 from lockworker.protocol.script import inspect_step
+from lockworker.protocol.streams import FOLLOW
 
 Dispatch = Callable[[Delivery, "Sighting | None"], object]
 Settle = Callable[[Delivery], object]
@@ -115,6 +121,7 @@ class Deferrals:
         self.settle = settle or resolve
         self.ranked = ranked
         self.held = Held(float(worker.backup_delay))
+        self.following = follow.Following()
         self._cond = threading.Condition(threading.RLock())
         self._thread: threading.Thread | None = None
         self._done = False
@@ -181,7 +188,12 @@ class Deferrals:
         ``hold_free`` is False when everything is handed over at once (a handover, no
         primary serving): a free job then goes to its contest now."""
         looked, bad = Held.keyed(self.w.namespace, due)
+        looked = self._follow(looked)
         steps = [inspect_step(keys) for _, keys in looked]
+        with self._cond:
+            witness = self.held.witness() if steps else None
+        if witness is not None:
+            steps.append(inspect_step(witness[0][1]))
         try:
             seen = self.w._call(
                 lambda: batch.send(self.w.client, steps), "look at held-back jobs"
@@ -189,6 +201,10 @@ class Deferrals:
         except LockworkerError:
             seen = [None] * len(steps)
         with self._cond:
+            if witness is not None:
+                self.held.witnessed(
+                    seen.pop(), witness[1], movers(self.w, ranked=self.ranked)
+                )
             handed, news = self.held.after_look(
                 looked, seen, self.w.clock.monotonic(), self.deferring(),
                 hold_free=hold_free, movers=movers(self.w, ranked=self.ranked),
@@ -202,6 +218,32 @@ class Deferrals:
                 self.settle(delivery)  # reported as its contest would, without one
             else:
                 self.dispatch(delivery, snapshot)
+
+    def _follow(self, looked: list[Looked]) -> list[Looked]:
+        """Settle what the namespace's progress shows done (:mod:`lockworker.daemons.
+        follow`), reading it first (one call) if it may settle more than last read;
+        the rest, to look at."""
+        if not follow.follows(self.w):
+            return looked
+        for stream in self.following.unread(looked):
+            try:
+                reply = self.w._call(
+                    lambda stream=stream: FOLLOW(
+                        self.w.client, follow.keys_of(stream), [self.w.namespace]
+                    ),
+                    "read the progress of stream",
+                )
+            except LockworkerError:
+                continue  # looked at instead
+            self.following.learn(stream, reply)
+        covered, rest = self.following.split(looked)
+        if covered:
+            with self._cond:
+                self.held.followed(self.w.clock.monotonic(), covered)
+            for delivery, _ in covered:
+                follow.report(self.w, delivery)
+                self.settle(delivery)
+        return rest
 
     def _locked(self, delivery: Delivery, seen: Sighting | None) -> None:
         """Report a job held by another as its contest would (``job.locked``, then

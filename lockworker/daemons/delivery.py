@@ -35,6 +35,15 @@ class Delivery:
     """The stream the job was read from, if any: a job that gives up in this process
     keeps its payload there, so a reset can add it to this stream again
     (:mod:`lockworker.daemons.redrive`)."""
+    entry: str | None = field(default=None, repr=False, compare=False)
+    """The stream entry id of a fan-out reader's delivery (None otherwise): a backup
+    settles it without a look once its namespace's progress covers it
+    (:mod:`lockworker.daemons.follow`)."""
+    not_done: Callable[[], None] = field(default=_noop, repr=False, compare=False)
+    """Called by ``serve`` before ``resolved`` when the job is resolved here otherwise
+    than DONE (given up, or skipped as a job that cannot run): a fan-out reader
+    records it with the position that passes it, so a backup following the progress
+    never reports such a job as done."""
 
 
 class Source(Protocol):

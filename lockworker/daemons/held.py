@@ -77,6 +77,10 @@ class Held:
         Meanwhile the jobs nobody took are not left to it (:meth:`stalled`)."""
         self._ahead: set[str] = set()
         """Held-back jobs the serving has not reached yet (:data:`AHEAD` at most)."""
+        self._witness: tuple[Looked, float] | None = None
+        """The newest delivery settled by the progress without a look, and when: the
+        next look that goes out anyway looks at its job too, to learn whether the
+        serving deferred to did it (:meth:`followed`)."""
 
     def __len__(self) -> int:
         return len(self._heap)
@@ -185,6 +189,32 @@ class Held:
             handed.append((delivery, Sighting(snapshot, free)))
             self._forget(job_id)
         return handed, news
+
+    def followed(self, now: float, covered: list[Looked]) -> None:
+        """``covered`` were settled at ``now`` by the namespace's progress, without a
+        look: forgotten. A look saw the serving move when it found a job resolved by a
+        run deferred to; a job settled so was not looked at, so the newest of them is
+        kept as a witness, looked at with the next batch that goes out anyway
+        (:meth:`witness`), and counts as a move seen at ``now`` if that run did it."""
+        for delivery, _ in covered:
+            self._forget(delivery.job_id)
+        if covered:
+            self._witness = (covered[-1], now)
+
+    def witness(self) -> tuple[Looked, float] | None:
+        """The witness to look at with the next batch (once), if any."""
+        witness, self._witness = self._witness, None
+        return witness
+
+    def witnessed(
+        self, seen: Any, at: float, movers: Collection[str] | None = None
+    ) -> None:
+        """What the look at a witness settled at ``at`` saw: the serving moved then,
+        if a run of ``movers`` (None: anyone's) resolved it."""
+        if isinstance(seen, Snapshot) and seen.resolved and (
+            movers is None or seen.run in movers
+        ):
+            self._moved = max(self._moved, at)
 
     def _progress(
         self, looked: list[Looked], seen: list[Any], now: float,

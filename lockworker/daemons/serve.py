@@ -307,6 +307,7 @@ class _Server:
             self.log.error(
                 JOB_ERROR, job_id=delivery.job_id, error=events.describe(exc), skipped=True
             )
+            delivery.not_done()
             self.report(delivery)
             return True
         except BaseException as exc:
@@ -318,6 +319,7 @@ class _Server:
         if isinstance(result, lane.Pending):
             return False
         if result is Outcome.GAVE_UP:
+            delivery.not_done()
             redrive.keep(self.worker, delivery, self.log)
         if result in RESOLVED:
             self.report(delivery)
@@ -363,6 +365,7 @@ class _Server:
 
     def settled(self, delivery: Delivery, outcome: Outcome) -> None:
         if outcome is Outcome.GAVE_UP:
+            delivery.not_done()
             redrive.keep(self.worker, delivery, self.log)
         if outcome in RESOLVED:
             self.report(delivery)

@@ -20,6 +20,9 @@ Keys of stream ``jobs`` (one hash tag, so one Cluster slot)::
     lw:stream:streams:{jobs}:namespaces  hash: owner -> the namespace it serves
     lw:stream:streams:{jobs}:progress    hash: namespace -> entry id up to which every
                                          entry is resolved in that namespace
+    lw:stream:streams:{jobs}:notdone     hash: namespace -> the highest entry id a
+                                         reader of it resolved otherwise than DONE
+                                         (saved with the position that passes it)
     lw:stream:streams:{jobs}:delayed     sorted set: jobs submitted with delay=/at=,
                                          waiting off the stream until due (server ms):
                                          every reader moves the due ones in before it
@@ -65,7 +68,7 @@ from lockworker.daemons.submit import STREAMS_NAMESPACE, DueMover, stream_keys, 
 from lockworker.errors import InvalidConfig, LockworkerError
 from lockworker.model.keys import check_name
 from lockworker.protocol import text
-from lockworker.protocol.streams import TOUCH, entry_order, fanout_keys, touched
+from lockworker.protocol.streams import NOT_DONE, TOUCH, entry_order, fanout_keys, touched
 from lockworker.runtime import events, registering, retry
 
 __all__ = [
@@ -193,6 +196,10 @@ class StreamSource:
         :meth:`attach`): its position counts toward that namespace's progress, and it
         skips what the progress shows resolved. None: read as release 0.3.0 did."""
         self._progress: str | None = None
+        self._undone: set[str] = set()
+        """Entries read and resolved here otherwise than DONE, not yet passed."""
+        self._not_done: str | None = None
+        """The highest such entry the position passed, until a touch saved it."""
         self._registration = registering.stream(client, stream)  # the views' list
         self._group = None if self.group is None else GroupReader(
             client, self.keys, owner=self.owner, group=self.group, block=self.block,
@@ -246,15 +253,19 @@ class StreamSource:
         self._registration()
         self._last_touch = self.clock.monotonic()
         ttl_ms = max(1, round(self.reader_ttl * 1000))
+        not_done = self._not_done  # saved before, or with, the position passing it
         args: list[str | int] = [
-            self.owner, position, ttl_ms, self.start, self.namespace or "",
+            self.owner, position, ttl_ms, self.start, self.namespace or "", not_done or "",
         ]
+        keys = [*fanout_keys(self.keys), self.keys.extra(NOT_DONE)]
         saved, progress, behind = touched(
             self._call(
-                lambda: TOUCH(self.client, fanout_keys(self.keys), args),
-                "save the position of stream",
+                lambda: TOUCH(self.client, keys, args), "save the position of stream"
             )
         )
+        with self._lock:
+            if self._not_done == not_done:
+                self._not_done = None
         self._progress = progress
         self._log.debug(
             PROGRESS, namespace=self.namespace, position=saved, progress=progress,
@@ -271,6 +282,7 @@ class StreamSource:
         with self._lock:  # a new pass starts from the saved position: forget the last one
             self._read.clear()
             self._done.clear()
+            self._undone.clear()
             self._unsaved = None
             self._closed = False
         try:
@@ -336,8 +348,15 @@ class StreamSource:
             self._log.error(BAD_ENTRY, entry_id=entry_id, fields=fields)
             return None
         return Delivery(
-            job[0], job[1], lambda: self._resolved(entry_id), decoded=True, stream=self.stream
+            job[0], job[1], lambda: self._resolved(entry_id), decoded=True,
+            stream=self.stream, entry=entry_id, not_done=lambda: self._undo(entry_id),
         )
+
+    def _undo(self, entry_id: str) -> None:
+        """``entry_id`` is resolved here otherwise than DONE (reported before its
+        resolution): the touch that saves a position past it records it."""
+        with self._lock:
+            self._undone.add(entry_id)
 
     def _resolved(self, entry_id: str) -> None:
         """Mark ``entry_id`` resolved; the position moves past every resolved entry,
@@ -348,6 +367,9 @@ class StreamSource:
             while self._read and self._read[0] in self._done:
                 self._unsaved = self._read.popleft()
                 self._done.discard(self._unsaved)
+                if self._unsaved in self._undone:
+                    self._undone.discard(self._unsaved)
+                    self._not_done = self._unsaved  # entries pass in order: the highest
         self._save(force=False)
 
     def _save(self, *, force: bool) -> None:

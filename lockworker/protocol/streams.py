@@ -99,10 +99,14 @@ end
 # TOUCH (fan-out): register (or refresh) a reader, save its position, move its
 # namespace's progress, forget readers gone too long, and trim what nobody needs.
 # KEYS[1] entries   KEYS[2] positions   KEYS[3] readers   KEYS[4] namespaces
-# KEYS[5] progress
+# KEYS[5] progress   KEYS[6] notdone (optional: 0.3.0 and earlier callers pass 5)
 # ARGV[1] owner   ARGV[2] position to save ('' for none)   ARGV[3] reader ttl ms
 # ARGV[4] start for a new reader ('0-0', '$' or an entry id)   ARGV[5] the reader's
-# namespace ('' for none)
+# namespace ('' for none)   ARGV[6] the highest entry id up to ARGV[2] that this
+# reader resolved otherwise than DONE ('' or absent for none): recorded in
+# KEYS[6] (namespace -> the highest such id of any of its readers) in the same step
+# that moves the position past it, so a backup that follows the progress knows which
+# entries it covers were not DONE (:data:`FOLLOW`)
 # returns {the owner's saved position, its namespace's progress ('' for none), how
 # many ms of entries it was behind that progress (what it skips, of the entries still
 # in the stream)}.
@@ -121,6 +125,10 @@ if not pos then
   end
 end
 local progress, behind = '', 0
+if ns ~= '' and KEYS[6] and ARGV[6] and ARGV[6] ~= '' then
+  local nd = redis.call('HGET', KEYS[6], ns)
+  if not nd or less(nd, ARGV[6]) then redis.call('HSET', KEYS[6], ns, ARGV[6]) end
+end
 if ns ~= '' then
   local g = redis.call('HGET', KEYS[5], ns)
   if redis.call('HGET', KEYS[4], owner) ~= ns then
@@ -149,6 +157,34 @@ local low = keep_from(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5])
 if low then redis.call('XTRIM', KEYS[1], 'MINID', low) end
 return {pos, progress, behind}
 """)
+
+# FOLLOW (fan-out, a backup following its namespace's progress): read it, and the
+# highest entry id resolved otherwise than DONE in the namespace (TOUCH's ARGV[6]).
+# KEYS[1] progress   KEYS[2] notdone   ARGV[1] namespace
+# returns {progress or false, highest not-DONE entry id or false}
+FOLLOW = LuaScript("""
+return {redis.call('HGET', KEYS[1], ARGV[1]), redis.call('HGET', KEYS[2], ARGV[1])}
+""")
+
+NOT_DONE = "notdone"
+"""The suffix of the hash ``namespace -> highest entry id resolved otherwise than DONE``
+(given up, or skipped as a job that cannot run) by a reader of that namespace. Written by
+TOUCH with the position that passes it, never deleted (one field per namespace); a
+value too high only costs a backup looks it could have saved."""
+
+
+def follow_keys(keys: JobKeys) -> list[str]:
+    """The keys :data:`FOLLOW` takes: the stream's progress and not-DONE hashes."""
+    return [keys.extra("progress"), keys.extra(NOT_DONE)]
+
+
+def followed(reply: Any) -> tuple[str | None, str | None]:
+    """FOLLOW's reply: the namespace's progress and its highest not-DONE entry id."""
+    progress, not_done = reply
+    return (text(progress) or None) if progress else None, (
+        (text(not_done) or None) if not_done else None
+    )
+
 
 _MINE = """
 local function mine(from)

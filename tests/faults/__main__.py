@@ -53,6 +53,8 @@ SOAK: dict[str, dict[str, Any]] = {
     "inline_sigkill": {"rounds": 30},
     "inline_sigstop": {"rounds": 12},
     "shared_sigkill": {"rounds": 30},
+    "fanout_sigkill": {"rounds": 30, "jobs": 360},
+    "fanout_sigstop": {"rounds": 12, "jobs": 150},
     "fanout_progress_restart": {"jobs": 120},
     "group_progress_restart": {"jobs": 120},
     "done_window": {"retention": 5.0},

@@ -184,7 +184,8 @@ def serving(config: dict[str, Any]) -> dict[str, Any]:
 
 def note_batches(rec: Recorder) -> None:
     """Note every round trip that carries more than one protocol step (sync and
-    asyncio), so a scenario can tell its steps were batched (not vacuously)."""
+    asyncio), so a scenario can tell its steps were batched (not vacuously), and each
+    delivery a backup settled by its namespace's progress, without a look."""
     from lockworker.aio import batcher as aio_batcher
     from lockworker.daemons import lane
     from lockworker.protocol import batch
@@ -202,6 +203,12 @@ def note_batches(rec: Recorder) -> None:
     batch.send = send  # type: ignore[assignment]
     lane.send = send  # type: ignore[assignment]  # serve's lane: claims and DONEs
     aio_batcher.send = asend  # type: ignore[assignment]
+
+    def followed(logger: str, event: str, fields: dict[str, Any]) -> None:
+        if event == "job.done_elsewhere" and fields.get("followed"):
+            rec.note("followed", key=str(fields.get("job_id")))  # settled, no look
+
+    lockworker.runtime.events.add_observer(followed)
 
 
 def recording(base: type[Any], rec: Recorder) -> type[Any]:
@@ -526,9 +533,10 @@ async def run_aworker(config: dict[str, Any], rec: Recorder, work: Work) -> None
 
     client = aredis_client(config, config["urls"][0])
     concurrency = int(config.get("concurrency", 1))
+    own = bool(config.get("own_process")) and bool(config.get("fanout"))
     if concurrency > 1:
         note_batches(rec)
-    worker = recording(aio.Worker, rec)(
+    worker = (aio.Worker if own else recording(aio.Worker, rec))(
         client,
         namespace=config["namespace"],
         owner=config.get("owner"),
@@ -552,7 +560,8 @@ async def run_aworker(config: dict[str, Any], rec: Recorder, work: Work) -> None
             astop_on_file(worker, config) if config.get("until_stopped")
             else astop_once_resolved(worker, config["jobs"])
         )
-        await worker.serve(source, concurrency=concurrency)
+        with done_events(rec) if own else contextlib.nullcontext():
+            await worker.serve(source, concurrency=concurrency)
         watcher.cancel()
     elif concurrency > 1:
         await worker.serve([(job_id, None) for job_id in first + rest], concurrency=concurrency)

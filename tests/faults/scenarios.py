@@ -128,7 +128,8 @@ def sides(env: Env, history: History) -> dict[str, int]:
     of them (in fan-out every live worker is delivered every job; through a consumer
     group each job goes to one member, again only after a handover or a claim); ``met``,
     the jobs for which calls of one process (sharing a Worker) ended differently: one
-    did it, another found it done; ``states`` and ``entries``, the job states and index
+    did it, another found it done; ``followed``, the deliveries backups settled by
+    their namespace's progress without a look; ``states`` and ``entries``, the job states and index
     entries the index check compared once the scenario settled (:mod:`faults.index`)."""
     side = {run: is_async(mode) for run, mode in env.fleet.modes().items()}
     by_key: dict[tuple[str, str], list[Section]] = defaultdict(list)
@@ -152,6 +153,7 @@ def sides(env: Env, history: History) -> dict[str, int]:
             "batches": batches, "widest": max(map(len, seen.values()), default=0),
             "delivered": sum(map(len, seen.values())),
             "met": sum(1 for outcomes in ended.values() if len(outcomes) > 1),
+            "followed": sum(1 for n in history.notes if n.get("what") == "followed"),
             "states": env.indexed.states, "entries": env.indexed.entries}
 
 
@@ -186,6 +188,10 @@ class Mix:
     group: bool = False
     """Workers serve the jobs from a stream through one consumer group
     (``StreamSource(group=)``): each entry goes to one member."""
+    fanout: bool = False
+    """Workers serve the jobs from a stream, each reading every entry (a fan-out
+    ``StreamSource``): backups follow the namespace's progress."""
+    backup_delay: float = 0.05
     own_process: bool = False
     """Workers serve through lockworker's own ``process`` (no override records their
     outcomes: their ``job.done`` events do), so ``serve`` takes its lane: at
@@ -204,10 +210,13 @@ class Mix:
 
     def settings(self) -> dict[str, Any]:
         out = {"steps": self.steps, "step": self.step, "fail_rate": self.fail_rate,
-               "gap": self.gap, "concurrency": self.concurrency, "backup_delay": 0.05,
+               "gap": self.gap, "concurrency": self.concurrency,
+               "backup_delay": self.backup_delay,
                "own_process": self.own_process, "shared": self.shared}
         if self.retry_delays is not None:
             out["retry_delay"] = list(self.retry_delays)
+        if self.fanout:
+            out["fanout"] = True
         return {**out, "group": "g", "group_batch": self.group_batch} if self.group else out
 
     def spawn(
@@ -217,7 +226,7 @@ class Mix:
         """Start the fleet: ``scale`` of each role, at least one where there are any
         (with ``both``, at least one per side). Within a role, sync processes and
         asyncio ones alternate, sync first (asyncio first with ``first_async``)."""
-        if self.group:  # the jobs wait in the stream before any member reads it
+        if self.group or self.fanout:  # the jobs wait in the stream before any reader
             with env.servers[0].client() as client:
                 for job_id in jobs:
                     lockworker.submit(client, f"{env.namespace}-jobs", job_id)
@@ -928,18 +937,18 @@ BATCHED = Mix(workers=4, lockers=1, leaders=1, concurrency=6, backups=True, step
 half of them backups holding deliveries back, beside a lock holder and a leader."""
 
 
-def _killed(mix: Mix, name: str) -> Scenario:
+def _killed(mix: Mix, name: str, jobs: int = 36) -> Scenario:
     """SIGKILL of holders (as :func:`sigkill`) in the fleet ``mix``, reported as ``name``."""
     def run(workdir: Path, **kw: Any) -> Result:
-        return replace(sigkill(workdir, jobs=36, mix=mix, **kw), scenario=name)
+        return replace(sigkill(workdir, **{"jobs": jobs, **kw}, mix=mix), scenario=name)
     return run
 
 
-def _paused(mix: Mix, name: str) -> Scenario:
+def _paused(mix: Mix, name: str, jobs: int = 30) -> Scenario:
     """SIGSTOP past the lease (as :func:`sigstop`) in ``mix`` with longer sections."""
     def run(workdir: Path, **kw: Any) -> Result:
         paused = replace(mix, steps=(5, 10), step=0.04)
-        return replace(sigstop(workdir, jobs=30, mix=paused, **kw), scenario=name)
+        return replace(sigstop(workdir, **{"jobs": jobs, **kw}, mix=paused), scenario=name)
     return run
 
 
@@ -958,6 +967,14 @@ member reads 4 entries ahead, not its default 16: with 16, the members that read
 first (backups hold theirs back) could take every entry, and the sync members, the
 only ones that claim read-ahead entries together, might never claim two at once
 (the battery asserts they did)."""
+
+
+FANOUT = replace(BATCHED, fanout=True, own_process=True, backup_delay=0.2)
+"""The batched fleet reading one stream fan-out (every worker every entry) through
+lockworker's own ``process``, half of them backups that follow the namespace's progress
+(held back 0.2 s: most of what the primaries did is settled by the progress, no look)
+and look at the rest: primaries SIGKILLed or SIGSTOPped mid-batch between two saves of
+their positions."""
 
 
 SHARED = Mix(shared=3)
@@ -1001,6 +1018,8 @@ SCENARIOS: dict[str, Scenario] = {
     "inline_sigkill": _killed(INLINE, "inline_sigkill"),
     "inline_sigstop": _paused(INLINE, "inline_sigstop"),
     "shared_sigkill": _killed(SHARED, "shared_sigkill"),
+    "fanout_sigkill": _killed(FANOUT, "fanout_sigkill", jobs=90),
+    "fanout_sigstop": _paused(FANOUT, "fanout_sigstop", jobs=60),
     "fanout_progress_restart": _fanout_progress,
     "group_progress_restart": _group_progress,
     "done_window": done_window,

@@ -166,6 +166,27 @@ def test_a_consumer_group_under_sigstop_past_the_lease(tmp_path: Path) -> None:
     mixed(result)
 
 
+def test_fanout_backups_following_the_progress_under_sigkill(tmp_path: Path) -> None:
+    """Workers reading one stream fan-out, half of them backups that settle what their
+    namespace's progress shows done without a look: holders SIGKILLed mid-batch, between
+    two saves of their positions; every job is still done, none twice."""
+    result = scenarios.SCENARIOS["fanout_sigkill"](tmp_path)
+    verdict(result, tmp_path)
+    assert result.extra["followed"] >= 1, result.figure()
+    mixed(result)
+
+
+def test_fanout_backups_following_the_progress_under_sigstop_past_the_lease(
+    tmp_path: Path,
+) -> None:
+    """The same fleet, holders SIGSTOPped past their lease mid-batch: the progress
+    waits behind their jobs, which the others take over; late steps are refused."""
+    result = scenarios.SCENARIOS["fanout_sigstop"](tmp_path)
+    verdict(result, tmp_path)
+    assert result.extra["followed"] >= 1, result.figure()
+    mixed(result)
+
+
 def test_serving_in_the_serving_thread_under_sigkill(tmp_path: Path) -> None:
     """Members of one consumer group serving one job at a time in the serving thread,
     each claiming the entries it read ahead in one round trip: members SIGKILLed with
