@@ -83,6 +83,10 @@ SAVE_EVERY = 0.05
 """Seconds between two saves of a reader's position while jobs resolve: a busy stream
 saves once per this many jobs resolved, not once per job (a crash repeats at most
 this long's look-ups, each of which finds its job DONE); an idle one saves at once."""
+IDLE_TOUCH = 1.0
+"""Seconds between two touches of a reader of a namespace that reads nothing: its saved
+position follows the progress its namespace's other readers make, past entries it never
+read (trimmed before it read them), so it never shows behind for what was resolved."""
 SAVE_FAILED = "stream.save_failed"
 PROGRESS = "stream.progress"
 """Debug, at each touch: the ``position`` saved, the ``progress`` of the reader's
@@ -298,9 +302,8 @@ class StreamSource:
         while not stop.is_set():
             self._save(force=True)  # what resolved while the last batch was served
             since = self.clock.monotonic() - self._last_touch
-            if since >= self.reader_ttl / 3 or (
-                read_any and self.namespace is not None and since >= SAVE_EVERY
-            ):
+            every = SAVE_EVERY if read_any else IDLE_TOUCH
+            if since >= self.reader_ttl / 3 or (self.namespace is not None and since >= every):
                 self.touch()  # a reader that reads on hears of its namespace's progress
             last_read = self._skip(last_read)
             wait_ms = self._due.block_ms(block_ms)  # the delayed jobs come due join

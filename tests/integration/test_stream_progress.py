@@ -17,6 +17,7 @@ from helpers import in_thread, wait_for
 
 import lockworker
 from lockworker import Job, StreamSource, Worker
+from lockworker.daemons import sources
 from lockworker.daemons.sources import PROGRESS, stream_keys
 from lockworker.protocol import streams, text
 from lockworker.runtime import events
@@ -147,6 +148,41 @@ def test_a_lagging_backup_skips_without_a_look_per_job(
     # the progress).
     assert calls < 50, calls
     assert looked <= {"last"}, looked
+
+
+def test_an_idle_reader_follows_its_namespaces_progress_past_entries_it_never_read(
+    redis_client: redis.Redis, namespace: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A reader blocked on an empty stream while another reader of its namespace
+    resolves entries that are trimmed before it reads them (added and passed in one
+    MULTI/EXEC) saves the progress as its own position within ``IDLE_TOUCH``: it never
+    shows behind for what its namespace resolved."""
+    monkeypatch.setattr(sources, "IDLE_TOUCH", 0.1)
+    stream = f"{namespace}-jobs"
+    keys = stream_keys(stream)
+    b = worker(redis_client, namespace, "b", Ran())
+    source_b = StreamSource(redis_client, stream, owner="b", block=0.05)
+    thread, box = in_thread(lambda: b.serve(source_b, concurrency=2))
+    wait_for(lambda: source_b.position() is not None, timeout=10)
+    a = StreamSource(redis_client, stream, owner="a", block=0.05)
+    a.attach(worker(redis_client, namespace, "a", Ran()))
+    a.touch()
+    ids = [f"{10**12 + n}-0" for n in range(3)]
+    args = ["a", ids[-1], 60_000, "0-0", namespace, ""]
+    touch_keys = [*streams.fanout_keys(keys), keys.extra(streams.NOT_DONE)]
+    with redis_client.pipeline(transaction=True) as pipe:
+        for entry_id in ids:
+            pipe.xadd(keys.extra("entries"), {"job": f"x{entry_id}"}, id=entry_id)
+        pipe.eval(streams.TOUCH.source, len(touch_keys), *touch_keys, *args)
+        pipe.execute()
+    assert xlen(redis_client, stream) == 0  # trimmed: b never reads them
+    try:
+        wait_for(lambda: source_b.position() == ids[-1], timeout=10)
+    finally:
+        b.stop()
+        thread.join(10)
+        b.close()
+    assert "error" not in box, box
 
 
 def test_a_dead_reader_holds_back_nothing_its_namespace_resolved(
