@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 
+from benchmarks.report_floor import floor_targets
 from benchmarks.report_memory import (
     DAY_RATE,
     DAY_TARGET,
@@ -23,6 +24,7 @@ from benchmarks.report_memory import (
 from benchmarks.stream import (
     AIO_GROUP_3,
     ALL_READ,
+    FANOUT,
     FANOUT_16,
     FLOOR_FANOUT,
     FLOOR_GROUP,
@@ -68,7 +70,8 @@ def _ratio(a: float, b: float) -> float:
 def _fanout(section: StreamSection) -> list[Row]:
     """The ``serve()`` rows of a primary and two backups, sync and asyncio."""
     return [
-        r for r in section.rows if r.contender.kind in ("serve", "aio") and not r.contender.group
+        r for r in section.rows
+        if r.contender.kind in ("serve", "aio") and r.contender.roles == FANOUT
     ]
 
 
@@ -204,6 +207,7 @@ def targets(section: StreamSection) -> list[tuple[str, str, bool | None]]:
         if flat is not None:
             out.append(("the serving processes' resident memory stays flat (end <= "
                         f"{FLAT:g}x start)", rss_line(m), flat))
+    out += floor_targets(section)
     for row in section.kills:
         if row.outcomes:
             o = row.outcomes[0]

@@ -49,6 +49,9 @@ CONCURRENCY = (1, 4, 16, 64)
 AIO_CONCURRENCY = (1, 16, 64)
 FANOUT = ("primary", "backup", "backup")
 SHARED = 16
+ALONE_CONCURRENCY = (1, 16)
+"""The concurrencies of the primary-alone rows: what the backups add is read against
+the fan-out row of the same concurrency."""
 """The concurrency of the asyncio, shared-group and threads-only rows."""
 GROUP_KINDS = frozenset({"cg", "pool", "aiopool"})
 """Kinds that read through a plain consumer group the run makes."""
@@ -79,6 +82,8 @@ CONTENDERS = (
       for c in CONCURRENCY),
     *(Contender(f"aio serve(), primary + 2 backups, concurrency {c}", "aio", FANOUT, c)
       for c in AIO_CONCURRENCY),
+    *(Contender(f"serve(), primary alone, concurrency {c}", "serve", ("primary",), c)
+      for c in ALONE_CONCURRENCY),
     *(Contender(f"serve(group=), {_processes(n)}, concurrency {SHARED}", "serve",
                 ("member",) * n, group=True) for n in (1, 2, 3)),
     Contender("serve(group=), 3 processes, concurrency 1", "serve", ("member",) * 3, 1,

@@ -16,11 +16,12 @@ from typing import Any
 from lockworker.aio.batcher import send
 from lockworker.aio.jobrun import AsyncJobRun
 from lockworker.aio.wake import wait
-from lockworker.daemons import follow
+from lockworker.daemons import follow, trail
 from lockworker.daemons.defer import deferring, movers
 from lockworker.daemons.held import IDLE_WAIT, Held, Looked, Sighting
 from lockworker.daemons.looked import done_elsewhere, watched
 from lockworker.daemons.sources import Delivery
+from lockworker.daemons.trail import Trailing
 from lockworker.errors import LockworkerError
 from lockworker.model.presence import handover_channel
 from lockworker.protocol.script import inspect_step
@@ -42,6 +43,8 @@ class AsyncDeferrals:
         self.ranked = ranked
         self.held = Held(float(worker.backup_delay))
         self.following = follow.Following()
+        self.trailing: Trailing | None = None
+        self._news: asyncio.Event | None = None
         self._task: asyncio.Task[None] | None = None
         self._room = asyncio.Event()
         self._done = False
@@ -50,6 +53,13 @@ class AsyncDeferrals:
 
     def deferring(self) -> bool:
         return deferring(self.w, ranked=self.ranked)
+
+    def trail(self, source: object) -> None:
+        """See :meth:`lockworker.daemons.defer.Deferrals.trail`."""
+        if follow.follows(self.w) and hasattr(source, "trail"):
+            self.trailing = source.trail(self.deferring, float(self.w.backup_delay))
+            if self.trailing is not None and self._task is None:
+                self._task = asyncio.ensure_future(self._run())  # hear handovers now
 
     def __len__(self) -> int:
         """Deliveries held back, those being looked at included."""
@@ -64,6 +74,8 @@ class AsyncDeferrals:
         self.held.hold(self.w.clock.monotonic(), delivery)
         if self._task is None:
             self._task = asyncio.ensure_future(self._run())
+        if delivery.urgent and self._news is not None:
+            self._news.set()  # a handover's: looked at now, as the handover asked
 
     async def close(self) -> None:
         """Stop the task; deliveries still held back are left unresolved."""
@@ -75,9 +87,11 @@ class AsyncDeferrals:
 
     async def _run(self) -> None:
         async with self.w._hub.listen(handover_channel(self.w.namespace)) as news:
+            self._news = news
             while not self.w.stopping and not self._done:
                 everything = news.is_set() or not self.deferring()
                 news.clear()
+                trail.heard(news, self.trailing)
                 due = self.held.take(self.w.clock.monotonic(), everything)
                 self._looking = len(due)
                 self._room.set()

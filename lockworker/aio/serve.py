@@ -99,6 +99,8 @@ async def serve(worker: AsyncServable, source: object, *, concurrency: int = 4) 
         worker, concurrency, blocking, getattr(source, "resolving", None),
         ranked=not shares_out(source),
     )
+    if server.deferrals is not None:  # a following backup trails its primary
+        server.deferrals.trail(source)
     await server.run(deliveries(source, worker, blocking))
 
 

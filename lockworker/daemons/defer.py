@@ -61,11 +61,12 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from lockworker.daemons import follow
+from lockworker.daemons import follow, trail
 from lockworker.daemons.held import IDLE_WAIT, Held, Looked, Sighting
 from lockworker.daemons.jobrun import JobRun
 from lockworker.daemons.looked import done_elsewhere, watched
 from lockworker.daemons.sources import Delivery
+from lockworker.daemons.trail import Trailing
 from lockworker.errors import LockworkerError
 from lockworker.model import policy
 from lockworker.model.presence import View, handover_channel
@@ -122,6 +123,9 @@ class Deferrals:
         self.ranked = ranked
         self.held = Held(float(worker.backup_delay))
         self.following = follow.Following()
+        self.trailing: Trailing | None = None
+        """The source's trailing of the primary, nudged on a handover (:meth:`trail`)."""
+        self._news: threading.Event | None = None
         self._cond = threading.Condition(threading.RLock())
         self._thread: threading.Thread | None = None
         self._done = False
@@ -130,6 +134,14 @@ class Deferrals:
 
     def deferring(self) -> bool:
         return deferring(self.w, ranked=self.ranked)
+
+    def trail(self, source: object) -> None:
+        """Have a fan-out ``source`` trail the primary (:mod:`lockworker.daemons.trail`)
+        while this backup defers to it, if the backup follows the progress."""
+        if follow.follows(self.w) and hasattr(source, "trail"):
+            self.trailing = source.trail(self.deferring, float(self.w.backup_delay))
+            if self.trailing is not None:
+                self.start()  # it listens for handovers before it holds anything
 
     def __len__(self) -> int:
         """Deliveries held back, those being looked at included."""
@@ -144,6 +156,8 @@ class Deferrals:
                 self._cond.wait(IDLE_WAIT)
             self.held.hold(self.w.clock.monotonic(), delivery)
             self.start()
+        if delivery.urgent and self._news is not None:
+            self._news.set()  # a handover's: looked at now, as the handover asked
 
     def start(self) -> None:
         """Start the thread, if not yet (the first :meth:`add` does)."""
@@ -165,9 +179,11 @@ class Deferrals:
 
     def _run(self) -> None:
         with self.w._hub.listen(handover_channel(self.w.namespace)) as news:
+            self._news = news
             while not self.w.stopping and not self._done:
                 everything = news.is_set() or not self.deferring()
                 news.clear()
+                trail.heard(news, self.trailing)
                 with self._cond:
                     due = self.held.take(self.w.clock.monotonic(), everything)
                     self._looking = len(due)

@@ -39,6 +39,9 @@ class Delivery:
     """The stream entry id of a fan-out reader's delivery (None otherwise): a backup
     settles it without a look once its namespace's progress covers it
     (:mod:`lockworker.daemons.follow`)."""
+    urgent: bool = field(default=False, repr=False, compare=False)
+    """Read by a trailing backup because a holder handed a job over
+    (:mod:`lockworker.daemons.trail`): its deferrals look at it at once."""
     not_done: Callable[[], None] = field(default=_noop, repr=False, compare=False)
     """Called by ``serve`` before ``resolved`` when the job is resolved here otherwise
     than DONE (given up, or skipped as a job that cannot run): a fan-out reader

@@ -104,10 +104,12 @@ class Held:
     def hold(self, now: float, delivery: Delivery) -> None:
         """Hold a new delivery back: its first look comes once ``delay`` has run out
         since ``now`` (not a moment early, as :meth:`take` allows: a job nobody took
-        has then lain free long enough, and is handed over at that one look)."""
+        has then lain free long enough, and is handed over at that one look); at once
+        for one a handover asked for (``delivery.urgent``, :mod:`.trail`)."""
         if delivery.job_id not in self._delivered:
             self._delivered[delivery.job_id] = (now, next(self._arrivals))
-        self.push(now if self.stalled() else now + self.delay + IDLE_WAIT, delivery)
+        at_once = self.stalled() or delivery.urgent
+        self.push(now if at_once else now + self.delay + IDLE_WAIT, delivery)
 
     def take(self, now: float, everything: bool) -> list[Delivery]:
         """The deliveries due at ``now`` (all with ``everything``), a batch at most.

@@ -130,11 +130,14 @@ def serve(worker: Servable, source: object, *, concurrency: int = 4) -> None:
         attach(worker)
     deliveries = chosen.deliveries(worker._stop)
     worker._install_signal_handlers()
-    _Server(
+    server = _Server(
         worker, concurrency, ranked=not shares_out(chosen),
         source_resolving=getattr(chosen, "resolving", None),
         buffered=lambda: bool(getattr(chosen, "buffered", 0)),
-    ).run(deliveries)
+    )
+    if server.deferrals is not None:  # a following backup trails its primary
+        server.deferrals.trail(chosen)
+    server.run(deliveries)
 
 
 class _Server:

@@ -12,21 +12,14 @@ and the lock protocol makes exactly one process do each job. With ``group=``, th
 readers share the entries through a consumer group instead, each entry to one member
 (:mod:`lockworker.daemons.groupsource`).
 
-Keys of stream ``jobs`` (one hash tag, so one Cluster slot)::
-
-    lw:stream:streams:{jobs}:entries     the stream
-    lw:stream:streams:{jobs}:positions   hash: owner -> last entry id resolved by that owner
-    lw:stream:streams:{jobs}:readers     sorted set: owner -> when its registration ends (ms)
-    lw:stream:streams:{jobs}:namespaces  hash: owner -> the namespace it serves
-    lw:stream:streams:{jobs}:progress    hash: namespace -> entry id up to which every
-                                         entry is resolved in that namespace
-    lw:stream:streams:{jobs}:notdone     hash: namespace -> the highest entry id a
-                                         reader of it resolved otherwise than DONE
-                                         (saved with the position that passes it)
-    lw:stream:streams:{jobs}:delayed     sorted set: jobs submitted with delay=/at=,
-                                         waiting off the stream until due (server ms):
-                                         every reader moves the due ones in before it
-                                         reads (:mod:`lockworker.daemons.submit`)
+Keys of stream ``jobs`` share one hash tag (one Cluster slot): ``lw:stream:streams:
+{jobs}:`` then ``entries`` (the stream), ``positions`` (owner -> last entry id resolved
+by that owner), ``readers`` (sorted set: owner -> when its registration ends),
+``namespaces`` (owner -> the namespace it serves), ``progress`` (namespace -> entry id
+up to which every entry is resolved there), ``notdone`` (namespace -> the highest
+entry id a reader of it resolved otherwise than DONE) and ``delayed`` (jobs submitted
+with ``delay=``/``at=``, off the stream until due: :mod:`lockworker.daemons.submit`);
+docs/daemons.md has the table.
 
 A stream's progress is the record of its finished entries. Job states are per
 namespace, so the progress is too: the highest position any reader of the namespace
@@ -38,15 +31,11 @@ last word from the server is :data:`SAVE_EVERY` old (the word comes back with th
 of its own position, in the same call). An entry the progress shows resolved is never
 run again, whatever became of its job's DONE record.
 
-Trimming policy: each reader, when it saves its position (and at least every third of
-``reader_ttl`` while idle), forgets readers whose registration ran out, then trims the
-entries up to the progress of every namespace that has a live reader, up to the
-position of every live reader of no namespace (a source read without ``serve``, or a
-0.3.0 process), and below what any consumer group of the stream still has pending or
-undelivered (:mod:`lockworker.protocol.streams`). A dead or lagging reader therefore
-holds back nothing its namespace has resolved; what it holds is its namespace's work
-not done yet, kept until a reader of the namespace does it or, if none is registered
-any more, for ``reader_ttl`` after the last one was.
+Each save also trims what no live reader needs: entries up to every live namespace's
+progress (a dead or lagging reader holds back nothing its namespace resolved), up to
+every live reader of no namespace's position, and below what a consumer group still
+has pending (:mod:`lockworker.protocol.streams`, docs/daemons.md). A following backup
+trails its primary instead of reading each entry (:mod:`lockworker.daemons.trail`).
 """
 
 from __future__ import annotations
@@ -55,7 +44,7 @@ import collections
 import contextlib
 import re
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import redis
@@ -65,10 +54,13 @@ from lockworker.config import count, seconds
 from lockworker.daemons.delivery import Delivery, IterableSource, Source, as_source, job_of
 from lockworker.daemons.groupsource import BAD_ENTRY, GroupReader, Member
 from lockworker.daemons.submit import STREAMS_NAMESPACE, DueMover, stream_keys, submit
+from lockworker.daemons.trail import Trailing
 from lockworker.errors import InvalidConfig, LockworkerError
 from lockworker.model.keys import check_name
 from lockworker.protocol import text
 from lockworker.protocol.streams import NOT_DONE, TOUCH, entry_order, fanout_keys, touched
+from lockworker.protocol.trail import TRAIL as TRAIL_CALL
+from lockworker.protocol.trail import Entries, read_entries
 from lockworker.runtime import events, registering, retry
 
 __all__ = [
@@ -85,8 +77,7 @@ saves once per this many jobs resolved, not once per job (a crash repeats at mos
 this long's look-ups, each of which finds its job DONE); an idle one saves at once."""
 IDLE_TOUCH = 1.0
 """Seconds between two touches of a reader of a namespace that reads nothing: its saved
-position follows the progress its namespace's other readers make, past entries it never
-read (trimmed before it read them), so it never shows behind for what was resolved."""
+position follows its namespace's progress past entries trimmed before it read them."""
 SAVE_FAILED = "stream.save_failed"
 PROGRESS = "stream.progress"
 """Debug, at each touch: the ``position`` saved, the ``progress`` of the reader's
@@ -109,19 +100,6 @@ def shares_out(source: object) -> bool:
     nobody else does, and holds back only behind a primary, never a backup ranked
     before it (:func:`lockworker.daemons.defer.deferring`)."""
     return getattr(source, "group", None) is not None
-
-
-def _entries(reply: Any) -> list[tuple[str, dict[str, str]]]:
-    """The (id, fields) pairs of an XREAD reply of one stream (RESP2 or RESP3 form)."""
-    if isinstance(reply, dict):  # RESP3: {stream: [[entries]]}
-        batches = [batch for value in reply.values() for batch in value]
-    else:  # RESP2: [[stream, [entries]]]
-        batches = [item[1] for item in reply or ()]
-    return [
-        (text(entry_id), {text(k): text(v) for k, v in (fields or {}).items()})
-        for batch in batches
-        for entry_id, fields in batch
-    ]
 
 
 class StreamSource:
@@ -204,6 +182,7 @@ class StreamSource:
         """Entries read and resolved here otherwise than DONE, not yet passed."""
         self._not_done: str | None = None
         """The highest such entry the position passed, until a touch saved it."""
+        self._trailing: Trailing | None = None  # a following backup's (:meth:`trail`)
         self._registration = registering.stream(client, stream)  # the views' list
         self._group = None if self.group is None else GroupReader(
             client, self.keys, owner=self.owner, group=self.group, block=self.block,
@@ -219,6 +198,15 @@ class StreamSource:
             self._group.attach(worker)
         elif self.namespace != worker.namespace:
             self.namespace, self._progress = worker.namespace, None
+
+    def trail(self, deferring: Callable[[], bool], delay: float) -> Trailing | None:
+        """A following backup's ``serve`` trails its primary while ``deferring()``
+        (:mod:`lockworker.daemons.trail`); returns what its deferrals nudge on a
+        handover (None for a group's member, which reads only what it is given)."""
+        if self._group is not None:
+            return None
+        self._trailing = Trailing(deferring, delay, self.clock.monotonic())
+        return self._trailing
 
     @property
     def buffered(self) -> int:
@@ -306,14 +294,7 @@ class StreamSource:
             if since >= self.reader_ttl / 3 or (self.namespace is not None and since >= every):
                 self.touch()  # a reader that reads on hears of its namespace's progress
             last_read = self._skip(last_read)
-            wait_ms = self._due.block_ms(block_ms)  # the delayed jobs come due join
-            reply = self._call(
-                lambda after=last_read, wait_ms=wait_ms: self.client.xread(  # type: ignore[misc]
-                    {self.entries_key: after}, count=self.batch, block=wait_ms
-                ),
-                "read stream",
-            )
-            entries = _entries(reply)
+            urgent, entries = self._poll(last_read, block_ms)
             read_any = bool(entries)
             self._buffered = len(entries)
             for entry_id, fields in entries:
@@ -325,11 +306,35 @@ class StreamSource:
                     continue  # resolved in the namespace: no look, nothing to save
                 with self._lock:
                     self._read.append(entry_id)
-                delivery = self._decode(entry_id, fields)
+                delivery = self._decode(entry_id, fields, urgent)
                 if delivery is None:
                     self._resolved(entry_id)
                     continue
                 yield delivery
+
+    def _poll(self, last_read: str, block_ms: int) -> tuple[bool, Entries]:
+        """The next entries after ``last_read`` (XREAD; trailing a primary, TRAIL), and
+        whether a handover asked for them (urgent)."""
+        trailing = self._trailing
+        if trailing is None or self.namespace is None or not trailing.deferring():
+            wait_ms = self._due.block_ms(block_ms)  # the delayed jobs come due join
+            return False, read_entries(self._call(
+                lambda: self.client.xread(
+                    {self.entries_key: last_read}, count=self.batch, block=wait_ms
+                ),
+                "read stream",
+            ))
+        progress, entries = trailing.poll(
+            lambda *args: self._call(
+                lambda: TRAIL_CALL(self.client, [self.entries_key, self.keys.extra("progress")],
+                                   [self.namespace, last_read, *args]), "trail stream"),
+            self.batch, self.clock,
+        )
+        if progress is not None and not self._resolved_here(progress):
+            self._progress = progress
+        if not entries:
+            self.clock.wait(trailing.nudged, trailing.pause(self.block))
+        return trailing.urgent, entries
 
     def _skip(self, last_read: str) -> str:
         """Where to read on from: past ``last_read``, or past the namespace's progress
@@ -345,7 +350,7 @@ class StreamSource:
         progress = self._progress
         return progress is not None and entry_order(entry_id) <= entry_order(progress)
 
-    def _decode(self, entry_id: str, fields: dict[str, str]) -> Delivery | None:
+    def _decode(self, entry_id: str, fields: dict[str, str], urgent: bool) -> Delivery | None:
         job = job_of(fields)
         if job is None:
             self._log.error(BAD_ENTRY, entry_id=entry_id, fields=fields)
@@ -353,6 +358,7 @@ class StreamSource:
         return Delivery(
             job[0], job[1], lambda: self._resolved(entry_id), decoded=True,
             stream=self.stream, entry=entry_id, not_done=lambda: self._undo(entry_id),
+            urgent=urgent,
         )
 
     def _undo(self, entry_id: str) -> None:

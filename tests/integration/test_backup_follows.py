@@ -1,9 +1,10 @@
 """A backup follows its namespace's progress (lockworker.daemons.follow), on a real server.
 
-A primary and a backup serve one fan-out stream. While the primary keeps up, every
-held-back delivery the progress covers is settled without a look at its job: the
-backup's looks (INSPECT steps) are next to none per job, and reading the progress costs
-at most one call per batch. A job given up is still looked at, and reported given up.
+A primary and a backup serve one fan-out stream. While the primary keeps up, the
+backup trails it (lockworker.daemons.trail): it reads next to no entry and looks at
+next to no job. A backup that does read the entries settles every held-back delivery
+the progress covers without a look at its job, and reading the progress costs at most
+one call per batch; a job given up is still looked at, and reported given up.
 """
 
 from __future__ import annotations
@@ -73,8 +74,8 @@ class Recording(StreamSource):
         super().__init__(*args, **kw)
         self.handed: list[str] = []
 
-    def _decode(self, entry_id: str, fields: dict[str, str]) -> Any:
-        delivery = super()._decode(entry_id, fields)
+    def _decode(self, entry_id: str, fields: dict[str, str], urgent: bool = False) -> Any:
+        delivery = super()._decode(entry_id, fields, urgent)
         if delivery is not None:
             self.handed.append(delivery.job_id)
         return delivery
@@ -155,11 +156,12 @@ either way (its reader skips those the progress passed before it read them). By
     # skipped, the progress already past them when it read them.
     assert sorted(reported.done) == sorted(source_b.handed) and set(reported.done) <= set(jobs)
     followed = sum(reported.done.values())
-    print(f"\nlooks per job handed: {counted.looks / len(reported.done):.3f} "
+    print(f"\nlooks per job handed: {counted.looks / max(1, len(reported.done)):.3f} "
           f"({counted.looks} looks, "
           f"{counted.reads} progress reads, {len(reported.done)} handed over, "
           f"{followed} followed, N={N})")
-    if following:
+    if following:  # it trails the primary: it reads next to no entry, looks at none
+        assert len(source_b.handed) <= N // 10, source_b.handed
         assert counted.looks <= N // 10, counted.looks
         assert followed >= len(reported.done) - counted.looks
         assert counted.reads <= N // 10, counted.reads
@@ -171,8 +173,10 @@ def test_a_job_given_up_is_looked_at_and_reported_given_up_by_a_following_backup
     redis_client: redis.Redis, namespace: str, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The primary gives one job up: the position that passes it records it as not
-    DONE, so the backup looks at it (``job.gave_up``, ``on_gave_up``) instead of
-    reporting it done; the jobs after it are followed."""
+    DONE, so a backup that reads the entries (here one that does not trail the
+    primary, as one does while the primary stalls) looks at it (``job.gave_up``,
+    ``on_gave_up``) instead of reporting it done; the jobs after it are followed."""
+    monkeypatch.setattr(defer.Deferrals, "trail", lambda self, source: None)
     stream = f"{namespace}-jobs"
     ran_p, ran_b = Ran(give_up=frozenset({"bad"})), Ran()
     backup_gave_up: list[str] = []
