@@ -10,11 +10,24 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
-from benchmarks.stream import FANOUT, FLOOR_FANOUT, FLOOR_GROUP, Row, StreamSection
+from benchmarks.stream import (
+    ALONE_1,
+    ALONE_1_LAYER,
+    FANOUT,
+    FLOOR_FANOUT,
+    FLOOR_GROUP,
+    GROUP_3,
+    GROUP_3_LAYER,
+    Row,
+    StreamSection,
+)
 
 FANOUT_VS_FLOOR = 1.0
 GROUP_VS_FLOOR = 0.8
 BACKUPS_ADD = 0.05
+WIRE_PAYS = 0.15
+"""Writing commands on a pooled connection (``lockworker.protocol.wire``) is kept only
+if it makes the rows at least this much faster than redis-py's client layer."""
 """At most this share of server CPU per job added by two following backups."""
 SERVER_VS_FLOOR = 1.2
 PROCESSES_VS_FLOOR = 1.5
@@ -25,7 +38,8 @@ Target = tuple[str, str, "bool | None"]
 def _lockworker(section: StreamSection, group: bool) -> list[Row]:
     return [
         r for r in section.rows
-        if r.contender.kind in ("serve", "aio") and r.outcomes and (
+        if r.contender.kind in ("serve", "aio") and r.outcomes
+        and not r.contender.client_layer and (
             r.contender.group if group else r.contender.roles == FANOUT
         )
     ]
@@ -36,6 +50,7 @@ def _alone(section: StreamSection, concurrency: int) -> Row | None:
         r for r in section.rows
         if r.contender.kind == "serve" and r.contender.roles == ("primary",)
         and r.contender.concurrency == concurrency and r.outcomes
+        and not r.contender.client_layer
     ), None)
 
 
@@ -94,6 +109,7 @@ def floor_targets(section: StreamSection) -> list[Target]:
                 ratio <= most,
             ))
     out.append(_backups_add(section))
+    out.append(_wire(section))
     return out
 
 
@@ -118,3 +134,25 @@ def _backups_add(section: StreamSection) -> Target:
         f"{added:+.0%}",
         added <= BACKUPS_ADD,
     )
+
+
+def _wire(section: StreamSection) -> Target:
+    """What writing the commands on a pooled connection is worth: the primary alone at
+    concurrency 1 and the group of 3 at concurrency 16, each beside its twin whose
+    client takes redis-py's client layer for every command."""
+    target = f"the direct wire makes serving >= {WIRE_PAYS:.0%} faster than redis-py's client layer"
+    said, gains = [], []
+    for name, twin in ((ALONE_1, ALONE_1_LAYER), (GROUP_3, GROUP_3_LAYER)):
+        direct, layer = section.row(name), section.row(twin)
+        if direct is None or layer is None or not direct.outcomes or not layer.outcomes:
+            continue
+        gain = _ratio(direct.rate, layer.rate) - 1
+        gains.append(gain)
+        said.append(
+            f"{direct.contender.name}: {direct.rate:,.0f} against {layer.rate:,.0f} jobs/s "
+            f"({gain:+.0%}; processes' CPU {_per_job_us(direct, _processes):,.0f} against "
+            f"{_per_job_us(layer, _processes):,.0f} µs per job)"
+        )
+    if not gains:
+        return (target, "not measured", None)
+    return (target, "; ".join(said), min(gains) >= WIRE_PAYS)

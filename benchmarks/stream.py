@@ -49,10 +49,10 @@ CONCURRENCY = (1, 4, 16, 64)
 AIO_CONCURRENCY = (1, 16, 64)
 FANOUT = ("primary", "backup", "backup")
 SHARED = 16
+"""The concurrency of the asyncio, shared-group and threads-only rows."""
 ALONE_CONCURRENCY = (1, 16)
 """The concurrencies of the primary-alone rows: what the backups add is read against
 the fan-out row of the same concurrency."""
-"""The concurrency of the asyncio, shared-group and threads-only rows."""
 GROUP_KINDS = frozenset({"cg", "pool", "aiopool"})
 """Kinds that read through a plain consumer group the run makes."""
 
@@ -66,6 +66,10 @@ class Contender:
     concurrency: int = SHARED
     group: bool = False
     """``serve``/``aio``: through a shared group (``group=``); ``cg`` always is."""
+    client_layer: bool = False
+    """``serve``: every command through redis-py's client layer (``execute_command``
+    and its pipelines), not written on a pooled connection by
+    :mod:`lockworker.protocol.wire`: what that module is worth."""
 
     @property
     def serving(self) -> int:
@@ -84,10 +88,14 @@ CONTENDERS = (
       for c in AIO_CONCURRENCY),
     *(Contender(f"serve(), primary alone, concurrency {c}", "serve", ("primary",), c)
       for c in ALONE_CONCURRENCY),
+    Contender("serve(), primary alone, concurrency 1, through redis-py's client layer",
+              "serve", ("primary",), 1, client_layer=True),
     *(Contender(f"serve(group=), {_processes(n)}, concurrency {SHARED}", "serve",
                 ("member",) * n, group=True) for n in (1, 2, 3)),
     Contender("serve(group=), 3 processes, concurrency 1", "serve", ("member",) * 3, 1,
               group=True),
+    Contender(f"serve(group=), 3 processes, concurrency {SHARED}, through redis-py's client "
+              "layer", "serve", ("member",) * 3, group=True, client_layer=True),
     Contender(f"aio serve(group=), 3 processes, concurrency {SHARED}", "aio",
               ("member",) * 3, group=True),
     Contender(f"threads only: the group's reads, the handler in {SHARED} threads, no lock",
@@ -117,8 +125,11 @@ def _one(kind: str, roles: tuple[str, ...], **fields: object) -> str:
 PRIMARY_ONLY = _one("cg", FANOUT)
 ALL_READ = _one("cg", ("member",) * 3)
 FANOUT_16 = _one("serve", FANOUT, concurrency=16)
-GROUP_3 = _one("serve", ("member",) * 3, group=True, concurrency=SHARED)
+GROUP_3 = _one("serve", ("member",) * 3, group=True, concurrency=SHARED, client_layer=False)
 GROUP_3_ONE = _one("serve", ("member",) * 3, group=True, concurrency=1)
+GROUP_3_LAYER = _one("serve", ("member",) * 3, group=True, client_layer=True)
+ALONE_1 = _one("serve", ("primary",), concurrency=1, client_layer=False)
+ALONE_1_LAYER = _one("serve", ("primary",), client_layer=True)
 """Each member serving in its serving thread (:mod:`lockworker.daemons.inline`)."""
 AIO_GROUP_3 = _one("aio", ("member",) * 3, group=True)
 FLOOR_FANOUT = _one(FLOOR, FANOUT)
@@ -212,7 +223,7 @@ def setups(contender: Contender, port: int, namespace: str, lease: float) -> lis
     group = GROUP if contender.group or contender.kind in GROUP_KINDS else None
     return [
         Setup(contender.kind, port, namespace, namespace, role, contender.concurrency,
-              lease, group)
+              lease, group, client_layer=contender.client_layer)
         for role in contender.roles
     ]
 

@@ -71,6 +71,17 @@ class Setup:
     cluster: bool = False
     record_port: int | None = None
     """Where the handler's log goes (``serve`` only; default: the served server)."""
+    client_layer: bool = False
+    """Every command through redis-py's client layer (:class:`ClientLayer`)."""
+
+
+class ClientLayer(redis.Redis):
+    """A client whose commands take redis-py's own path: ``execute_command`` overridden
+    (to itself), which :func:`lockworker.protocol.wire.direct` reads as a subclass that
+    must see every command."""
+
+    def execute_command(self, *args: Any, **options: Any) -> Any:
+        return super().execute_command(*args, **options)
 
 
 def _client(setup: Setup) -> Any:
@@ -85,7 +96,7 @@ def _client(setup: Setup) -> Any:
         host="127.0.0.1", port=setup.port, socket_timeout=REPLY_TIMEOUT,
         connection_class=TallyConnection,
     )
-    return redis.Redis(connection_pool=pool)
+    return (ClientLayer if setup.client_layer else redis.Redis)(connection_pool=pool)
 
 
 def _switches() -> int:
