@@ -1,7 +1,7 @@
 """A backup's held-back deliveries under ``aio.Worker.serve``: the sync side's rules
 (:mod:`lockworker.daemons.defer`), with a task instead of a thread.
 
-The heap and every decision after a look are :class:`lockworker.daemons.held.Held`'s;
+The heap and every decision after a look are :class:`lockworker.serving.held.Held`'s;
 the batch of looks is :func:`lockworker.aio.batcher.send` (the sync side's batch,
 awaited). This module only schedules them.
 """
@@ -16,15 +16,15 @@ from typing import Any
 from lockworker.aio.batcher import send
 from lockworker.aio.jobrun import AsyncJobRun
 from lockworker.aio.wake import wait
-from lockworker.daemons import follow
-from lockworker.daemons.defer import deferring, movers
-from lockworker.daemons.held import IDLE_WAIT, Held, Looked, Sighting
-from lockworker.daemons.looked import done_elsewhere, watched
-from lockworker.daemons.sources import Delivery
 from lockworker.errors import LockworkerError
 from lockworker.model.presence import handover_channel
 from lockworker.protocol.script import inspect_step
 from lockworker.protocol.streams import FOLLOW
+from lockworker.serving import follow
+from lockworker.serving.delivery import Delivery
+from lockworker.serving.held import IDLE_WAIT, Held, Looked, Sighting
+from lockworker.serving.looked import done_elsewhere, watched
+from lockworker.serving.rules import deferring, movers
 
 AsyncDispatch = Callable[[Delivery, "Sighting | None"], Awaitable[object]]
 AsyncSettle = Callable[[Delivery], Awaitable[object]]

@@ -34,10 +34,10 @@ from typing import Any, Protocol
 
 from lockworker.aio.batcher import send
 from lockworker.aio.jobrun import AsyncGate, AsyncJobRun, Holding
-from lockworker.daemons.delivery import Delivery
-from lockworker.daemons.lane import SENDS, competes_at_once, owned, round_trip
-from lockworker.daemons.looked import watched
 from lockworker.model.state import Grant, Outcome, Settle
+from lockworker.serving.delivery import Delivery
+from lockworker.serving.looked import watched
+from lockworker.serving.rules import PENDING, SENDS, Result, competes_at_once, owned, round_trip
 
 
 class Host(Protocol):
@@ -200,17 +200,6 @@ class Lane:
                 self.host.resume(delivery, run.run())  # the lease was lost: contest on
                 continue
             self.host.resume(delivery, _after(run, h, reply))
-
-
-class Pending:
-    """An attempt's result while its complete step waits to be sent: the sending task
-    reports the job, not its attempt's task."""
-
-
-PENDING = Pending()
-
-Result = Outcome | Pending
-"""What a job's task in the lane ends with."""
 
 
 async def _after(run: AsyncJobRun, h: Holding, reply: Any) -> Outcome:

@@ -40,22 +40,27 @@ from collections.abc import (
 )
 from typing import Any, Protocol
 
-from lockworker.aio import lane
+from lockworker.aio import lane, redrive
 from lockworker.aio.defer import AsyncDeferrals
 from lockworker.aio.feed import deliveries
 from lockworker.aio.jobrun import SERVING
 from lockworker.aio.slots import Seen, Slots
 from lockworker.aio.wake import wait
 from lockworker.config import count
-from lockworker.daemons import defer, redrive
-from lockworker.daemons.delivery import Together, together
-from lockworker.daemons.held import IDLE_WAIT, Sighting
-from lockworker.daemons.lane import open_to
-from lockworker.daemons.serve import JOB_ERROR, REPORT_FAILED, RESOLVED, STARTED, STOPPED
-from lockworker.daemons.sources import Delivery, shares_out
 from lockworker.errors import ForeignValueError, InvalidConfig
 from lockworker.model.state import Outcome
 from lockworker.runtime import events, pools
+from lockworker.serving import rules
+from lockworker.serving.delivery import Delivery, Together, together
+from lockworker.serving.held import IDLE_WAIT, Sighting
+from lockworker.serving.rules import (
+    JOB_ERROR,
+    REPORT_FAILED,
+    RESOLVED,
+    STARTED,
+    STOPPED,
+    shares_out,
+)
 
 REPORT_WAIT = 0.002
 """Seconds a hop of reports to a worker thread waits before it starts, for the reports
@@ -137,8 +142,8 @@ class _Server:
         self.error: BaseException | None = None
         self.deferrals = AsyncDeferrals(
             worker, self.dispatch, self.resolved, ranked=ranked
-        ) if defer.wanted(worker) else None
-        self.lane = lane.Lane(self) if open_to(worker) else None  # claims, DONEs batched
+        ) if rules.wanted(worker) else None
+        self.lane = lane.Lane(self) if rules.open_to(worker) else None  # claims, DONEs batched
         self.cancelled = False
         self.log = events.logger(
             events.SERVE, worker._logger,
@@ -233,7 +238,7 @@ class _Server:
 
     async def work(
         self, delivery: Delivery, seen: Sighting | None = None,
-        outcome: Awaitable[lane.Result] | None = None,
+        outcome: Awaitable[rules.Result] | None = None,
     ) -> None:
         """Run ``delivery`` (through ``process``, or to ``outcome`` for the lane), then
         the deliveries of its job that came meanwhile; the slot is given back at the
@@ -262,12 +267,12 @@ class _Server:
 
     async def run_one(
         self, delivery: Delivery, seen: Sighting | None = None,
-        outcome: Awaitable[lane.Result] | None = None,
+        outcome: Awaitable[rules.Result] | None = None,
     ) -> bool:
         """Run ``delivery`` to its outcome and report it; False if the lane reports it
         instead (its hook returned, its complete step is still to be sent)."""
         gate = self.slots if seen is None else Seen(self.slots, seen)
-        result: lane.Result
+        result: rules.Result
         try:
             if outcome is None:
                 with SERVING.lend(
@@ -290,7 +295,7 @@ class _Server:
             if self.error is None:
                 self.error = exc
             return True
-        if isinstance(result, lane.Pending):
+        if isinstance(result, rules.Pending):
             return False
         if result is Outcome.GAVE_UP:
             delivery.not_done()
@@ -305,13 +310,13 @@ class _Server:
     def ending(self) -> bool:
         return self.worker.stopping or self.error is not None or self.cancelled
 
-    def spawn(self, delivery: Delivery, outcome: Awaitable[lane.Result]) -> None:
+    def spawn(self, delivery: Delivery, outcome: Awaitable[rules.Result]) -> None:
         self._track(self.work(delivery, None, outcome))
 
     def hook_returned(self, delivery: Delivery) -> None:
         self.slots.give()
 
-    def resume(self, delivery: Delivery, outcome: Awaitable[lane.Result]) -> None:
+    def resume(self, delivery: Delivery, outcome: Awaitable[rules.Result]) -> None:
         self._track(self._in_slot_again(delivery, outcome))
 
     async def settled(self, delivery: Delivery, outcome: Outcome) -> None:

@@ -36,13 +36,14 @@ import functools
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from lockworker.daemons.delivery import Delivery
 from lockworker.daemons.jobrun import Holding, JobRun
-from lockworker.daemons.lane import PENDING, Claim, Complete, Host, Lane, Result, round_trip
-from lockworker.daemons.looked import watched
+from lockworker.daemons.lane import Claim, Complete, Host, Lane
 from lockworker.errors import StopRequested
 from lockworker.model.state import Grant
 from lockworker.runtime.park import Slots
+from lockworker.serving.delivery import Delivery
+from lockworker.serving.looked import watched
+from lockworker.serving.rules import PENDING, Result, round_trip
 
 CLAIM_AHEAD = 16
 """Deliveries claimed in one round trip at most: those the source has read already."""

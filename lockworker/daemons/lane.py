@@ -32,24 +32,12 @@ import threading
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from lockworker.daemons.delivery import Delivery
 from lockworker.daemons.jobrun import Gate, Holding, JobRun
-from lockworker.daemons.looked import serves_through_its_own_process, watched
-from lockworker.model import policy
-from lockworker.model.state import Ending, Grant, Outcome, Role, Settle
+from lockworker.model.state import Grant, Outcome, Settle
 from lockworker.protocol.batch import send
-from lockworker.protocol.script import acquire_step, settle_step
-
-
-class Pending:
-    """An attempt's result while its complete step waits to be sent: the lane's
-    thread reports the job, not its attempt's thread."""
-
-
-PENDING = Pending()
-
-Result = Outcome | Pending
-"""What a job's run in the lane ends with."""
+from lockworker.serving.delivery import Delivery
+from lockworker.serving.looked import watched
+from lockworker.serving.rules import PENDING, SENDS, Result, competes_at_once, owned, round_trip
 
 Claim = tuple[Delivery, JobRun]
 """A delivery waiting for its job's claim, and the run that will take its grant."""
@@ -98,24 +86,6 @@ class Host(Protocol):
     def resolving(self) -> contextlib.AbstractContextManager[None]:
         """Reports made inside go together (a group's entries in one XACK)."""
         ...
-
-
-def open_to(worker: Any) -> bool:
-    """Whether ``worker``'s serving may use a lane (sync or asyncio): it serves through
-    its own ``process``, and its protocol batches its steps (the script protocol with
-    a sender; a WATCH/MULTI/EXEC or replicated step is sent alone)."""
-    return serves_through_its_own_process(worker) and (
-        getattr(worker.protocol, "sender", None) is not None
-    )
-
-
-def competes_at_once(worker: Any) -> bool:
-    """Whether a new delivery's contest would compete at once, as the lane does: not a
-    backup while a primary serves (it looks first; its serving holds deliveries back)."""
-    return not (
-        worker.role is Role.BACKUP
-        and policy.primary_serving(worker._view.defer_until, worker.clock.monotonic())
-    )
 
 
 class Lane:
@@ -277,34 +247,6 @@ class Lane:
                     self.host.resume(delivery, run.run)
                 else:
                     self.host.settled(delivery, outcome)
-
-
-def round_trip(w: Any, claims: list[Any], completes: list[tuple[Any, Any]]) -> list[Any]:
-    """The steps of one of the lane's round trips (either side's): the acquire step of
-    each run waiting for a claim, then the complete step of each hook that returned."""
-    steps: list[Any] = [
-        acquire_step(run.keys, w._who, w._lease_ms, w.max_attempts, w._retention_ms)
-        for run in claims
-    ]
-    return steps + [
-        settle_step(run.keys, h.held, Ending.COMPLETE, w._done_retention_ms) for run, h in completes
-    ]
-
-
-def owned(claims: list[Any], answers: list[Any], *, unread: bool) -> list[Any]:
-    """``answers`` to a round trip that claimed ``claims`` (either side's), where a
-    lease another run of the worker holds is not a grant (None: the job's contest
-    then looks, as for another process's lease; :mod:`lockworker.runtime.contenders`)."""
-    for i, (_, run) in enumerate(claims):
-        answers[i] = run.answered(answers[i], unread=unread)
-    return answers
-
-
-SENDS = {
-    (True, False): "claim jobs", (False, True): "mark jobs done",
-    (True, True): "claim jobs and mark jobs done",
-}
-"""What a round trip of the lane does, by (claims, completions), for its events."""
 
 
 def _again(run: JobRun, h: Holding) -> Outcome:

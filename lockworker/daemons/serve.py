@@ -4,7 +4,7 @@ The serving thread takes the next delivery from the source, then a free slot, an
 it to a pool thread that runs it through the worker's public
 :meth:`lockworker.Worker.process` (a subclass's override included: it sees every served
 job, and what it returns is the job's outcome here; without one, a backup settles a
-job its batched look saw done elsewhere without it, :mod:`lockworker.daemons.looked`,
+job its batched look saw done elsewhere without it, :mod:`lockworker.serving.looked`,
 and takes a job its contest would compete for at once through the lane,
 :mod:`lockworker.daemons.lane`: the same steps, events and hooks, claims in batches,
 completions group-committed). At most ``concurrency`` jobs work at once, so one slow
@@ -47,17 +47,25 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
 
 from lockworker.config import count
-from lockworker.daemons import defer, inline, lane, redrive
+from lockworker.daemons import inline, lane, redrive
 from lockworker.daemons.defer import Deferrals
-from lockworker.daemons.delivery import Together, together
-from lockworker.daemons.held import Sighting
 from lockworker.daemons.jobrun import SERVING
-from lockworker.daemons.sources import Delivery, as_source, shares_out
 from lockworker.errors import ForeignValueError, InvalidConfig
-from lockworker.model.policy import FreeClock
-from lockworker.model.state import Outcome, Snapshot
+from lockworker.model.state import Outcome
 from lockworker.runtime import events, pools
 from lockworker.runtime.park import Slots
+from lockworker.serving import rules
+from lockworker.serving.delivery import Delivery, Together, as_source, together
+from lockworker.serving.held import Sighting
+from lockworker.serving.rules import (
+    JOB_ERROR,
+    REPORT_FAILED,
+    RESOLVED,
+    STARTED,
+    STOPPED,
+    FirstLook,
+    shares_out,
+)
 
 
 class Servable(Protocol):
@@ -80,25 +88,6 @@ class Servable(Protocol):
 
     def process(self, job_id: str, payload: Any = None) -> Outcome: ...
 
-class FirstLook:
-    """What a look just saw of a delivery's job, given to its run's first look once (a
-    backup's held-back delivery, :mod:`lockworker.daemons.defer`): that look is free;
-    and, for a job seen lying free already, its free clock, so the contest does not
-    let it lie for ``backup_delay`` a second time. The gate lent to the run, sync
-    (:class:`Seen`) and asyncio alike."""
-
-    def __init__(self, seen: Sighting) -> None:
-        self.seen: Snapshot | None = seen.snapshot
-        self.free = seen.free
-
-    def first_look(self) -> Snapshot | None:
-        seen, self.seen = self.seen, None
-        return seen
-
-    def lain_free(self) -> FreeClock | None:
-        return self.free
-
-
 class Seen(FirstLook):
     """The slots lent to one delivery's run, with what a look just saw of its job."""
 
@@ -111,14 +100,6 @@ class Seen(FirstLook):
 
     def unpark(self) -> None:
         self.slots.unpark()
-
-
-JOB_ERROR = "serve.job_error"
-REPORT_FAILED = "serve.report_failed"
-STARTED = "serve.started"
-STOPPED = "serve.stopped"
-
-RESOLVED = frozenset({Outcome.DONE, Outcome.DONE_ELSEWHERE, Outcome.GAVE_UP})
 
 
 def serve(worker: Servable, source: object, *, concurrency: int = 4) -> None:
@@ -159,13 +140,13 @@ class _Server:
         self.pool: ThreadPoolExecutor | None = None
         self.deferrals = (
             Deferrals(worker, self.dispatch, self.report, ranked=ranked)
-            if defer.wanted(worker) else None
+            if rules.wanted(worker) else None
         )
         self.lane: lane.Lane | None = None
         """Claims and completions in batches for the jobs a contest would take at once."""
         self.inline: inline.Inline | None = None
         """At concurrency 1, that lane in the serving thread (:mod:`.inline`)."""
-        if lane.open_to(worker):
+        if rules.open_to(worker):
             if concurrency == 1:
                 self.lane = self.inline = inline.Inline(self)
             else:
@@ -258,7 +239,7 @@ class _Server:
 
     def work(
         self, delivery: Delivery, seen: Sighting | None = None,
-        outcome: Callable[[], lane.Result] | None = None,
+        outcome: Callable[[], rules.Result] | None = None,
     ) -> None:
         """Run ``delivery`` (through ``process``, or to ``outcome()`` for the lane),
         then any delivery of the same id queued behind it; the slot is given back at
@@ -289,12 +270,12 @@ class _Server:
 
     def run_one(
         self, delivery: Delivery, seen: Sighting | None = None,
-        outcome: Callable[[], lane.Result] | None = None,
+        outcome: Callable[[], rules.Result] | None = None,
     ) -> bool:
         """Run ``delivery`` to its outcome and report it; False if the lane's
         thread reports it instead (its complete step is still to be sent)."""
         gate = self.slots if seen is None else Seen(self.slots, seen)
-        result: lane.Result
+        result: rules.Result
         try:
             if outcome is None:
                 with SERVING.lend(
@@ -316,7 +297,7 @@ class _Server:
             )
             self.fail(exc)
             return True
-        if isinstance(result, lane.Pending):
+        if isinstance(result, rules.Pending):
             return False
         if result is Outcome.GAVE_UP:
             delivery.not_done()
@@ -352,14 +333,14 @@ class _Server:
     def ending(self) -> bool:
         return self.worker.stopping or self.error is not None
 
-    def submit(self, delivery: Delivery, outcome: Callable[[], lane.Result] | None) -> None:
+    def submit(self, delivery: Delivery, outcome: Callable[[], rules.Result] | None) -> None:
         assert self.pool is not None
         self.pool.submit(self.work, delivery, None, outcome)
 
     def hook_returned(self, delivery: Delivery) -> None:
         self.slots.give()
 
-    def resume(self, delivery: Delivery, outcome: Callable[[], lane.Result]) -> None:
+    def resume(self, delivery: Delivery, outcome: Callable[[], rules.Result]) -> None:
         assert self.pool is not None
         self.pool.submit(self._in_slot_again, self.work, delivery, None, outcome)
 

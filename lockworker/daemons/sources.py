@@ -62,14 +62,22 @@ import redis
 
 from lockworker.clock import Clock, SystemClock
 from lockworker.config import count, seconds
-from lockworker.daemons.delivery import Delivery, IterableSource, Source, as_source, job_of
 from lockworker.daemons.groupsource import BAD_ENTRY, GroupReader, Member
-from lockworker.daemons.submit import STREAMS_NAMESPACE, DueMover, stream_keys, submit
+from lockworker.daemons.submit import DueMover, submit
 from lockworker.errors import InvalidConfig, LockworkerError
 from lockworker.model.keys import check_name
 from lockworker.protocol import text
 from lockworker.protocol.streams import NOT_DONE, TOUCH, entry_order, fanout_keys, touched
 from lockworker.runtime import events, registering, retry
+from lockworker.serving.delivery import (
+    STREAMS_NAMESPACE,
+    Delivery,
+    IterableSource,
+    Source,
+    as_source,
+    job_of,
+    stream_keys,
+)
 
 __all__ = [
     "BAD_ENTRY", "READER_TTL", "SAVE_FAILED", "STREAMS_NAMESPACE", "Delivery", "IterableSource",
@@ -97,14 +105,6 @@ GROUP_BATCH = 16
 """Default ``batch`` of a group member: entries it takes ahead of its slots (which no
 other member serves meanwhile), so kept small."""
 _ENTRY_ID = re.compile(r"^\d+-\d+$")
-
-
-def shares_out(source: object) -> bool:
-    """Whether ``source`` gives each job to one reader (a stream read through a
-    consumer group), rather than every job to every process: then a backup sees jobs
-    nobody else does, and holds back only behind a primary, never a backup ranked
-    before it (:func:`lockworker.daemons.defer.deferring`)."""
-    return getattr(source, "group", None) is not None
 
 
 def _entries(reply: Any) -> list[tuple[str, dict[str, str]]]:
