@@ -18,13 +18,12 @@ from lockworker.aio.jobrun import AsyncJobRun
 from lockworker.aio.wake import wait
 from lockworker.errors import LockworkerError
 from lockworker.model.presence import handover_channel
-from lockworker.protocol.script import inspect_step
 from lockworker.protocol.streams import FOLLOW
 from lockworker.serving import follow
 from lockworker.serving.delivery import Delivery
 from lockworker.serving.held import IDLE_WAIT, Held, Looked, Sighting
 from lockworker.serving.looked import done_elsewhere, watched
-from lockworker.serving.rules import deferring, movers
+from lockworker.serving.rules import Look, deferring, movers
 
 AsyncDispatch = Callable[[Delivery, "Sighting | None"], Awaitable[object]]
 AsyncSettle = Callable[[Delivery], Awaitable[object]]
@@ -92,21 +91,15 @@ class AsyncDeferrals:
     async def _look(self, due: list[Delivery], *, hold_free: bool) -> None:
         """One round trip for ``due`` (see :meth:`lockworker.daemons.defer.Deferrals._look`)."""
         looked, bad = Held.keyed(self.w.namespace, due)
-        looked = await self._follow(looked)
-        steps = [inspect_step(keys) for _, keys in looked]
-        witness = self.held.witness() if steps else None
-        if witness is not None:
-            steps.append(inspect_step(witness[0][1]))
+        look = Look(self.held, await self._follow(looked))
         try:
             seen = await self.w._call(
-                lambda: send(self.w.client, steps), "look at held-back jobs"
-            ) if steps else []
+                lambda: send(self.w.client, look.steps), "look at held-back jobs"
+            ) if look.steps else []
         except LockworkerError:
-            seen = [None] * len(steps)
-        if witness is not None:
-            self.held.witnessed(seen.pop(), witness[1], movers(self.w, ranked=self.ranked))
-        handed, news = self.held.after_look(
-            looked, seen, self.w.clock.monotonic(), self.deferring(),
+            seen = look.failed()
+        handed, news = look.decide(
+            seen, self.w.clock.monotonic(), deferring=self.deferring(),
             hold_free=hold_free, movers=movers(self.w, ranked=self.ranked),
         )
         for delivery, snapshot in news:

@@ -30,7 +30,6 @@ hop waits :data:`REPORT_WAIT` before it starts, so that one job at a time (concu
 from __future__ import annotations
 
 import asyncio
-import collections
 import threading
 from collections.abc import (
     AsyncGenerator,
@@ -47,7 +46,6 @@ from lockworker.aio.jobrun import SERVING
 from lockworker.aio.slots import Seen, Slots
 from lockworker.aio.wake import wait
 from lockworker.config import count
-from lockworker.errors import ForeignValueError, InvalidConfig
 from lockworker.model.state import Outcome
 from lockworker.runtime import events, pools
 from lockworker.serving import rules
@@ -56,7 +54,6 @@ from lockworker.serving.held import IDLE_WAIT, Sighting
 from lockworker.serving.rules import (
     JOB_ERROR,
     REPORT_FAILED,
-    RESOLVED,
     STARTED,
     STOPPED,
     shares_out,
@@ -134,7 +131,7 @@ class _Server:
         """The source's ``resolving()``, if any: reports made together go inside it."""
         self.concurrency = concurrency
         self.slots = Slots(concurrency)
-        self.running: dict[str, collections.deque[Delivery]] = {}
+        self.running = rules.Running()
         self.tasks: set[asyncio.Task[None]] = set()
         self.unreported: list[Delivery] = []
         """Resolved deliveries of a blocking source not yet reported to it."""
@@ -156,7 +153,7 @@ class _Server:
         pools.say_if_short(self.log, w.client, self.concurrency)
         try:
             async for delivery in deliveries:
-                if w.stopping or self.error is not None:
+                if rules.ends(w, self.error):
                     break
                 if self.deferrals is not None and self.deferrals.deferring():
                     await self.deferrals.add(delivery)  # a backup while a primary serves
@@ -213,15 +210,12 @@ class _Server:
         just saw, if any; False if the serving ends instead."""
         w = self.worker
         await self.slots.take()
-        if w.stopping or self.error is not None:
+        if rules.ends(w, self.error):
             self.slots.give()
             return False
-        waiting = self.running.get(delivery.job_id)
-        if waiting is not None:
-            waiting.append(delivery)
+        if not self.running.claim(delivery):  # runs behind the delivery of its id
             self.slots.give()
             return True
-        self.running[delivery.job_id] = collections.deque()
         if seen is None and self.lane is not None and self.lane.takes() and (
             self.lane.add(delivery)
         ):
@@ -259,11 +253,7 @@ class _Server:
     def following(self, delivery: Delivery) -> Delivery | None:
         """The next delivery of ``delivery``'s job that came while it ran, if serving
         goes on; else the job is no longer running."""
-        waiting = self.running[delivery.job_id]
-        if waiting and not self.worker.stopping and self.error is None:
-            return waiting.popleft()
-        del self.running[delivery.job_id]
-        return None
+        return self.running.following(delivery, going_on=not rules.ends(self.worker, self.error))
 
     async def run_one(
         self, delivery: Delivery, seen: Sighting | None = None,
@@ -281,34 +271,37 @@ class _Server:
                     result = await self.worker.process(delivery.job_id, delivery.payload)
             else:
                 result = await outcome
-        except (InvalidConfig, ForeignValueError) as exc:
+        except Exception as exc:  # a cancellation is no error of the job's
+            skip = rules.skipped(exc)
             self.log.error(
-                JOB_ERROR, job_id=delivery.job_id, error=events.describe(exc), skipped=True
+                JOB_ERROR, job_id=delivery.job_id, error=events.describe(exc), skipped=skip
             )
-            delivery.not_done()
-            await self.resolved(delivery)
-            return True
-        except Exception as exc:
-            self.log.error(
-                JOB_ERROR, job_id=delivery.job_id, error=events.describe(exc), skipped=False
-            )
-            if self.error is None:
+            if skip:
+                delivery.not_done()
+                await self.resolved(delivery)
+            elif self.error is None:
                 self.error = exc
             return True
         if isinstance(result, rules.Pending):
             return False
-        if result is Outcome.GAVE_UP:
+        await self.ended(delivery, result)
+        return True
+
+    async def ended(self, delivery: Delivery, outcome: Outcome) -> None:
+        """What ``outcome`` asks (:func:`~lockworker.serving.rules.ended`): a given-up
+        job's origin kept, the delivery reported resolved."""
+        keep, resolve = rules.ended(outcome)
+        if keep:
             delivery.not_done()
             await redrive.keep_async(self.worker, delivery, self.log)
-        if result in RESOLVED:
+        if resolve:
             await self.resolved(delivery)
-        return True
 
     # -- the lane's host (lockworker.aio.lane.Host) -------------------------------------
 
     @property
     def ending(self) -> bool:
-        return self.worker.stopping or self.error is not None or self.cancelled
+        return rules.ends(self.worker, self.error, self.cancelled)
 
     def spawn(self, delivery: Delivery, outcome: Awaitable[rules.Result]) -> None:
         self._track(self.work(delivery, None, outcome))
@@ -320,11 +313,7 @@ class _Server:
         self._track(self._in_slot_again(delivery, outcome))
 
     async def settled(self, delivery: Delivery, outcome: Outcome) -> None:
-        if outcome is Outcome.GAVE_UP:
-            delivery.not_done()
-            await redrive.keep_async(self.worker, delivery, self.log)
-        if outcome in RESOLVED:
-            await self.resolved(delivery)
+        await self.ended(delivery, outcome)
         current = self.following(delivery)
         if current is not None:  # the job's next delivery, in a slot taken again
             self._track(self._in_slot_again(current, None))
@@ -341,7 +330,7 @@ class _Server:
         await self.work(delivery, None, outcome)
 
     def dropped(self, delivery: Delivery) -> None:
-        self.running.pop(delivery.job_id, None)
+        self.running.drop(delivery)
         self.slots.give()
 
     async def resolved(self, delivery: Delivery) -> None:

@@ -65,13 +65,12 @@ from lockworker.daemons.jobrun import JobRun
 from lockworker.errors import LockworkerError
 from lockworker.model.presence import handover_channel
 from lockworker.protocol import batch
-from lockworker.protocol.script import inspect_step
 from lockworker.protocol.streams import FOLLOW
 from lockworker.serving import follow
 from lockworker.serving.delivery import Delivery
 from lockworker.serving.held import IDLE_WAIT, Held, Looked, Sighting
 from lockworker.serving.looked import done_elsewhere, watched
-from lockworker.serving.rules import deferring, movers
+from lockworker.serving.rules import Look, deferring, movers
 
 Dispatch = Callable[[Delivery, "Sighting | None"], object]
 Settle = Callable[[Delivery], object]
@@ -163,24 +162,17 @@ class Deferrals:
         primary serving): a free job then goes to its contest now."""
         looked, bad = Held.keyed(self.w.namespace, due)
         looked = self._follow(looked)
-        steps = [inspect_step(keys) for _, keys in looked]
         with self._cond:
-            witness = self.held.witness() if steps else None
-        if witness is not None:
-            steps.append(inspect_step(witness[0][1]))
+            look = Look(self.held, looked)
         try:
             seen = self.w._call(
-                lambda: batch.send(self.w.client, steps), "look at held-back jobs"
-            ) if steps else []
+                lambda: batch.send(self.w.client, look.steps), "look at held-back jobs"
+            ) if look.steps else []
         except LockworkerError:
-            seen = [None] * len(steps)
+            seen = look.failed()
         with self._cond:
-            if witness is not None:
-                self.held.witnessed(
-                    seen.pop(), witness[1], movers(self.w, ranked=self.ranked)
-                )
-            handed, news = self.held.after_look(
-                looked, seen, self.w.clock.monotonic(), self.deferring(),
+            handed, news = look.decide(
+                seen, self.w.clock.monotonic(), deferring=self.deferring(),
                 hold_free=hold_free, movers=movers(self.w, ranked=self.ranked),
             )
         for delivery, snapshot in news:

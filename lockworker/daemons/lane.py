@@ -33,11 +33,22 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from lockworker.daemons.jobrun import Gate, Holding, JobRun
-from lockworker.model.state import Grant, Outcome, Settle
+from lockworker.model.state import Grant, Outcome
 from lockworker.protocol.batch import send
 from lockworker.serving.delivery import Delivery
 from lockworker.serving.looked import watched
-from lockworker.serving.rules import PENDING, SENDS, Result, competes_at_once, owned, round_trip
+from lockworker.serving.rules import (
+    PENDING,
+    SENDS,
+    After,
+    Result,
+    Trips,
+    after_done,
+    competes_at_once,
+    granted,
+    owned,
+    round_trip,
+)
 
 Claim = tuple[Delivery, JobRun]
 """A delivery waiting for its job's claim, and the run that will take its grant."""
@@ -95,8 +106,7 @@ class Lane:
         self.host = host
         self.w = host.worker
         self._cond = threading.Condition()
-        self._claims: list[Claim] = []
-        self._completes: list[Complete] = []
+        self._trips: Trips[Claim, Complete] = Trips()
         self._closed = False
         self._thread: threading.Thread | None = None
 
@@ -114,7 +124,7 @@ class Lane:
         keys, payload, log = found
         run = JobRun(self.w, keys, payload, log, self.host.slots)
         with self._cond:
-            self._claims.append((delivery, run))
+            self._trips.claims.append((delivery, run))
             self._cond.notify()
             self._start()
         return True
@@ -135,28 +145,24 @@ class Lane:
         if self._thread is not None:
             self._thread.join(timeout=10.0)
 
-    def _take(self) -> tuple[list[Claim], list[Complete]]:
-        """The claims and completions queued, waiting for some; nothing once the lane
-        is closed and nothing is left."""
+    def _take(self) -> tuple[list[Claim], list[Claim], list[Complete]]:
+        """The claims dropped, the claims and the completions to send (:meth:`Trips.take`),
+        waiting for some; nothing once the lane is closed and nothing is left."""
         with self._cond:
-            while not (self._claims or self._completes or self._closed):
+            while not (self._trips or self._closed):
                 self._cond.wait()
-            claims, completes = self._claims, self._completes
-            self._claims, self._completes = [], []
-            return claims, completes
+            return self._trips.take(ending=self.host.ending)
 
     def _sending(self) -> None:
         """Send what is queued, claims and completions in one round trip, until the
         lane closes: no claim and no DONE waits more than the round trip in flight."""
         w = self.w
         while True:
-            claims, completes = self._take()
-            if not (claims or completes):
+            dropped, claims, completes = self._take()
+            if not (dropped or claims or completes):
                 return
-            if claims and self.host.ending:
-                for delivery, _ in claims:
-                    self.host.dropped(delivery)
-                claims = []
+            for delivery, _ in dropped:
+                self.host.dropped(delivery)
             steps = round_trip(w, [run for _, run in claims], [(run, h) for _, run, h in completes])
             if not steps:
                 continue
@@ -192,13 +198,13 @@ class Lane:
         return owned(claims, answers, unread=tries > 1), sent_at
 
     def _granted(self, claims: list[Claim], answers: list[Any], sent_at: float) -> None:
-        for (delivery, run), answer in zip(claims, answers, strict=True):
-            if isinstance(answer, Grant):
-                self.host.submit(delivery, functools.partial(
-                    self._attempt, delivery, run, answer, sent_at
-                ))
-            else:  # held by another, resolved, or an error: the contest decides
-                self._unclaimed(delivery, run.run)
+        grants, rest = granted(claims, answers)
+        for (delivery, run), grant in grants:
+            self.host.submit(delivery, functools.partial(
+                self._attempt, delivery, run, grant, sent_at
+            ))
+        for delivery, run in rest:  # held by another, resolved, or an error
+            self._unclaimed(delivery, run.run)
 
     def _unclaimed(self, delivery: Delivery, outcome: Callable[[], Result] | None) -> None:
         """A delivery whose claim was not granted: ``outcome()`` in a pool thread, in
@@ -231,7 +237,7 @@ class Lane:
     def _queue(self, complete: Complete) -> None:
         """A DONE for the lane's thread to send in its next round trip."""
         with self._cond:
-            self._completes.append(complete)
+            self._trips.completes.append(complete)
             self._cond.notify()
 
     def _settled(self, completes: list[Complete], replies: list[Any]) -> None:
@@ -239,7 +245,7 @@ class Lane:
             return
         with self.host.resolving():  # one thread reports them all: together
             for (delivery, run, h), reply in zip(completes, replies, strict=True):
-                if not isinstance(reply, Settle):  # an error: the step again, alone
+                if after_done(reply) is After.AGAIN:  # an error: the step again, alone
                     self.host.resume(delivery, functools.partial(_again, run, h))
                     continue
                 outcome = run.completed(h, reply)

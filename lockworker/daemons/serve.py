@@ -38,7 +38,6 @@ Rules kept here:
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import functools
 import threading
@@ -50,7 +49,6 @@ from lockworker.config import count
 from lockworker.daemons import inline, lane, redrive
 from lockworker.daemons.defer import Deferrals
 from lockworker.daemons.jobrun import SERVING
-from lockworker.errors import ForeignValueError, InvalidConfig
 from lockworker.model.state import Outcome
 from lockworker.runtime import events, pools
 from lockworker.runtime.park import Slots
@@ -60,7 +58,6 @@ from lockworker.serving.held import Sighting
 from lockworker.serving.rules import (
     JOB_ERROR,
     REPORT_FAILED,
-    RESOLVED,
     STARTED,
     STOPPED,
     FirstLook,
@@ -135,7 +132,7 @@ class _Server:
         self.slots = Slots(concurrency)
         self.mutex = threading.Lock()
         self.idle = threading.Condition(self.mutex)
-        self.running: dict[str, collections.deque[Delivery]] = {}
+        self.running = rules.Running()
         self.error: BaseException | None = None
         self.pool: ThreadPoolExecutor | None = None
         self.deferrals = (
@@ -169,7 +166,7 @@ class _Server:
             3 * self.concurrency + self.slots.park_limit, thread_name_prefix="lockworker-serve"
         )
         try:
-            while not w.stopping and self.error is None:
+            while not self.ending:
                 delivery = next(deliveries, None)
                 if delivery is None:
                     break
@@ -214,9 +211,8 @@ class _Server:
     def dispatch(self, delivery: Delivery, seen: Sighting | None) -> bool:
         """Run ``delivery`` in a free slot (waits for one), with what a look of the
         job just saw, if any; False if the serving ends instead."""
-        w = self.worker
         self.slots.take()  # running jobs end on stop, so this returns then too
-        if w.stopping or self.error is not None:
+        if self.ending:
             self.slots.give()
             return False
         assert self.pool is not None
@@ -230,12 +226,7 @@ class _Server:
     def claim(self, delivery: Delivery) -> bool:
         """Mark the job running (True), or queue it behind the same id (False)."""
         with self.mutex:
-            waiting = self.running.get(delivery.job_id)
-            if waiting is not None:
-                waiting.append(delivery)
-                return False
-            self.running[delivery.job_id] = collections.deque()
-            return True
+            return self.running.claim(delivery)
 
     def work(
         self, delivery: Delivery, seen: Sighting | None = None,
@@ -260,13 +251,10 @@ class _Server:
         """The next delivery of ``delivery``'s job that came while it ran, if serving
         goes on; else the job is no longer running."""
         with self.mutex:
-            waiting = self.running[delivery.job_id]
-            if waiting and not self.worker.stopping and self.error is None:
-                return waiting.popleft()
-            del self.running[delivery.job_id]
+            current = self.running.following(delivery, going_on=not self.ending)
             if not self.running:  # what ``run`` waits for at its end
                 self.idle.notify_all()
-            return None
+            return current
 
     def run_one(
         self, delivery: Delivery, seen: Sighting | None = None,
@@ -284,27 +272,31 @@ class _Server:
                     result = self.worker.process(delivery.job_id, delivery.payload)
             else:
                 result = outcome()
-        except (InvalidConfig, ForeignValueError) as exc:
-            self.log.error(
-                JOB_ERROR, job_id=delivery.job_id, error=events.describe(exc), skipped=True
-            )
-            delivery.not_done()
-            self.report(delivery)
-            return True
         except BaseException as exc:
+            skip = rules.skipped(exc)
             self.log.error(
-                JOB_ERROR, job_id=delivery.job_id, error=events.describe(exc), skipped=False
+                JOB_ERROR, job_id=delivery.job_id, error=events.describe(exc), skipped=skip
             )
-            self.fail(exc)
+            if skip:
+                delivery.not_done()
+                self.report(delivery)
+            else:
+                self.fail(exc)
             return True
         if isinstance(result, rules.Pending):
             return False
-        if result is Outcome.GAVE_UP:
+        self.ended(delivery, result)
+        return True
+
+    def ended(self, delivery: Delivery, outcome: Outcome) -> None:
+        """What ``outcome`` asks (:func:`~lockworker.serving.rules.ended`): a given-up
+        job's origin kept, the delivery reported resolved."""
+        keep, resolve = rules.ended(outcome)
+        if keep:
             delivery.not_done()
             redrive.keep(self.worker, delivery, self.log)
-        if result in RESOLVED:
+        if resolve:
             self.report(delivery)
-        return True
 
     def report(self, delivery: Delivery) -> None:
         """Report ``delivery`` resolved to its source. The report is the source's code:
@@ -331,7 +323,7 @@ class _Server:
 
     @property
     def ending(self) -> bool:
-        return self.worker.stopping or self.error is not None
+        return rules.ends(self.worker, self.error)
 
     def submit(self, delivery: Delivery, outcome: Callable[[], rules.Result] | None) -> None:
         assert self.pool is not None
@@ -345,11 +337,7 @@ class _Server:
         self.pool.submit(self._in_slot_again, self.work, delivery, None, outcome)
 
     def settled(self, delivery: Delivery, outcome: Outcome) -> None:
-        if outcome is Outcome.GAVE_UP:
-            delivery.not_done()
-            redrive.keep(self.worker, delivery, self.log)
-        if outcome in RESOLVED:
-            self.report(delivery)
+        self.ended(delivery, outcome)
         assert self.pool is not None
         current = self.following(delivery)
         if current is not None:  # the job's next delivery, in a slot taken again
@@ -365,7 +353,7 @@ class _Server:
 
     def dropped(self, delivery: Delivery) -> None:
         with self.mutex:
-            self.running.pop(delivery.job_id, None)
+            self.running.drop(delivery)
             if not self.running:
                 self.idle.notify_all()
         self.slots.give()
