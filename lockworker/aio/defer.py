@@ -1,9 +1,10 @@
 """A backup's held-back deliveries under ``aio.Worker.serve``: the sync side's rules
 (:mod:`lockworker.daemons.defer`), with a task instead of a thread.
 
-The heap and every decision after a look are :class:`lockworker.serving.held.Held`'s;
-the batch of looks is :func:`lockworker.aio.batcher.send` (the sync side's batch,
-awaited). This module only schedules them.
+The heap and every decision after a look are :class:`lockworker.serving.held.Held`'s
+(one batched look, :class:`lockworker.serving.rules.Look`); the batch of looks is
+:func:`lockworker.aio.batcher.send` (the sync side's batch, awaited).
+This module only schedules them.
 """
 
 from __future__ import annotations

@@ -5,7 +5,8 @@ completions group-committed by serving, not awaited by each job.
 a step of its own, runs ``on_acquired``, and awaits the complete step. For a worker
 that serves through its own ``process`` (an override sees every job, so it gets every
 job) and whose contest would compete at once (a primary, or a backup while no primary
-serves), the lane takes the very same steps in bulk:
+serves), the lane takes the very same steps in bulk, by the sync lane's rules
+(:mod:`lockworker.serving.rules`):
 
 - one sending task sends the acquire steps of every delivery that waits for a claim
   (one script per job, each atomic, as ``process`` sends it) and the complete steps of

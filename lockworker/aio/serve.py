@@ -1,6 +1,7 @@
 """``aio.Worker.serve``: jobs from a source, a bounded number at a time, until stopped.
 
-The rules of :mod:`lockworker.daemons.serve`, in tasks: every job is served as the
+The rules of :mod:`lockworker.daemons.serve` (decided by
+:mod:`lockworker.serving.rules` for both), in tasks: every job is served as the
 worker's public ``process`` serves it: through ``process`` itself when a subclass
 overrides it (the override sees every job), else, for a job whose contest would compete
 at once, through the lane (:mod:`lockworker.aio.lane`: the same steps, events and

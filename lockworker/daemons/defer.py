@@ -52,7 +52,8 @@ way (not for a shared group's entries). Deliveries held back are not resolved: a
 stop or a crash the stream serves them again. At most
 :data:`~lockworker.serving.held.LIMIT` are held back at once
 (:data:`~lockworker.serving.held.AHEAD` not reached by the serving); the source waits
-for room. The decisions are :class:`~lockworker.serving.held.Held`'s; here the thread.
+for room. The decisions are :class:`~lockworker.serving.held.Held`'s and
+:mod:`lockworker.serving.rules`' (when to defer, one batched look); here the thread.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """Serving's lane for jobs a contest would take at once, in threads: batched claims,
 and completions group-committed by serving, not awaited by each job's thread.
 
-The twin of :mod:`lockworker.aio.lane`, by the same rules. ``serve`` runs each
+The twin of :mod:`lockworker.aio.lane`, by the same rules
+(:mod:`lockworker.serving.rules`: the steps, what their answers decide). ``serve`` runs each
 delivery's ``process`` in a pool thread, whose contest acquires the job's lease in a
 step of its own, runs ``on_acquired``, and waits for the complete step. For a worker
 that serves through its own ``process`` (an override sees every job) and whose contest

@@ -10,7 +10,8 @@ and takes a job its contest would compete for at once through the lane,
 completions group-committed). At most ``concurrency`` jobs work at once, so one slow
 job holds up only its own slot.
 
-Rules kept here:
+Rules kept here (decided by :mod:`lockworker.serving.rules`, which the asyncio
+``serve`` follows too; this module keeps the threads, slots and the source's I/O):
 
 - A job that waits for another holder's lease (a live one, or a dead one whose lease
   has not run out) parks: it gives its slot back, so the slot serves the next job, and
