@@ -4,7 +4,7 @@ the serving processes' resident memory, and what a DONE record costs."""
 from __future__ import annotations
 
 from benchmarks.stream_memory import DONE_TARGET, MemoryRun
-from lockworker.daemons.settings import DONE_RETENTION
+from lockworker.serving.settings import DONE_RETENTION
 
 DAY_RATE = 1000
 """Jobs per second of the day the page sizes: issue's yardstick of a busy fleet."""

@@ -24,13 +24,13 @@ from typing import Any
 
 import redis
 
-from lockworker.daemons.settings import DONE_RETENTION
 from lockworker.model.codec import Holder, StateValue, decode_state, new_run
 from lockworker.model.keys import JobKeys
 from lockworker.model.registry import namespace as registered_namespace
 from lockworker.model.state import Grant, JobStatus, Settle
 from lockworker.protocol import ScriptProtocol
 from lockworker.protocol.registry import register
+from lockworker.serving.settings import DONE_RETENTION
 from lockworker.testing.server import RedisServer
 
 NAMESPACE = "orders"

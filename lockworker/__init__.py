@@ -8,11 +8,9 @@ and take over if it dies or fails. See README.md and docs/.
 from __future__ import annotations
 
 from lockworker.clock import Clock, SystemClock
-from lockworker.daemons.job import Job
 from lockworker.daemons.leader import Leader, LeaderInfo
 from lockworker.daemons.schedules import ScheduleSource
 from lockworker.daemons.sources import Delivery, StreamSource, submit
-from lockworker.daemons.term import Term
 from lockworker.daemons.worker import Worker
 from lockworker.errors import (
     AcquireTimeout,
@@ -49,6 +47,8 @@ from lockworker.model.state import (
 )
 from lockworker.primitives import JSONCodec, Lock, Redlock, Semaphore, compute_once
 from lockworker.runtime.retry import RetryPolicy
+from lockworker.serving.job import Job
+from lockworker.serving.term import Term
 
 __version__ = "0.3.0"
 

@@ -5,7 +5,7 @@ does I/O, bound to its arguments, and is sent that call's result back. The sync 
 makes the call in its thread (:func:`drive`); the asyncio side awaits the awaitable the
 call returns (:func:`adrive`). So the decisions between the calls (a primitive's
 acquire loop, how a batch is sent) are written once, and each side only says how a
-call is made. The contender loop of a job (:mod:`lockworker.daemons.contend`) follows
+call is made. The contender loop of a job (:mod:`lockworker.serving.contend`) follows
 the same idea with named steps.
 """
 

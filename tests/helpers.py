@@ -17,11 +17,11 @@ from typing import Any, TypeVar
 
 import pytest
 
-from lockworker.daemons.delivery import Delivery
 from lockworker.model.codec import Holder, LockValue
 from lockworker.model.keys import JobKeys
 from lockworker.model.state import Grant
 from lockworker.protocol import LockProtocol
+from lockworker.serving.delivery import Delivery
 
 T = TypeVar("T")
 
@@ -187,7 +187,7 @@ class ReportFailed(RuntimeError):
 
 
 class FailingReports:
-    """A source of the user's own (:class:`lockworker.daemons.delivery.Source`) whose
+    """A source of the user's own (:class:`lockworker.serving.delivery.Source`) whose
     reports fail where ``fails`` says: ``resolved`` of job-3, or its ``resolving()``
     (around reports made together) on entry or on exit."""
 

@@ -8,9 +8,13 @@ Each folder of the package is a layer and imports only from the layers below it
     model/                  values, the codec, keys, pure decisions (no Redis)
     protocol/               the interface, decoding, Lua, script and txn implementations
     runtime/                leases and heartbeats, wake-ups, retries, signals, events
-    daemons/                jobs, terms, hooks, the worker, the leader, serve, sources
+    serving/                what the sync and asyncio sides share, without I/O of its own:
+                            the contender loop, jobs, terms, hooks, settings, deliveries,
+                            a backup's held-back decisions, the serving rules
+    daemons/                the sync side: the worker, the leader, serve, sources, threads
     primitives/             lock, semaphore, redlock, compute_once
-    aio/                    the asyncio twins: the same steps, loop and decisions, awaited
+    aio/                    the asyncio twins: the same steps, loop and decisions, awaited;
+                            built on serving/, never on the sync side's daemons/
     cli/  testing/ metrics  the edges: nothing in the library imports them
     cli/web/                the dashboard's web page (only the CLI's command imports it)
 
@@ -31,7 +35,7 @@ MODULES = sorted(PACKAGE.rglob("*.py"))
 MAX_LINES = 400
 
 LEAVES = {"errors", "clock", "config", "steps", "redispy"}
-ORDER = ["leaf", "model", "protocol", "runtime", "daemons", "primitives", "aio"]
+ORDER = ["leaf", "model", "protocol", "runtime", "serving", "daemons", "primitives", "aio"]
 """The layers from the bottom up; a module may import its own layer and those below."""
 EDGES = {"cli", "testing", "metrics"}
 """``metrics`` is the one importer of prometheus_client (an extra), which the library
@@ -218,7 +222,7 @@ REPEATS = {
     "re.compile(": "a value grammar of its own (the codec owns it)",
     '"lw2': "a value format of its own (the codec owns it)",
     '"lw:': "a key layout of its own (model/keys.py owns it)",
-    "def contest_steps": "a contender loop of its own (daemons/contend.py owns it)",
+    "def contest_steps": "a contender loop of its own (serving/contend.py owns it)",
 }
 
 
@@ -234,9 +238,17 @@ def test_aio_builds_on_the_shared_protocol_model_and_loop() -> None:
     """Positively: the asyncio side's steps, loop and decisions come from below."""
     used = set().union(*(GRAPH[module_name(p)] for p in AIO))
     for shared in (
-        "lockworker.protocol.script", "lockworker.daemons.contend", "lockworker.daemons.runbase",
-        "lockworker.daemons.leadership", "lockworker.runtime.lease", "lockworker.runtime.retry",
+        "lockworker.protocol.script", "lockworker.serving.contend", "lockworker.serving.runbase",
+        "lockworker.serving.leadership", "lockworker.runtime.lease", "lockworker.runtime.retry",
         "lockworker.model.codec", "lockworker.primitives.common",
         "lockworker.primitives.redlockcore", "lockworker.primitives.masters",
     ):
         assert shared in used, f"lockworker.aio does not use {shared}"
+
+
+@pytest.mark.parametrize("path", AIO, ids=module_name)
+def test_no_aio_module_imports_the_sync_daemons(path: Path) -> None:
+    """What the asyncio side shares with the sync side lies below both (``serving/``);
+    ``daemons/`` is the sync side's own I/O (threads, the sync client), which the
+    asyncio side never needs, not even for type checking."""
+    assert not {m for m in GRAPH[module_name(path)] if layer(m) == "daemons"}

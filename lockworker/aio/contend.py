@@ -1,11 +1,11 @@
-"""The contender loop driven by an asyncio task: :func:`lockworker.daemons.contend.contest_steps`,
+"""The contender loop driven by an asyncio task: :func:`lockworker.serving.contend.contest_steps`,
 each of its calls awaited. The loop itself is the sync side's, to the line."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from lockworker.daemons.contend import contest_steps
+from lockworker.serving.contend import contest_steps
 
 
 async def run(contest: Any) -> Any:

@@ -1,9 +1,10 @@
 """A backup's held-back deliveries under ``aio.Worker.serve``: the sync side's rules
 (:mod:`lockworker.daemons.defer`), with a task instead of a thread.
 
-The heap and every decision after a look are :class:`lockworker.daemons.held.Held`'s;
-the batch of looks is :func:`lockworker.aio.batcher.send` (the sync side's batch,
-awaited). This module only schedules them.
+The heap and every decision after a look are :class:`lockworker.serving.held.Held`'s
+(one batched look, :class:`lockworker.serving.rules.Look`); the batch of looks is
+:func:`lockworker.aio.batcher.send` (the sync side's batch, awaited).
+This module only schedules them.
 """
 
 from __future__ import annotations
@@ -16,16 +17,15 @@ from typing import Any
 from lockworker.aio.batcher import send
 from lockworker.aio.jobrun import AsyncJobRun
 from lockworker.aio.wake import wait
-from lockworker.daemons import follow, trail
-from lockworker.daemons.defer import deferring, movers
-from lockworker.daemons.held import IDLE_WAIT, Held, Looked, Sighting
-from lockworker.daemons.looked import done_elsewhere, watched
-from lockworker.daemons.sources import Delivery
-from lockworker.daemons.trail import Trailing
 from lockworker.errors import LockworkerError
 from lockworker.model.presence import handover_channel
-from lockworker.protocol.script import inspect_step
 from lockworker.protocol.streams import FOLLOW
+from lockworker.serving import follow, trail
+from lockworker.serving.delivery import Delivery
+from lockworker.serving.held import IDLE_WAIT, Held, Looked, Sighting
+from lockworker.serving.looked import done_elsewhere, watched
+from lockworker.serving.rules import Look, deferring, movers
+from lockworker.serving.trail import Trailing
 
 AsyncDispatch = Callable[[Delivery, "Sighting | None"], Awaitable[object]]
 AsyncSettle = Callable[[Delivery], Awaitable[object]]
@@ -106,21 +106,15 @@ class AsyncDeferrals:
     async def _look(self, due: list[Delivery], *, hold_free: bool) -> None:
         """One round trip for ``due`` (see :meth:`lockworker.daemons.defer.Deferrals._look`)."""
         looked, bad = Held.keyed(self.w.namespace, due)
-        looked = await self._follow(looked)
-        steps = [inspect_step(keys) for _, keys in looked]
-        witness = self.held.witness() if steps else None
-        if witness is not None:
-            steps.append(inspect_step(witness[0][1]))
+        look = Look(self.held, await self._follow(looked))
         try:
             seen = await self.w._call(
-                lambda: send(self.w.client, steps), "look at held-back jobs"
-            ) if steps else []
+                lambda: send(self.w.client, look.steps), "look at held-back jobs"
+            ) if look.steps else []
         except LockworkerError:
-            seen = [None] * len(steps)
-        if witness is not None:
-            self.held.witnessed(seen.pop(), witness[1], movers(self.w, ranked=self.ranked))
-        handed, news = self.held.after_look(
-            looked, seen, self.w.clock.monotonic(), self.deferring(),
+            seen = look.failed()
+        handed, news = look.decide(
+            seen, self.w.clock.monotonic(), deferring=self.deferring(),
             hold_free=hold_free, movers=movers(self.w, ranked=self.ranked),
         )
         for delivery, snapshot in news:

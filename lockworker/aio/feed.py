@@ -12,7 +12,7 @@ import threading
 from collections.abc import AsyncGenerator, Iterator
 from typing import Any, Protocol
 
-from lockworker.daemons.sources import Delivery, as_source
+from lockworker.serving.delivery import Delivery, as_source
 
 
 class Feeder(Protocol):

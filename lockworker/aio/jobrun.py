@@ -1,8 +1,8 @@
 """One ``aio.Worker.process`` call: the loop for one job in one task.
 
 The same contest as a thread's (:mod:`lockworker.daemons.jobrun`): the loop is
-:func:`lockworker.daemons.contend.contest_steps`, the verdicts and events are
-:class:`~lockworker.daemons.runbase.RunBase`'s, the steps are the script protocol's.
+:func:`lockworker.serving.contend.contest_steps`, the verdicts and events are
+:class:`~lockworker.serving.runbase.RunBase`'s, the steps are the script protocol's.
 What differs is only how it waits: Redis steps, hooks and wake-ups are awaited.
 
 Cancelling the task that runs ``on_acquired`` is a stop: the lease is released at once
@@ -24,10 +24,6 @@ from lockworker.aio import contend
 from lockworker.aio.lease import AsyncHeartbeat, Background, Reports
 from lockworker.aio.protocol import AsyncScriptProtocol
 from lockworker.aio.wake import AsyncWaits, wait
-from lockworker.daemons.contend import Next
-from lockworker.daemons.hooks import Hooks
-from lockworker.daemons.job import Job
-from lockworker.daemons.runbase import Failure, RunBase, RunnerBase
 from lockworker.errors import LockworkerError, StopRequested
 from lockworker.model.codec import LockValue
 from lockworker.model.keys import JobKeys
@@ -36,6 +32,10 @@ from lockworker.model.state import Grant, Outcome, Settle, Snapshot
 from lockworker.runtime import events
 from lockworker.runtime.lease import Lease, ended, revoke
 from lockworker.runtime.park import Lending
+from lockworker.serving.contend import Next
+from lockworker.serving.hooks import Hooks
+from lockworker.serving.job import Job
+from lockworker.serving.runbase import Failure, RunBase, RunnerBase
 
 T = TypeVar("T")
 
@@ -73,7 +73,7 @@ class AsyncGate(Protocol):
 
     def lain_free(self) -> FreeClock | None:
         """Since when the job has been seen lying free, if a look before the run saw
-        it so (:class:`lockworker.daemons.held.Sighting`)."""
+        it so (:class:`lockworker.serving.held.Sighting`)."""
         ...
 
 
@@ -114,7 +114,7 @@ class AsyncJobRun(RunBase):
         finally:
             self.ended()
 
-    # -- the contest's I/O (the loop is lockworker.daemons.contend's) ----------------
+    # -- the contest's I/O (the loop is lockworker.serving.contend's) ----------------
 
     def lain_free(self) -> FreeClock | None:
         return None if self.gate is None else self.gate.lain_free()

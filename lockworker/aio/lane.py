@@ -5,7 +5,8 @@ completions group-committed by serving, not awaited by each job.
 a step of its own, runs ``on_acquired``, and awaits the complete step. For a worker
 that serves through its own ``process`` (an override sees every job, so it gets every
 job) and whose contest would compete at once (a primary, or a backup while no primary
-serves), the lane takes the very same steps in bulk:
+serves), the lane takes the very same steps in bulk, by the sync lane's rules
+(:mod:`lockworker.serving.rules`):
 
 - one sending task sends the acquire steps of every delivery that waits for a claim
   (one script per job, each atomic, as ``process`` sends it) and the complete steps of
@@ -34,10 +35,26 @@ from typing import Any, Protocol
 
 from lockworker.aio.batcher import send
 from lockworker.aio.jobrun import AsyncGate, AsyncJobRun, Holding
-from lockworker.daemons.delivery import Delivery
-from lockworker.daemons.lane import SENDS, competes_at_once, owned, round_trip
-from lockworker.daemons.looked import watched
-from lockworker.model.state import Grant, Outcome, Settle
+from lockworker.model.state import Grant, Outcome
+from lockworker.serving.delivery import Delivery
+from lockworker.serving.looked import watched
+from lockworker.serving.rules import (
+    PENDING,
+    SENDS,
+    After,
+    Result,
+    Trips,
+    after_done,
+    competes_at_once,
+    granted,
+    owned,
+    round_trip,
+)
+
+Claim = tuple[Delivery, AsyncJobRun]
+"""A delivery waiting for its job's claim, and the run that will take its grant."""
+Complete = tuple[Delivery, AsyncJobRun, Holding]
+"""A delivery whose hook returned, waiting for its job's DONE."""
 
 
 class Host(Protocol):
@@ -84,8 +101,7 @@ class Lane:
     def __init__(self, host: Host) -> None:
         self.host = host
         self.w = host.worker
-        self._claims: list[tuple[Delivery, AsyncJobRun]] = []
-        self._completes: list[tuple[Delivery, AsyncJobRun, Holding]] = []
+        self._trips: Trips[Claim, Complete] = Trips()
         self._sending: asyncio.Task[None] | None = None
         self._cancelled = False
 
@@ -101,7 +117,9 @@ class Lane:
         if found is None:
             return False
         keys, payload, log = found
-        self._claims.append((delivery, AsyncJobRun(self.w, keys, payload, log, self.host.slots)))
+        self._trips.claims.append(
+            (delivery, AsyncJobRun(self.w, keys, payload, log, self.host.slots))
+        )
         self._send_soon()
         return True
 
@@ -121,13 +139,12 @@ class Lane:
 
     async def _send(self) -> None:
         w = self.w
-        while self._claims or self._completes:
-            claims, self._claims = self._claims, []
-            completes, self._completes = self._completes, []
-            if claims and (self.host.ending or self._cancelled):
-                for delivery, _ in claims:
-                    self.host.dropped(delivery)
-                claims = []
+        while self._trips:
+            dropped, claims, completes = self._trips.take(
+                ending=self.host.ending or self._cancelled
+            )
+            for delivery, _ in dropped:
+                self.host.dropped(delivery)
             steps = round_trip(w, [run for _, run in claims], [(run, h) for _, run, h in completes])
             if not steps:
                 continue
@@ -150,19 +167,17 @@ class Lane:
             await self._granted(claims, answers[: len(claims)], sent_at)
             await self._settled(completes, answers[len(claims):])
 
-    async def _granted(
-        self, claims: list[tuple[Delivery, AsyncJobRun]], answers: list[Any], sent_at: float
-    ) -> None:
+    async def _granted(self, claims: list[Claim], answers: list[Any], sent_at: float) -> None:
         if claims and self._cancelled:  # cancelled in flight: hand every grant back
             await asyncio.gather(*(run.abandon() for _, run in claims))
             for delivery, _ in claims:
                 self.host.dropped(delivery)
             return
-        for (delivery, run), answer in zip(claims, answers, strict=True):
-            if isinstance(answer, Grant):
-                self.host.spawn(delivery, self._attempt(delivery, run, answer, sent_at))
-            else:  # held by another, resolved, or an error: the contest decides
-                self.host.spawn(delivery, run.run())
+        grants, rest = granted(claims, answers)
+        for (delivery, run), grant in grants:
+            self.host.spawn(delivery, self._attempt(delivery, run, grant, sent_at))
+        for delivery, run in rest:  # held by another, resolved, or an error
+            self.host.spawn(delivery, run.run())
 
     async def _attempt(
         self, delivery: Delivery, run: AsyncJobRun, grant: Grant, sent_at: float
@@ -184,15 +199,13 @@ class Lane:
             return outcome if outcome is not None else await run.run()
         self.w._heartbeat.end(h.lease)
         self.host.hook_returned(delivery)
-        self._completes.append((delivery, run, h))
+        self._trips.completes.append((delivery, run, h))
         self._send_soon()
         return PENDING
 
-    async def _settled(
-        self, completes: list[tuple[Delivery, AsyncJobRun, Holding]], replies: list[Any]
-    ) -> None:
+    async def _settled(self, completes: list[Complete], replies: list[Any]) -> None:
         for (delivery, run, h), reply in zip(completes, replies, strict=True):
-            if isinstance(reply, Settle) and not h.reports.pending:
+            if after_done(reply, reports_pending=h.reports.pending) is After.COMPLETED:
                 outcome = run.completed(h, reply)
                 if outcome is not None:
                     await self.host.settled(delivery, outcome)
@@ -202,23 +215,12 @@ class Lane:
             self.host.resume(delivery, _after(run, h, reply))
 
 
-class Pending:
-    """An attempt's result while its complete step waits to be sent: the sending task
-    reports the job, not its attempt's task."""
-
-
-PENDING = Pending()
-
-Result = Outcome | Pending
-"""What a job's task in the lane ends with."""
-
-
 async def _after(run: AsyncJobRun, h: Holding, reply: Any) -> Outcome:
     """A completion the batch did not settle plainly: a step answered with an error
     goes again alone (the protocol recovers a step applied anyway, or raises), and an
     ``on_lost`` report is awaited before the attempt is over."""
     w = run.w
-    if not isinstance(reply, Settle):
+    if after_done(reply) is After.AGAIN:
         reply = await asyncio.shield(run.call(
             lambda: w.protocol.complete(run.keys, h.held, w._done_retention_ms), "mark job done"
         ))

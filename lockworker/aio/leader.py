@@ -1,6 +1,6 @@
 """``lockworker.aio.Leader``: leader election on ``redis.asyncio``, hooks awaited.
 
-The same keys, values, Lua steps, contender loop (:mod:`lockworker.daemons.contend`),
+The same keys, values, Lua steps, contender loop (:mod:`lockworker.serving.contend`),
 settings and events as :class:`lockworker.Leader`, so sync and async processes elect
 one leader among them. ``on_acquired(term)`` is awaited while this process leads;
 returning, raising or being cancelled resigns at once (the lease is released and
@@ -26,8 +26,15 @@ from lockworker.aio.protocol import AsyncScriptProtocol
 from lockworker.aio.wake import AsyncWaits, wait
 from lockworker.aio.worker import AsyncHook, check_async_client, check_local_script
 from lockworker.clock import Clock, SystemClock, wall_time
-from lockworker.daemons.contend import Next
-from lockworker.daemons.leadership import (
+from lockworker.errors import LockworkerError, StopRequested
+from lockworker.model.codec import LockValue
+from lockworker.model.state import Durability, Grant, ProtocolKind, Role, Snapshot
+from lockworker.protocol.luacall import ready
+from lockworker.runtime import events, registering, retry
+from lockworker.runtime.lease import Lease, revoke
+from lockworker.runtime.signals import stop_on_signals
+from lockworker.serving.contend import Next
+from lockworker.serving.leadership import (
     ELECTED,
     HOOK_ERROR,
     LOST,
@@ -38,19 +45,12 @@ from lockworker.daemons.leadership import (
     leader_info,
     leader_keys,
 )
-from lockworker.daemons.term import Term
-from lockworker.errors import LockworkerError, StopRequested
-from lockworker.model.codec import LockValue
-from lockworker.model.state import Durability, Grant, ProtocolKind, Role, Snapshot
-from lockworker.protocol.luacall import ready
-from lockworker.runtime import events, registering, retry
-from lockworker.runtime.lease import Lease, revoke
-from lockworker.runtime.signals import stop_on_signals
+from lockworker.serving.term import Term
 
 
 @dataclass(eq=False)
 class AsyncTerm(Term):
-    """A :class:`~lockworker.daemons.term.Term` whose :meth:`wait` is awaited on the
+    """A :class:`~lockworker.serving.term.Term` whose :meth:`wait` is awaited on the
     loop, and blocks in a plain hook's worker thread."""
 
     _awake: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
@@ -208,8 +208,8 @@ class Leader(LeaderSettings):
 
 
 class _Campaign(CampaignBase):
-    """The I/O of one :meth:`Leader.run` (the loop is :mod:`lockworker.daemons.contend`'s,
-    the decisions :class:`~lockworker.daemons.leadership.CampaignBase`'s)."""
+    """The I/O of one :meth:`Leader.run` (the loop is :mod:`lockworker.serving.contend`'s,
+    the decisions :class:`~lockworker.serving.leadership.CampaignBase`'s)."""
 
     def __init__(self, leader: Leader, wake: asyncio.Event) -> None:
         super().__init__(leader)

@@ -1,6 +1,7 @@
 """``aio.Worker.serve``: jobs from a source, a bounded number at a time, until stopped.
 
-The rules of :mod:`lockworker.daemons.serve`, in tasks: every job is served as the
+The rules of :mod:`lockworker.daemons.serve` (decided by
+:mod:`lockworker.serving.rules` for both), in tasks: every job is served as the
 worker's public ``process`` serves it: through ``process`` itself when a subclass
 overrides it (the override sees every job), else, for a job whose contest would compete
 at once, through the lane (:mod:`lockworker.aio.lane`: the same steps, events and
@@ -30,7 +31,6 @@ hop waits :data:`REPORT_WAIT` before it starts, so that one job at a time (concu
 from __future__ import annotations
 
 import asyncio
-import collections
 import threading
 from collections.abc import (
     AsyncGenerator,
@@ -40,22 +40,25 @@ from collections.abc import (
 )
 from typing import Any, Protocol
 
-from lockworker.aio import lane
+from lockworker.aio import lane, redrive
 from lockworker.aio.defer import AsyncDeferrals
 from lockworker.aio.feed import deliveries
 from lockworker.aio.jobrun import SERVING
 from lockworker.aio.slots import Seen, Slots
 from lockworker.aio.wake import wait
 from lockworker.config import count
-from lockworker.daemons import defer, redrive
-from lockworker.daemons.delivery import Together, together
-from lockworker.daemons.held import IDLE_WAIT, Sighting
-from lockworker.daemons.lane import open_to
-from lockworker.daemons.serve import JOB_ERROR, REPORT_FAILED, RESOLVED, STARTED, STOPPED
-from lockworker.daemons.sources import Delivery, shares_out
-from lockworker.errors import ForeignValueError, InvalidConfig
 from lockworker.model.state import Outcome
 from lockworker.runtime import events, pools
+from lockworker.serving import rules
+from lockworker.serving.delivery import Delivery, Together, together
+from lockworker.serving.held import IDLE_WAIT, Sighting
+from lockworker.serving.rules import (
+    JOB_ERROR,
+    REPORT_FAILED,
+    STARTED,
+    STOPPED,
+    shares_out,
+)
 
 REPORT_WAIT = 0.002
 """Seconds a hop of reports to a worker thread waits before it starts, for the reports
@@ -131,7 +134,7 @@ class _Server:
         """The source's ``resolving()``, if any: reports made together go inside it."""
         self.concurrency = concurrency
         self.slots = Slots(concurrency)
-        self.running: dict[str, collections.deque[Delivery]] = {}
+        self.running = rules.Running()
         self.tasks: set[asyncio.Task[None]] = set()
         self.unreported: list[Delivery] = []
         """Resolved deliveries of a blocking source not yet reported to it."""
@@ -139,8 +142,8 @@ class _Server:
         self.error: BaseException | None = None
         self.deferrals = AsyncDeferrals(
             worker, self.dispatch, self.resolved, ranked=ranked
-        ) if defer.wanted(worker) else None
-        self.lane = lane.Lane(self) if open_to(worker) else None  # claims, DONEs batched
+        ) if rules.wanted(worker) else None
+        self.lane = lane.Lane(self) if rules.open_to(worker) else None  # claims, DONEs batched
         self.cancelled = False
         self.log = events.logger(
             events.SERVE, worker._logger,
@@ -153,7 +156,7 @@ class _Server:
         pools.say_if_short(self.log, w.client, self.concurrency)
         try:
             async for delivery in deliveries:
-                if w.stopping or self.error is not None:
+                if rules.ends(w, self.error):
                     break
                 if self.deferrals is not None and self.deferrals.deferring():
                     await self.deferrals.add(delivery)  # a backup while a primary serves
@@ -210,15 +213,12 @@ class _Server:
         just saw, if any; False if the serving ends instead."""
         w = self.worker
         await self.slots.take()
-        if w.stopping or self.error is not None:
+        if rules.ends(w, self.error):
             self.slots.give()
             return False
-        waiting = self.running.get(delivery.job_id)
-        if waiting is not None:
-            waiting.append(delivery)
+        if not self.running.claim(delivery):  # runs behind the delivery of its id
             self.slots.give()
             return True
-        self.running[delivery.job_id] = collections.deque()
         if seen is None and self.lane is not None and self.lane.takes() and (
             self.lane.add(delivery)
         ):
@@ -235,7 +235,7 @@ class _Server:
 
     async def work(
         self, delivery: Delivery, seen: Sighting | None = None,
-        outcome: Awaitable[lane.Result] | None = None,
+        outcome: Awaitable[rules.Result] | None = None,
     ) -> None:
         """Run ``delivery`` (through ``process``, or to ``outcome`` for the lane), then
         the deliveries of its job that came meanwhile; the slot is given back at the
@@ -256,20 +256,16 @@ class _Server:
     def following(self, delivery: Delivery) -> Delivery | None:
         """The next delivery of ``delivery``'s job that came while it ran, if serving
         goes on; else the job is no longer running."""
-        waiting = self.running[delivery.job_id]
-        if waiting and not self.worker.stopping and self.error is None:
-            return waiting.popleft()
-        del self.running[delivery.job_id]
-        return None
+        return self.running.following(delivery, going_on=not rules.ends(self.worker, self.error))
 
     async def run_one(
         self, delivery: Delivery, seen: Sighting | None = None,
-        outcome: Awaitable[lane.Result] | None = None,
+        outcome: Awaitable[rules.Result] | None = None,
     ) -> bool:
         """Run ``delivery`` to its outcome and report it; False if the lane reports it
         instead (its hook returned, its complete step is still to be sent)."""
         gate = self.slots if seen is None else Seen(self.slots, seen)
-        result: lane.Result
+        result: rules.Result
         try:
             if outcome is None:
                 with SERVING.lend(
@@ -278,50 +274,49 @@ class _Server:
                     result = await self.worker.process(delivery.job_id, delivery.payload)
             else:
                 result = await outcome
-        except (InvalidConfig, ForeignValueError) as exc:
+        except Exception as exc:  # a cancellation is no error of the job's
+            skip = rules.skipped(exc)
             self.log.error(
-                JOB_ERROR, job_id=delivery.job_id, error=events.describe(exc), skipped=True
+                JOB_ERROR, job_id=delivery.job_id, error=events.describe(exc), skipped=skip
             )
-            delivery.not_done()
-            await self.resolved(delivery)
-            return True
-        except Exception as exc:
-            self.log.error(
-                JOB_ERROR, job_id=delivery.job_id, error=events.describe(exc), skipped=False
-            )
-            if self.error is None:
+            if skip:
+                delivery.not_done()
+                await self.resolved(delivery)
+            elif self.error is None:
                 self.error = exc
             return True
-        if isinstance(result, lane.Pending):
+        if isinstance(result, rules.Pending):
             return False
-        if result is Outcome.GAVE_UP:
+        await self.ended(delivery, result)
+        return True
+
+    async def ended(self, delivery: Delivery, outcome: Outcome) -> None:
+        """What ``outcome`` asks (:func:`~lockworker.serving.rules.ended`): a given-up
+        job's origin kept, the delivery reported resolved."""
+        keep, resolve = rules.ended(outcome)
+        if keep:
             delivery.not_done()
             await redrive.keep_async(self.worker, delivery, self.log)
-        if result in RESOLVED:
+        if resolve:
             await self.resolved(delivery)
-        return True
 
     # -- the lane's host (lockworker.aio.lane.Host) -------------------------------------
 
     @property
     def ending(self) -> bool:
-        return self.worker.stopping or self.error is not None or self.cancelled
+        return rules.ends(self.worker, self.error, self.cancelled)
 
-    def spawn(self, delivery: Delivery, outcome: Awaitable[lane.Result]) -> None:
+    def spawn(self, delivery: Delivery, outcome: Awaitable[rules.Result]) -> None:
         self._track(self.work(delivery, None, outcome))
 
     def hook_returned(self, delivery: Delivery) -> None:
         self.slots.give()
 
-    def resume(self, delivery: Delivery, outcome: Awaitable[lane.Result]) -> None:
+    def resume(self, delivery: Delivery, outcome: Awaitable[rules.Result]) -> None:
         self._track(self._in_slot_again(delivery, outcome))
 
     async def settled(self, delivery: Delivery, outcome: Outcome) -> None:
-        if outcome is Outcome.GAVE_UP:
-            delivery.not_done()
-            await redrive.keep_async(self.worker, delivery, self.log)
-        if outcome in RESOLVED:
-            await self.resolved(delivery)
+        await self.ended(delivery, outcome)
         current = self.following(delivery)
         if current is not None:  # the job's next delivery, in a slot taken again
             self._track(self._in_slot_again(current, None))
@@ -338,7 +333,7 @@ class _Server:
         await self.work(delivery, None, outcome)
 
     def dropped(self, delivery: Delivery) -> None:
-        self.running.pop(delivery.job_id, None)
+        self.running.drop(delivery)
         self.slots.give()
 
     async def resolved(self, delivery: Delivery) -> None:

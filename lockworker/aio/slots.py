@@ -12,8 +12,8 @@ from __future__ import annotations
 import asyncio
 import collections
 
-from lockworker.daemons.held import Sighting
-from lockworker.daemons.serve import FirstLook
+from lockworker.serving.held import Sighting
+from lockworker.serving.rules import FirstLook
 
 
 class Slots:

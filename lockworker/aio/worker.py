@@ -28,13 +28,11 @@ from lockworker.aio.lease import AsyncHeartbeat, Background
 from lockworker.aio.permissions import require_permissions
 from lockworker.aio.presence import AsyncPresence
 from lockworker.aio.protocol import AsyncScriptProtocol
+from lockworker.aio.redrive import acandidates, reset_job_async
 from lockworker.aio.serve import serve
 from lockworker.aio.wake import AsyncWaits
 from lockworker.clock import Clock
 from lockworker.config import RetryDelay
-from lockworker.daemons import deadletter, redrive
-from lockworker.daemons.job import Job
-from lockworker.daemons.settings import DAY, DONE_RETENTION, RUNS_JOBS, WorkerSettings
 from lockworker.errors import InvalidConfig, JobNotFound
 from lockworker.model.codec import payload_view
 from lockworker.model.keys import JobKeys
@@ -42,6 +40,9 @@ from lockworker.model.state import Durability, Outcome, ProtocolKind, Reset, Rol
 from lockworker.protocol.luacall import ready
 from lockworker.runtime import events, retry
 from lockworker.runtime.signals import stop_on_signals
+from lockworker.serving.job import Job
+from lockworker.serving.redrive import reported
+from lockworker.serving.settings import DAY, DONE_RETENTION, RUNS_JOBS, WorkerSettings
 
 T = TypeVar("T")
 
@@ -182,7 +183,7 @@ class Worker(WorkerSettings):
             return await AsyncJobRun(self, keys, payload, log, gate).run()
 
     _OWN_PROCESS = process  # kept by a subclass: serve may settle a job done elsewhere
-    # without calling it (lockworker.daemons.looked); an override sees every job
+    # without calling it (lockworker.serving.looked); an override sees every job
 
     async def serve(self, source: Any, *, concurrency: int = 4) -> None:
         """Process jobs from ``source`` (an iterable or async iterable of
@@ -249,7 +250,7 @@ class Worker(WorkerSettings):
         :meth:`lockworker.Worker.reset`."""
         keys = JobKeys.of(self.namespace, job_id)
         done = await self._call(
-            lambda: redrive.reset_job_async(
+            lambda: reset_job_async(
                 self.client, self.protocol, keys, self._retention_ms, force=force
             ),
             "reset job",
@@ -266,18 +267,18 @@ class Worker(WorkerSettings):
         :meth:`lockworker.Worker.reset_all`."""
         state = config.job_state(state)
         results: dict[str, Reset] = {}
-        async for keys in deadletter.acandidates(self.client, self.namespace, state):
+        async for keys in acandidates(self.client, self.namespace, state):
             if keys.job_id in results:
                 continue
             done = await self._call(
-                lambda k=keys: redrive.reset_job_async(  # type: ignore[misc]
+                lambda k=keys: reset_job_async(  # type: ignore[misc]
                     self.client, self.protocol, k, self._retention_ms, force=force,
                     expect=state,
                 ),
                 f"reset job {keys.job_id!r}",
             )
             events.reset(self._log, done)
-            if deadletter.reported(done.result):
+            if reported(done.result):
                 results[keys.job_id] = done.result
         return results
 

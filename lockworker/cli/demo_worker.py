@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import json
 
-from lockworker.daemons.job import Job
 from lockworker.daemons.worker import Worker
+from lockworker.serving.job import Job
 
 STEP = 0.02
 """Seconds between two checks of ``job.check()`` while a job works."""

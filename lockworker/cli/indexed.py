@@ -20,12 +20,12 @@ from typing import Any
 
 import redis
 
-from lockworker.daemons.settings import DONE_RETENTION
 from lockworker.model.index import STATES
 from lockworker.model.keys import JobKeys, Space, parse_state_key, state_pattern
 from lockworker.model.registry import NAMESPACE
 from lockworker.protocol import index, registry, text
 from lockworker.runtime.rates import done_in_window
+from lockworker.serving.settings import DONE_RETENTION
 
 Key = tuple[str, str, str]
 """(state key, namespace, job id): a job as the status' reader takes it."""

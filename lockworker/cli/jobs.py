@@ -20,12 +20,12 @@ from lockworker.cli.delay import due_text
 from lockworker.cli.history import confirm, reset_state_main
 from lockworker.cli.status import selected
 from lockworker.daemons.redrive import reset_job
-from lockworker.daemons.settings import DONE_RETENTION
 from lockworker.daemons.submit import Submitted, submit_job
 from lockworker.errors import ForeignValueError, InvalidConfig
 from lockworker.model.keys import JobKeys
 from lockworker.model.state import JobStatus, Reset, Snapshot
 from lockworker.protocol import ScriptProtocol
+from lockworker.serving.settings import DONE_RETENTION
 
 
 def parse_payload(text: str | None) -> Any:

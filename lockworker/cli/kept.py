@@ -3,7 +3,7 @@ sets them (``--retention``, ``--done-retention``); ``status`` and the dashboard 
 them back, to tell a job's age from its state key's time to live.
 
 One place, so the defaults the commands assume are the defaults the workers use
-(:data:`lockworker.daemons.settings.DAY` and :data:`~.DONE_RETENTION`).
+(:data:`lockworker.serving.settings.DAY` and :data:`~.DONE_RETENTION`).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import argparse
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from lockworker.daemons.settings import DAY, DONE_RETENTION
+from lockworker.serving.settings import DAY, DONE_RETENTION
 
 RETENTION_HELP = f"(default: {DAY:.0f}, one day)"
 DONE_HELP = f"(default: {DONE_RETENTION:.0f}, one hour)"

@@ -27,12 +27,12 @@ from typing import Any
 from lockworker.cli import registered
 from lockworker.cli.common import EXIT_OK, CliError, connect, redis_url
 from lockworker.cli.kept import RETENTION_HELP
-from lockworker.daemons.settings import DAY
 from lockworker.errors import InvalidConfig
 from lockworker.model import registry as names
 from lockworker.model.keys import check_name
 from lockworker.protocol import registry
 from lockworker.runtime.reindex import index_all
+from lockworker.serving.settings import DAY
 
 FOREIGN_SHOWN = 20
 """Foreign values named one by one; the rest are counted."""

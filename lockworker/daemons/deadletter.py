@@ -9,12 +9,13 @@ it is still in that state when its turn comes (a pending job finished meanwhile 
 DONE), as a single reset never under a live holder unless ``force``, and re-driven
 (added to its stream again) where it was resolved and its origin was kept. One round
 trip per job of the namespace, two more per job re-driven. The asyncio twin
-(:meth:`lockworker.aio.Worker.reset_all`) uses the same pieces.
+(:meth:`lockworker.aio.Worker.reset_all`, with :mod:`lockworker.aio.redrive`) uses
+the same decisions (:mod:`lockworker.serving.redrive`).
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, Protocol, TypeVar
 
 import redis
@@ -22,11 +23,12 @@ import redis
 from lockworker.daemons.redrive import reset_job
 from lockworker.errors import JobNotFound
 from lockworker.model.index import STATES
-from lockworker.model.keys import JobKeys, Space, parse_state_key, state_pattern
+from lockworker.model.keys import JobKeys
 from lockworker.model.redrive import Redrive
 from lockworker.model.state import Reset
-from lockworker.protocol import LockProtocol, index, text
+from lockworker.protocol import LockProtocol, index
 from lockworker.runtime import events
+from lockworker.serving.redrive import job_keys, pattern, reported
 
 T = TypeVar("T")
 
@@ -46,20 +48,6 @@ class Resetter(Protocol):
     ) -> T: ...
 
 
-def pattern(namespace: str) -> str:
-    """The SCAN pattern of ``namespace``'s job state keys."""
-    return state_pattern(Space.JOB, namespace)
-
-
-def job_keys(raw_key: Any, namespace: str) -> JobKeys | None:
-    """The keys of the job whose state key SCAN found (None if it is not one of
-    ``namespace``'s jobs)."""
-    found = parse_state_key(text(raw_key), Space.JOB)
-    if found is None or found[0] != namespace:
-        return None
-    return JobKeys(namespace, found[1])
-
-
 def candidates(client: redis.Redis, namespace: str, state: str) -> Iterator[JobKeys]:
     """The jobs of ``namespace`` that may be in ``state``: its index's entries of that
     state, or for ``done`` a walk of its state keys (each reset checks the state)."""
@@ -71,19 +59,6 @@ def candidates(client: redis.Redis, namespace: str, state: str) -> Iterator[JobK
         return
     for kind in STATES[state]:
         for e in index.listed(client, namespace, kind):
-            yield JobKeys(namespace, e.job_id)
-
-
-async def acandidates(client: Any, namespace: str, state: str) -> AsyncIterator[JobKeys]:
-    """:func:`candidates` on a ``redis.asyncio`` client."""
-    if state == "done":
-        async for raw in client.scan_iter(match=pattern(namespace), count=1000):
-            keys = job_keys(raw, namespace)
-            if keys is not None:
-                yield keys
-        return
-    for kind in STATES[state]:
-        for e in await index.alisted(client, namespace, kind):
             yield JobKeys(namespace, e.job_id)
 
 
@@ -122,9 +97,3 @@ def reset_all(worker: Resetter, state: str, *, force: bool = False) -> dict[str,
         if reported(done.result):
             results[keys.job_id] = done.result
     return results
-
-
-def reported(result: Reset) -> bool:
-    """Whether a reset of ``reset_all`` (either side's) is reported: not a job that left
-    the state since the scan found it (CHANGED), nor one gone meanwhile (ABSENT)."""
-    return result is not Reset.CHANGED and result is not Reset.ABSENT

@@ -9,7 +9,7 @@ anyway), then looks at every delivery that came due in one round trip
 (:mod:`lockworker.protocol.batch`, one read-only script per job), and:
 
 - settles a job done by another run there and then, reported as its contest would
-  report it (:mod:`lockworker.daemons.looked`), unless the worker's ``process`` is
+  report it (:mod:`lockworker.serving.looked`), unless the worker's ``process`` is
   overridden (it sees every job);
 - hands to ``process`` (with what it saw, so the contest's first look costs nothing)
   every other job that is resolved or waiting for its retry schedule: the contest then
@@ -29,11 +29,11 @@ anyway), then looks at every delivery that came due in one round trip
   backlog is therefore left to work through it: the backup, which reads the same jobs
   in the same order, would otherwise contend for each one it has not reached (a
   contest per process per job, not one), and reads no more than
-  :data:`~lockworker.daemons.held.AHEAD` such jobs ahead of it. Once such a job has
+  :data:`~lockworker.serving.held.AHEAD` such jobs ahead of it. Once such a job has
   waited out ``backup_delay`` on a serving that did not move, the serving stalls
   (crashed, its registration still running, or every slot stuck): until a look sees it
   move again, each new delivery is looked at at once and handed over as lying free
-  since the serving last moved (:meth:`~lockworker.daemons.held.Held.stalled`).
+  since the serving last moved (:meth:`~lockworker.serving.held.Held.stalled`).
 
 It hands everything over at once, looked at in one batch, when a holder hands a job
 over (the settle of a failure due again at once, or a release on stop, publishes on
@@ -44,15 +44,16 @@ one command per job per ``backup_delay`` that its namespace's progress does not
 settle, in one round trip per batch, and listens on one channel, not one per job.
 
 Before each look, a backup reading a fan-out stream follows its namespace's progress
-(:mod:`lockworker.daemons.follow`): a delivery the progress shows DONE is settled
+(:mod:`lockworker.serving.follow`): a delivery the progress shows DONE is settled
 without a look; behind a live primary that keeps up, that is next to every one.
 
 With no primary, a backup holds back behind the backups ranked before it in the same
 way (not for a shared group's entries). Deliveries held back are not resolved: after a
 stop or a crash the stream serves them again. At most
-:data:`~lockworker.daemons.held.LIMIT` are held back at once
-(:data:`~lockworker.daemons.held.AHEAD` not reached by the serving); the source waits
-for room. The decisions are :class:`~lockworker.daemons.held.Held`'s; here the thread.
+:data:`~lockworker.serving.held.LIMIT` are held back at once
+(:data:`~lockworker.serving.held.AHEAD` not reached by the serving); the source waits
+for room. The decisions are :class:`~lockworker.serving.held.Held`'s and
+:mod:`lockworker.serving.rules`' (when to defer, one batched look); here the thread.
 """
 
 from __future__ import annotations
@@ -61,19 +62,17 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from lockworker.daemons import follow, trail
-from lockworker.daemons.held import IDLE_WAIT, Held, Looked, Sighting
 from lockworker.daemons.jobrun import JobRun
-from lockworker.daemons.looked import done_elsewhere, watched
-from lockworker.daemons.sources import Delivery
-from lockworker.daemons.trail import Trailing
 from lockworker.errors import LockworkerError
-from lockworker.model import policy
-from lockworker.model.presence import View, handover_channel
-from lockworker.model.state import Role
+from lockworker.model.presence import handover_channel
 from lockworker.protocol import batch
-from lockworker.protocol.script import inspect_step
 from lockworker.protocol.streams import FOLLOW
+from lockworker.serving import follow, trail
+from lockworker.serving.delivery import Delivery
+from lockworker.serving.held import IDLE_WAIT, Held, Looked, Sighting
+from lockworker.serving.looked import done_elsewhere, watched
+from lockworker.serving.rules import Look, deferring, movers
+from lockworker.serving.trail import Trailing
 
 Dispatch = Callable[[Delivery, "Sighting | None"], object]
 Settle = Callable[[Delivery], object]
@@ -83,31 +82,6 @@ Settle = Callable[[Delivery], object]
 def resolve(delivery: Delivery) -> None:
     """The sync ``serve``'s :data:`Settle`: report the delivery resolved, in this thread."""
     delivery.resolved()
-
-
-def wanted(worker: Any) -> bool:
-    """Whether ``worker``'s serving holds deliveries back: a backup with a delay, whose
-    protocol batches its steps (the script protocol with a sender; a WATCH/MULTI/EXEC
-    or replicated step is sent alone), as its heartbeat's renewals do."""
-    return (
-        worker.role is Role.BACKUP and worker.backup_delay > 0
-        and getattr(worker.protocol, "sender", None) is not None
-    )
-
-
-def movers(worker: Any, *, ranked: bool = True) -> frozenset[str]:
-    """The runs whose progress on its jobs a held-back serving counts (see
-    :func:`deferring`: those it defers to)."""
-    view: View = worker._view
-    return view.acting_runs if ranked else view.primary_runs
-
-
-def deferring(worker: Any, *, ranked: bool = True) -> bool:
-    """True while a primary of ``worker``'s namespace serves or, if ``ranked``, while
-    none does, a backup ranked before it (:func:`~lockworker.model.presence.acting_until`)."""
-    until = worker._view.hold_until if ranked else worker._view.defer_until
-    return policy.primary_serving(until, worker.clock.monotonic())
-
 
 
 class Deferrals:
@@ -136,7 +110,7 @@ class Deferrals:
         return deferring(self.w, ranked=self.ranked)
 
     def trail(self, source: object) -> None:
-        """Have a fan-out ``source`` trail the primary (:mod:`lockworker.daemons.trail`)
+        """Have a fan-out ``source`` trail the primary (:mod:`lockworker.serving.trail`)
         while this backup defers to it, if the backup follows the progress."""
         if follow.follows(self.w) and hasattr(source, "trail"):
             self.trailing = source.trail(self.deferring, float(self.w.backup_delay))
@@ -205,24 +179,17 @@ class Deferrals:
         primary serving): a free job then goes to its contest now."""
         looked, bad = Held.keyed(self.w.namespace, due)
         looked = self._follow(looked)
-        steps = [inspect_step(keys) for _, keys in looked]
         with self._cond:
-            witness = self.held.witness() if steps else None
-        if witness is not None:
-            steps.append(inspect_step(witness[0][1]))
+            look = Look(self.held, looked)
         try:
             seen = self.w._call(
-                lambda: batch.send(self.w.client, steps), "look at held-back jobs"
-            ) if steps else []
+                lambda: batch.send(self.w.client, look.steps), "look at held-back jobs"
+            ) if look.steps else []
         except LockworkerError:
-            seen = [None] * len(steps)
+            seen = look.failed()
         with self._cond:
-            if witness is not None:
-                self.held.witnessed(
-                    seen.pop(), witness[1], movers(self.w, ranked=self.ranked)
-                )
-            handed, news = self.held.after_look(
-                looked, seen, self.w.clock.monotonic(), self.deferring(),
+            handed, news = look.decide(
+                seen, self.w.clock.monotonic(), deferring=self.deferring(),
                 hold_free=hold_free, movers=movers(self.w, ranked=self.ranked),
             )
         for delivery, snapshot in news:

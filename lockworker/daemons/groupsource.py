@@ -59,7 +59,6 @@ import threading
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from lockworker.daemons.delivery import Delivery, job_of
 from lockworker.daemons.groupkeep import (
     ACK_FAILED,
     BAD_ENTRY,
@@ -74,6 +73,7 @@ from lockworker.model.state import Role
 from lockworker.protocol import streams
 from lockworker.protocol.streams import Entry
 from lockworker.runtime import events
+from lockworker.serving.delivery import Delivery, job_of
 
 __all__ = ["BAD_ENTRY", "GroupReader", "Member"]
 

@@ -36,13 +36,13 @@ import functools
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from lockworker.daemons.delivery import Delivery
 from lockworker.daemons.jobrun import Holding, JobRun
-from lockworker.daemons.lane import PENDING, Claim, Complete, Host, Lane, Result, round_trip
-from lockworker.daemons.looked import watched
+from lockworker.daemons.lane import Claim, Complete, Host, Lane
 from lockworker.errors import StopRequested
-from lockworker.model.state import Grant
 from lockworker.runtime.park import Slots
+from lockworker.serving.delivery import Delivery
+from lockworker.serving.looked import watched
+from lockworker.serving.rules import PENDING, Result, Turn, granted, round_trip, turn
 
 CLAIM_AHEAD = 16
 """Deliveries claimed in one round trip at most: those the source has read already."""
@@ -105,7 +105,7 @@ class Inline(Lane):
         if not claims:
             return
         with self._cond:
-            completes, self._completes, self._since = self._completes, [], None
+            completes, self._since = self._trips.take_completes(), None
         w = self.w
         steps = round_trip(w, [run for _, run in claims], [(run, h) for _, run, h in completes])
         sent = self._trip(claims, completes, steps)
@@ -113,13 +113,11 @@ class Inline(Lane):
             return
         answers, sent_at = sent
         self._settled(completes, answers[len(claims):])
-        granted: list[tuple[Delivery, JobRun, Holding]] = []
-        for (delivery, run), answer in zip(claims, answers[: len(claims)], strict=True):
-            if isinstance(answer, Grant):
-                granted.append((delivery, run, run.start(answer, sent_at)))
-            else:  # held by another, resolved, or an error: the contest decides
-                self._unclaimed(delivery, run.run)
-        for delivery, run, h in granted:
+        grants, rest = granted(claims, answers[: len(claims)])
+        started = [(delivery, run, run.start(grant, sent_at)) for (delivery, run), grant in grants]
+        for delivery, run in rest:  # held by another, resolved, or an error
+            self._unclaimed(delivery, run.run)
+        for delivery, run, h in started:
             self.inline_host.slots.take()
             self.inline_host.work(delivery, None, functools.partial(self._turn, delivery, run, h))
 
@@ -132,9 +130,10 @@ class Inline(Lane):
     def _turn(self, delivery: Delivery, run: JobRun, h: Holding) -> Result:
         """A granted job's turn: its hook, unless the serving stops (released, its
         attempt not spent) or its lease is no longer valid (its contest decides)."""
-        if self.host.ending:
+        now = turn(ending=self.host.ending, lease_valid=h.lease.is_valid(self.w.clock.monotonic()))
+        if now is Turn.RELEASE:
             return run.hook_raised(h, StopRequested()) or self._contest(delivery, run)
-        if not h.lease.is_valid(self.w.clock.monotonic()):
+        if now is Turn.CONTEST:
             self.w._heartbeat.end(h.lease)  # reports the loss, unless the heartbeat did
             return self._contest(delivery, run)
         return self._hook(delivery, run, h)
@@ -155,7 +154,7 @@ class Inline(Lane):
         """Queue a DONE for the next claim's round trip; the lane's thread is told only
         of the first one, and sends them if they wait :data:`DONE_WAIT`."""
         with self._cond:
-            self._completes.append(complete)
+            self._trips.completes.append(complete)
             if self._since is None:
                 self._since = self.w.clock.monotonic()
                 self._cond.notify()
@@ -168,19 +167,19 @@ class Inline(Lane):
                 self._since = float("-inf")
                 self._cond.notify()
 
-    def _take(self) -> tuple[list[Claim], list[Complete]]:
+    def _take(self) -> tuple[list[Claim], list[Claim], list[Complete]]:
         """The DONEs that waited :data:`DONE_WAIT` (all of them once the lane closes),
         waiting for some; nothing once the lane is closed and nothing is left."""
         with self._cond:
             while True:
                 since = self._since
-                if self._completes and (
+                if self._trips.completes and (
                     self._closed or since is None or self.w.clock.monotonic() - since >= DONE_WAIT
                 ):
-                    completes, self._completes, self._since = self._completes, [], None
-                    return [], completes
+                    completes, self._since = self._trips.take_completes(), None
+                    return [], [], completes
                 if self._closed:
-                    return [], []
+                    return [], [], []
                 if since is not None:
                     self._cond.wait(since + DONE_WAIT - self.w.clock.monotonic())
                 else:

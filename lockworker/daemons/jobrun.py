@@ -19,10 +19,6 @@ from typing import Any, Protocol, TypeVar
 
 import redis
 
-from lockworker.daemons import contend
-from lockworker.daemons.contend import Next
-from lockworker.daemons.job import Job
-from lockworker.daemons.runbase import RunBase, RunnerBase
 from lockworker.errors import LockworkerError, StopRequested
 from lockworker.model.codec import LockValue
 from lockworker.model.keys import JobKeys
@@ -34,6 +30,10 @@ from lockworker.runtime import events
 from lockworker.runtime.lease import Heartbeat, Lease, ended
 from lockworker.runtime.park import Lending
 from lockworker.runtime.wake import Waits
+from lockworker.serving import contend
+from lockworker.serving.contend import Next
+from lockworker.serving.job import Job
+from lockworker.serving.runbase import RunBase, RunnerBase
 
 T = TypeVar("T")
 
@@ -71,7 +71,7 @@ class Gate(Protocol):
 
     def lain_free(self) -> FreeClock | None:
         """Since when the job has been seen lying free, if a look before the run saw
-        it so (:class:`lockworker.daemons.held.Sighting`)."""
+        it so (:class:`lockworker.serving.held.Sighting`)."""
         ...
 
 
@@ -103,7 +103,7 @@ class JobRun(RunBase):
         self.wake: threading.Event | None = None
         self.stack = contextlib.ExitStack()
 
-    # -- the contest (lockworker.daemons.contend) ------------------------------------
+    # -- the contest (lockworker.serving.contend) ------------------------------------
 
     def run(self) -> Outcome:
         self.contend()

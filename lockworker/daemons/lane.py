@@ -1,7 +1,8 @@
 """Serving's lane for jobs a contest would take at once, in threads: batched claims,
 and completions group-committed by serving, not awaited by each job's thread.
 
-The twin of :mod:`lockworker.aio.lane`, by the same rules. ``serve`` runs each
+The twin of :mod:`lockworker.aio.lane`, by the same rules
+(:mod:`lockworker.serving.rules`: the steps, what their answers decide). ``serve`` runs each
 delivery's ``process`` in a pool thread, whose contest acquires the job's lease in a
 step of its own, runs ``on_acquired``, and waits for the complete step. For a worker
 that serves through its own ``process`` (an override sees every job) and whose contest
@@ -32,24 +33,23 @@ import threading
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from lockworker.daemons.delivery import Delivery
 from lockworker.daemons.jobrun import Gate, Holding, JobRun
-from lockworker.daemons.looked import serves_through_its_own_process, watched
-from lockworker.model import policy
-from lockworker.model.state import Ending, Grant, Outcome, Role, Settle
+from lockworker.model.state import Grant, Outcome
 from lockworker.protocol.batch import send
-from lockworker.protocol.script import acquire_step, settle_step
-
-
-class Pending:
-    """An attempt's result while its complete step waits to be sent: the lane's
-    thread reports the job, not its attempt's thread."""
-
-
-PENDING = Pending()
-
-Result = Outcome | Pending
-"""What a job's run in the lane ends with."""
+from lockworker.serving.delivery import Delivery
+from lockworker.serving.looked import watched
+from lockworker.serving.rules import (
+    PENDING,
+    SENDS,
+    After,
+    Result,
+    Trips,
+    after_done,
+    competes_at_once,
+    granted,
+    owned,
+    round_trip,
+)
 
 Claim = tuple[Delivery, JobRun]
 """A delivery waiting for its job's claim, and the run that will take its grant."""
@@ -100,24 +100,6 @@ class Host(Protocol):
         ...
 
 
-def open_to(worker: Any) -> bool:
-    """Whether ``worker``'s serving may use a lane (sync or asyncio): it serves through
-    its own ``process``, and its protocol batches its steps (the script protocol with
-    a sender; a WATCH/MULTI/EXEC or replicated step is sent alone)."""
-    return serves_through_its_own_process(worker) and (
-        getattr(worker.protocol, "sender", None) is not None
-    )
-
-
-def competes_at_once(worker: Any) -> bool:
-    """Whether a new delivery's contest would compete at once, as the lane does: not a
-    backup while a primary serves (it looks first; its serving holds deliveries back)."""
-    return not (
-        worker.role is Role.BACKUP
-        and policy.primary_serving(worker._view.defer_until, worker.clock.monotonic())
-    )
-
-
 class Lane:
     """The batched claims and completions of one ``serve`` call, and their thread."""
 
@@ -125,8 +107,7 @@ class Lane:
         self.host = host
         self.w = host.worker
         self._cond = threading.Condition()
-        self._claims: list[Claim] = []
-        self._completes: list[Complete] = []
+        self._trips: Trips[Claim, Complete] = Trips()
         self._closed = False
         self._thread: threading.Thread | None = None
 
@@ -144,7 +125,7 @@ class Lane:
         keys, payload, log = found
         run = JobRun(self.w, keys, payload, log, self.host.slots)
         with self._cond:
-            self._claims.append((delivery, run))
+            self._trips.claims.append((delivery, run))
             self._cond.notify()
             self._start()
         return True
@@ -165,28 +146,24 @@ class Lane:
         if self._thread is not None:
             self._thread.join(timeout=10.0)
 
-    def _take(self) -> tuple[list[Claim], list[Complete]]:
-        """The claims and completions queued, waiting for some; nothing once the lane
-        is closed and nothing is left."""
+    def _take(self) -> tuple[list[Claim], list[Claim], list[Complete]]:
+        """The claims dropped, the claims and the completions to send (:meth:`Trips.take`),
+        waiting for some; nothing once the lane is closed and nothing is left."""
         with self._cond:
-            while not (self._claims or self._completes or self._closed):
+            while not (self._trips or self._closed):
                 self._cond.wait()
-            claims, completes = self._claims, self._completes
-            self._claims, self._completes = [], []
-            return claims, completes
+            return self._trips.take(ending=self.host.ending)
 
     def _sending(self) -> None:
         """Send what is queued, claims and completions in one round trip, until the
         lane closes: no claim and no DONE waits more than the round trip in flight."""
         w = self.w
         while True:
-            claims, completes = self._take()
-            if not (claims or completes):
+            dropped, claims, completes = self._take()
+            if not (dropped or claims or completes):
                 return
-            if claims and self.host.ending:
-                for delivery, _ in claims:
-                    self.host.dropped(delivery)
-                claims = []
+            for delivery, _ in dropped:
+                self.host.dropped(delivery)
             steps = round_trip(w, [run for _, run in claims], [(run, h) for _, run, h in completes])
             if not steps:
                 continue
@@ -222,13 +199,13 @@ class Lane:
         return owned(claims, answers, unread=tries > 1), sent_at
 
     def _granted(self, claims: list[Claim], answers: list[Any], sent_at: float) -> None:
-        for (delivery, run), answer in zip(claims, answers, strict=True):
-            if isinstance(answer, Grant):
-                self.host.submit(delivery, functools.partial(
-                    self._attempt, delivery, run, answer, sent_at
-                ))
-            else:  # held by another, resolved, or an error: the contest decides
-                self._unclaimed(delivery, run.run)
+        grants, rest = granted(claims, answers)
+        for (delivery, run), grant in grants:
+            self.host.submit(delivery, functools.partial(
+                self._attempt, delivery, run, grant, sent_at
+            ))
+        for delivery, run in rest:  # held by another, resolved, or an error
+            self._unclaimed(delivery, run.run)
 
     def _unclaimed(self, delivery: Delivery, outcome: Callable[[], Result] | None) -> None:
         """A delivery whose claim was not granted: ``outcome()`` in a pool thread, in
@@ -261,7 +238,7 @@ class Lane:
     def _queue(self, complete: Complete) -> None:
         """A DONE for the lane's thread to send in its next round trip."""
         with self._cond:
-            self._completes.append(complete)
+            self._trips.completes.append(complete)
             self._cond.notify()
 
     def _settled(self, completes: list[Complete], replies: list[Any]) -> None:
@@ -269,7 +246,7 @@ class Lane:
             return
         with self.host.resolving():  # one thread reports them all: together
             for (delivery, run, h), reply in zip(completes, replies, strict=True):
-                if not isinstance(reply, Settle):  # an error: the step again, alone
+                if after_done(reply) is After.AGAIN:  # an error: the step again, alone
                     self.host.resume(delivery, functools.partial(_again, run, h))
                     continue
                 outcome = run.completed(h, reply)
@@ -277,34 +254,6 @@ class Lane:
                     self.host.resume(delivery, run.run)
                 else:
                     self.host.settled(delivery, outcome)
-
-
-def round_trip(w: Any, claims: list[Any], completes: list[tuple[Any, Any]]) -> list[Any]:
-    """The steps of one of the lane's round trips (either side's): the acquire step of
-    each run waiting for a claim, then the complete step of each hook that returned."""
-    steps: list[Any] = [
-        acquire_step(run.keys, w._who, w._lease_ms, w.max_attempts, w._retention_ms)
-        for run in claims
-    ]
-    return steps + [
-        settle_step(run.keys, h.held, Ending.COMPLETE, w._done_retention_ms) for run, h in completes
-    ]
-
-
-def owned(claims: list[Any], answers: list[Any], *, unread: bool) -> list[Any]:
-    """``answers`` to a round trip that claimed ``claims`` (either side's), where a
-    lease another run of the worker holds is not a grant (None: the job's contest
-    then looks, as for another process's lease; :mod:`lockworker.runtime.contenders`)."""
-    for i, (_, run) in enumerate(claims):
-        answers[i] = run.answered(answers[i], unread=unread)
-    return answers
-
-
-SENDS = {
-    (True, False): "claim jobs", (False, True): "mark jobs done",
-    (True, True): "claim jobs and mark jobs done",
-}
-"""What a round trip of the lane does, by (claims, completions), for its events."""
 
 
 def _again(run: JobRun, h: Holding) -> Outcome:

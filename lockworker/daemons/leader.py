@@ -37,10 +37,6 @@ import redis
 
 from lockworker import config
 from lockworker.clock import Clock, SystemClock, wall_time
-from lockworker.daemons import contend
-from lockworker.daemons.contend import Next
-from lockworker.daemons.settings import make_protocol
-from lockworker.daemons.term import Term
 from lockworker.errors import StopRequested
 from lockworker.model.codec import LockValue
 from lockworker.model.state import Durability, Grant, ProtocolKind, Role, Snapshot
@@ -48,10 +44,14 @@ from lockworker.runtime import events, registering, retry, servercheck
 from lockworker.runtime.lease import Heartbeat, Lease
 from lockworker.runtime.signals import stop_on_signals
 from lockworker.runtime.wake import Waits
+from lockworker.serving import contend
+from lockworker.serving.contend import Next
+from lockworker.serving.settings import make_protocol
+from lockworker.serving.term import Term
 
 T = TypeVar("T")
 
-from lockworker.daemons.leadership import (  # noqa: E402
+from lockworker.serving.leadership import (  # noqa: E402
     ELECTED,
     FOLLOWING,
     HOOK_ERROR,
@@ -226,7 +226,7 @@ class _Campaign(CampaignBase):
         self.l = leader
         self.wake = wake
 
-    # -- the contest (lockworker.daemons.contend) ------------------------------------
+    # -- the contest (lockworker.serving.contend) ------------------------------------
 
     def run(self) -> None:
         contend.run(self)

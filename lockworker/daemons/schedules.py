@@ -52,13 +52,13 @@ from typing import Any
 import redis
 
 from lockworker.clock import Clock, SystemClock
-from lockworker.daemons.delivery import Delivery
 from lockworker.errors import InvalidConfig, LockworkerError
 from lockworker.model import registry as names
 from lockworker.model.schedule import MAX_CATCH_UP, Schedule, as_schedules, definition, period
 from lockworker.protocol import text
 from lockworker.protocol.schedules import ADMIT, RESOLVE, schedule_key
 from lockworker.runtime import events, registering, retry
+from lockworker.serving.delivery import Delivery
 
 __all__ = ["POLL", "ScheduleSource"]
 

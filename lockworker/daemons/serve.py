@@ -4,13 +4,14 @@ The serving thread takes the next delivery from the source, then a free slot, an
 it to a pool thread that runs it through the worker's public
 :meth:`lockworker.Worker.process` (a subclass's override included: it sees every served
 job, and what it returns is the job's outcome here; without one, a backup settles a
-job its batched look saw done elsewhere without it, :mod:`lockworker.daemons.looked`,
+job its batched look saw done elsewhere without it, :mod:`lockworker.serving.looked`,
 and takes a job its contest would compete for at once through the lane,
 :mod:`lockworker.daemons.lane`: the same steps, events and hooks, claims in batches,
 completions group-committed). At most ``concurrency`` jobs work at once, so one slow
 job holds up only its own slot.
 
-Rules kept here:
+Rules kept here (decided by :mod:`lockworker.serving.rules`, which the asyncio
+``serve`` follows too; this module keeps the threads, slots and the source's I/O):
 
 - A job that waits for another holder's lease (a live one, or a dead one whose lease
   has not run out) parks: it gives its slot back, so the slot serves the next job, and
@@ -38,7 +39,6 @@ Rules kept here:
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import functools
 import threading
@@ -47,17 +47,23 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
 
 from lockworker.config import count
-from lockworker.daemons import defer, inline, lane, redrive
+from lockworker.daemons import inline, lane, redrive
 from lockworker.daemons.defer import Deferrals
-from lockworker.daemons.delivery import Together, together
-from lockworker.daemons.held import Sighting
 from lockworker.daemons.jobrun import SERVING
-from lockworker.daemons.sources import Delivery, as_source, shares_out
-from lockworker.errors import ForeignValueError, InvalidConfig
-from lockworker.model.policy import FreeClock
-from lockworker.model.state import Outcome, Snapshot
+from lockworker.model.state import Outcome
 from lockworker.runtime import events, pools
 from lockworker.runtime.park import Slots
+from lockworker.serving import rules
+from lockworker.serving.delivery import Delivery, Together, as_source, together
+from lockworker.serving.held import Sighting
+from lockworker.serving.rules import (
+    JOB_ERROR,
+    REPORT_FAILED,
+    STARTED,
+    STOPPED,
+    FirstLook,
+    shares_out,
+)
 
 
 class Servable(Protocol):
@@ -80,25 +86,6 @@ class Servable(Protocol):
 
     def process(self, job_id: str, payload: Any = None) -> Outcome: ...
 
-class FirstLook:
-    """What a look just saw of a delivery's job, given to its run's first look once (a
-    backup's held-back delivery, :mod:`lockworker.daemons.defer`): that look is free;
-    and, for a job seen lying free already, its free clock, so the contest does not
-    let it lie for ``backup_delay`` a second time. The gate lent to the run, sync
-    (:class:`Seen`) and asyncio alike."""
-
-    def __init__(self, seen: Sighting) -> None:
-        self.seen: Snapshot | None = seen.snapshot
-        self.free = seen.free
-
-    def first_look(self) -> Snapshot | None:
-        seen, self.seen = self.seen, None
-        return seen
-
-    def lain_free(self) -> FreeClock | None:
-        return self.free
-
-
 class Seen(FirstLook):
     """The slots lent to one delivery's run, with what a look just saw of its job."""
 
@@ -111,14 +98,6 @@ class Seen(FirstLook):
 
     def unpark(self) -> None:
         self.slots.unpark()
-
-
-JOB_ERROR = "serve.job_error"
-REPORT_FAILED = "serve.report_failed"
-STARTED = "serve.started"
-STOPPED = "serve.stopped"
-
-RESOLVED = frozenset({Outcome.DONE, Outcome.DONE_ELSEWHERE, Outcome.GAVE_UP})
 
 
 def serve(worker: Servable, source: object, *, concurrency: int = 4) -> None:
@@ -157,18 +136,18 @@ class _Server:
         self.slots = Slots(concurrency)
         self.mutex = threading.Lock()
         self.idle = threading.Condition(self.mutex)
-        self.running: dict[str, collections.deque[Delivery]] = {}
+        self.running = rules.Running()
         self.error: BaseException | None = None
         self.pool: ThreadPoolExecutor | None = None
         self.deferrals = (
             Deferrals(worker, self.dispatch, self.report, ranked=ranked)
-            if defer.wanted(worker) else None
+            if rules.wanted(worker) else None
         )
         self.lane: lane.Lane | None = None
         """Claims and completions in batches for the jobs a contest would take at once."""
         self.inline: inline.Inline | None = None
         """At concurrency 1, that lane in the serving thread (:mod:`.inline`)."""
-        if lane.open_to(worker):
+        if rules.open_to(worker):
             if concurrency == 1:
                 self.lane = self.inline = inline.Inline(self)
             else:
@@ -191,7 +170,7 @@ class _Server:
             3 * self.concurrency + self.slots.park_limit, thread_name_prefix="lockworker-serve"
         )
         try:
-            while not w.stopping and self.error is None:
+            while not self.ending:
                 delivery = next(deliveries, None)
                 if delivery is None:
                     break
@@ -236,9 +215,8 @@ class _Server:
     def dispatch(self, delivery: Delivery, seen: Sighting | None) -> bool:
         """Run ``delivery`` in a free slot (waits for one), with what a look of the
         job just saw, if any; False if the serving ends instead."""
-        w = self.worker
         self.slots.take()  # running jobs end on stop, so this returns then too
-        if w.stopping or self.error is not None:
+        if self.ending:
             self.slots.give()
             return False
         assert self.pool is not None
@@ -252,16 +230,11 @@ class _Server:
     def claim(self, delivery: Delivery) -> bool:
         """Mark the job running (True), or queue it behind the same id (False)."""
         with self.mutex:
-            waiting = self.running.get(delivery.job_id)
-            if waiting is not None:
-                waiting.append(delivery)
-                return False
-            self.running[delivery.job_id] = collections.deque()
-            return True
+            return self.running.claim(delivery)
 
     def work(
         self, delivery: Delivery, seen: Sighting | None = None,
-        outcome: Callable[[], lane.Result] | None = None,
+        outcome: Callable[[], rules.Result] | None = None,
     ) -> None:
         """Run ``delivery`` (through ``process``, or to ``outcome()`` for the lane),
         then any delivery of the same id queued behind it; the slot is given back at
@@ -282,22 +255,19 @@ class _Server:
         """The next delivery of ``delivery``'s job that came while it ran, if serving
         goes on; else the job is no longer running."""
         with self.mutex:
-            waiting = self.running[delivery.job_id]
-            if waiting and not self.worker.stopping and self.error is None:
-                return waiting.popleft()
-            del self.running[delivery.job_id]
+            current = self.running.following(delivery, going_on=not self.ending)
             if not self.running:  # what ``run`` waits for at its end
                 self.idle.notify_all()
-            return None
+            return current
 
     def run_one(
         self, delivery: Delivery, seen: Sighting | None = None,
-        outcome: Callable[[], lane.Result] | None = None,
+        outcome: Callable[[], rules.Result] | None = None,
     ) -> bool:
         """Run ``delivery`` to its outcome and report it; False if the lane's
         thread reports it instead (its complete step is still to be sent)."""
         gate = self.slots if seen is None else Seen(self.slots, seen)
-        result: lane.Result
+        result: rules.Result
         try:
             if outcome is None:
                 with SERVING.lend(
@@ -306,27 +276,31 @@ class _Server:
                     result = self.worker.process(delivery.job_id, delivery.payload)
             else:
                 result = outcome()
-        except (InvalidConfig, ForeignValueError) as exc:
-            self.log.error(
-                JOB_ERROR, job_id=delivery.job_id, error=events.describe(exc), skipped=True
-            )
-            delivery.not_done()
-            self.report(delivery)
-            return True
         except BaseException as exc:
+            skip = rules.skipped(exc)
             self.log.error(
-                JOB_ERROR, job_id=delivery.job_id, error=events.describe(exc), skipped=False
+                JOB_ERROR, job_id=delivery.job_id, error=events.describe(exc), skipped=skip
             )
-            self.fail(exc)
+            if skip:
+                delivery.not_done()
+                self.report(delivery)
+            else:
+                self.fail(exc)
             return True
-        if isinstance(result, lane.Pending):
+        if isinstance(result, rules.Pending):
             return False
-        if result is Outcome.GAVE_UP:
+        self.ended(delivery, result)
+        return True
+
+    def ended(self, delivery: Delivery, outcome: Outcome) -> None:
+        """What ``outcome`` asks (:func:`~lockworker.serving.rules.ended`): a given-up
+        job's origin kept, the delivery reported resolved."""
+        keep, resolve = rules.ended(outcome)
+        if keep:
             delivery.not_done()
             redrive.keep(self.worker, delivery, self.log)
-        if result in RESOLVED:
+        if resolve:
             self.report(delivery)
-        return True
 
     def report(self, delivery: Delivery) -> None:
         """Report ``delivery`` resolved to its source. The report is the source's code:
@@ -353,25 +327,21 @@ class _Server:
 
     @property
     def ending(self) -> bool:
-        return self.worker.stopping or self.error is not None
+        return rules.ends(self.worker, self.error)
 
-    def submit(self, delivery: Delivery, outcome: Callable[[], lane.Result] | None) -> None:
+    def submit(self, delivery: Delivery, outcome: Callable[[], rules.Result] | None) -> None:
         assert self.pool is not None
         self.pool.submit(self.work, delivery, None, outcome)
 
     def hook_returned(self, delivery: Delivery) -> None:
         self.slots.give()
 
-    def resume(self, delivery: Delivery, outcome: Callable[[], lane.Result]) -> None:
+    def resume(self, delivery: Delivery, outcome: Callable[[], rules.Result]) -> None:
         assert self.pool is not None
         self.pool.submit(self._in_slot_again, self.work, delivery, None, outcome)
 
     def settled(self, delivery: Delivery, outcome: Outcome) -> None:
-        if outcome is Outcome.GAVE_UP:
-            delivery.not_done()
-            redrive.keep(self.worker, delivery, self.log)
-        if outcome in RESOLVED:
-            self.report(delivery)
+        self.ended(delivery, outcome)
         assert self.pool is not None
         current = self.following(delivery)
         if current is not None:  # the job's next delivery, in a slot taken again
@@ -387,7 +357,7 @@ class _Server:
 
     def dropped(self, delivery: Delivery) -> None:
         with self.mutex:
-            self.running.pop(delivery.job_id, None)
+            self.running.drop(delivery)
             if not self.running:
                 self.idle.notify_all()
         self.slots.give()

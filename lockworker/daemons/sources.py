@@ -35,7 +35,7 @@ Each save also trims what no live reader needs: entries up to every live namespa
 progress (a dead or lagging reader holds back nothing its namespace resolved), up to
 every live reader of no namespace's position, and below what a consumer group still
 has pending (:mod:`lockworker.protocol.streams`, docs/daemons.md). A following backup
-trails its primary instead of reading each entry (:mod:`lockworker.daemons.trail`).
+trails its primary instead of reading each entry (:mod:`lockworker.serving.trail`).
 """
 
 from __future__ import annotations
@@ -51,17 +51,24 @@ import redis
 
 from lockworker.clock import Clock, SystemClock
 from lockworker.config import count, seconds
-from lockworker.daemons.delivery import Delivery, IterableSource, Source, as_source, job_of
 from lockworker.daemons.groupsource import BAD_ENTRY, GroupReader, Member
-from lockworker.daemons.submit import STREAMS_NAMESPACE, DueMover, stream_keys, submit
-from lockworker.daemons.trail import Trailing
+from lockworker.daemons.submit import DueMover, submit
 from lockworker.errors import InvalidConfig, LockworkerError
 from lockworker.model.keys import check_name
 from lockworker.protocol import text
 from lockworker.protocol.streams import NOT_DONE, TOUCH, entry_order, fanout_keys, touched
-from lockworker.protocol.trail import TRAIL as TRAIL_CALL
-from lockworker.protocol.trail import Entries, read_entries
+from lockworker.protocol.trail import TRAIL, Entries, read_entries
 from lockworker.runtime import events, registering, retry
+from lockworker.serving.delivery import (
+    STREAMS_NAMESPACE,
+    Delivery,
+    IterableSource,
+    Source,
+    as_source,
+    job_of,
+    stream_keys,
+)
+from lockworker.serving.trail import Trailing
 
 __all__ = [
     "BAD_ENTRY", "READER_TTL", "SAVE_FAILED", "STREAMS_NAMESPACE", "Delivery", "IterableSource",
@@ -94,12 +101,6 @@ other member serves meanwhile), so kept small."""
 _ENTRY_ID = re.compile(r"^\d+-\d+$")
 
 
-def shares_out(source: object) -> bool:
-    """Whether ``source`` gives each job to one reader (a stream read through a
-    consumer group), rather than every job to every process: then a backup sees jobs
-    nobody else does, and holds back only behind a primary, never a backup ranked
-    before it (:func:`lockworker.daemons.defer.deferring`)."""
-    return getattr(source, "group", None) is not None
 
 
 class StreamSource:
@@ -201,7 +202,7 @@ class StreamSource:
 
     def trail(self, deferring: Callable[[], bool], delay: float) -> Trailing | None:
         """A following backup's ``serve`` trails its primary while ``deferring()``
-        (:mod:`lockworker.daemons.trail`); returns what its deferrals nudge on a
+        (:mod:`lockworker.serving.trail`); returns what its deferrals nudge on a
         handover (None for a group's member, which reads only what it is given)."""
         if self._group is not None:
             return None
@@ -318,18 +319,13 @@ class StreamSource:
         trailing = self._trailing
         if trailing is None or self.namespace is None or not trailing.deferring():
             wait_ms = self._due.block_ms(block_ms)  # the delayed jobs come due join
-            return False, read_entries(self._call(
-                lambda: self.client.xread(
-                    {self.entries_key: last_read}, count=self.batch, block=wait_ms
-                ),
-                "read stream",
-            ))
-        progress, entries = trailing.poll(
-            lambda *args: self._call(
-                lambda: TRAIL_CALL(self.client, [self.entries_key, self.keys.extra("progress")],
-                                   [self.namespace, last_read, *args]), "trail stream"),
-            self.batch, self.clock,
-        )
+            return False, read_entries(self._call(lambda: self.client.xread(
+                {self.entries_key: last_read}, count=self.batch, block=wait_ms
+            ), "read stream"))
+        keys = [self.entries_key, self.keys.extra("progress")]
+        progress, entries = trailing.poll(lambda *args: self._call(
+            lambda: TRAIL(self.client, keys, [self.namespace, last_read, *args]), "trail stream"
+        ), self.batch, self.clock)
         if progress is not None and not self._resolved_here(progress):
             self._progress = progress
         if not entries:

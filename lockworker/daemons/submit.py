@@ -20,19 +20,14 @@ import redis
 
 from lockworker.config import due
 from lockworker.model.codec import check_payload
-from lockworker.model.keys import JobKeys, Space, check_name
+from lockworker.model.keys import JobKeys, check_name
 from lockworker.protocol import text
 from lockworker.protocol.delayed import add_delayed, move_due
 from lockworker.runtime import retry
+from lockworker.serving.delivery import stream_keys
 
-STREAMS_NAMESPACE = "streams"
 DELAYED_PREFIX = "delayed:"
 """What the id of a job waiting off its stream starts with (an entry id never does)."""
-
-
-def stream_keys(stream: str) -> JobKeys:
-    """The keys of ``stream`` (see :mod:`lockworker.daemons.sources`)."""
-    return JobKeys(STREAMS_NAMESPACE, check_name(stream, "stream"), Space.STREAM)
 
 
 @dataclass(frozen=True)

@@ -23,16 +23,8 @@ from lockworker import config
 from lockworker.clock import Clock, SystemClock
 from lockworker.config import RetryDelay
 from lockworker.daemons import deadletter
-from lockworker.daemons.job import Job
 from lockworker.daemons.jobrun import SERVING, JobRun
 from lockworker.daemons.serve import serve
-from lockworker.daemons.settings import (
-    DAY,
-    DONE_RETENTION,
-    RUNS_JOBS,
-    WorkerSettings,
-    make_protocol,
-)
 from lockworker.model.codec import payload_view
 from lockworker.model.keys import JobKeys
 from lockworker.model.state import Durability, Outcome, ProtocolKind, Reset, Role, Snapshot
@@ -43,6 +35,14 @@ from lockworker.runtime.lease import Heartbeat
 from lockworker.runtime.presence import Presence
 from lockworker.runtime.signals import stop_on_signals
 from lockworker.runtime.wake import Waits
+from lockworker.serving.job import Job
+from lockworker.serving.settings import (
+    DAY,
+    DONE_RETENTION,
+    RUNS_JOBS,
+    WorkerSettings,
+    make_protocol,
+)
 
 T = TypeVar("T")
 
@@ -50,7 +50,7 @@ class Worker(WorkerSettings):
     """Runs jobs so that one process at a time does each, and a backup takes over.
 
     Subclass it and override ``on_acquired`` (and any other hook, see
-    :mod:`lockworker.daemons.hooks`), or pass the hooks as functions (without
+    :mod:`lockworker.serving.hooks`), or pass the hooks as functions (without
     ``on_acquired``, a worker may only inspect and reset jobs: an operator's script).
     One ``Worker`` may serve many jobs, from many threads or tasks: concurrent calls for
     one job id run its hook once, the others answer as another process's worker would.

@@ -204,7 +204,7 @@ class View:
         self.acting_runs: frozenset[str] = frozenset()
         """The runs of the last reading's primaries, and of :func:`acting`: whose
         progress on the jobs tells a held-back serving that the ones it defers to move
-        (:class:`lockworker.daemons.held.Held`)."""
+        (:class:`lockworker.serving.held.Held`)."""
         self.due = NOBODY
         """When the own registration must be refreshed next."""
         self.tried = NOBODY

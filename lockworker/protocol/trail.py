@@ -1,5 +1,5 @@
 """A fan-out reader's entries off the wire: XREAD's reply, and the script a backup reads
-with while it trails its primary (:mod:`lockworker.daemons.trail`).
+with while it trails its primary (:mod:`lockworker.serving.trail`).
 
 A backup trailing a live primary does not read the stream's tail as entries come: it
 asks :data:`TRAIL` for its namespace's progress (one call per poll, whatever the job

@@ -15,9 +15,9 @@ import lockworker
 from lockworker import aio
 from lockworker.aio import batcher as aio_batcher
 from lockworker.aio.jobrun import AsyncJobRun
-from lockworker.daemons import defer
 from lockworker.model.state import Outcome
 from lockworker.runtime import events
+from lockworker.serving import rules
 from lockworker.testing.server import RedisServer
 from tests.helpers import until
 
@@ -93,7 +93,7 @@ def test_an_asyncio_backup_behind_a_fast_primary_resolves_every_job_in_batched_l
         await primary._presence.start()
         await primary.serve(jobs, concurrency=8)
         await backup._presence.start()
-        await until(lambda: defer.deferring(backup), timeout=10)
+        await until(lambda: rules.deferring(backup), timeout=10)
         await asyncio.wait_for(backup.serve(jobs, concurrency=8), 30)
         await close(backup, primary, client, backup_client)
         return seen, subscribed
@@ -129,7 +129,7 @@ def test_an_asyncio_backup_leaves_a_moving_primarys_backlog_to_it(
                             handle_signals=False)
         await primary._presence.start()
         await backup._presence.start()
-        await until(lambda: defer.deferring(backup), timeout=10)
+        await until(lambda: rules.deferring(backup), timeout=10)
         loop = asyncio.get_running_loop()
         started = loop.time()
         helping = asyncio.ensure_future(backup.serve(jobs, concurrency=4))
@@ -167,7 +167,7 @@ def test_an_asyncio_backup_settles_a_fast_primarys_stream_jobs_without_a_contest
         await primary._presence.start()
         await primary.serve([(f"job-{i}", None) for i in range(40)], concurrency=8)
         await backup._presence.start()
-        await until(lambda: defer.deferring(backup), timeout=10)
+        await until(lambda: rules.deferring(backup), timeout=10)
         source = lockworker.StreamSource(sync, stream, owner="backup", block=0.05)
         serving = asyncio.ensure_future(backup.serve(source, concurrency=8))
         await until(lambda: source.position() == ids[-1], timeout=20)

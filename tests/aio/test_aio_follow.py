@@ -1,5 +1,5 @@
 """An asyncio backup follows its namespace's progress as the sync side does
-(lockworker.daemons.follow, lockworker.aio.defer): behind a live primary on a fan-out
+(lockworker.serving.follow, lockworker.aio.defer): behind a live primary on a fan-out
 stream it looks at next to no job, and a job given up is still looked at and reported
 given up."""
 
@@ -17,9 +17,9 @@ import lockworker
 from lockworker import GiveUp, aio
 from lockworker.aio import defer as aio_defer
 from lockworker.aio.defer import AsyncDeferrals
-from lockworker.daemons import defer, follow
 from lockworker.daemons.sources import stream_keys
 from lockworker.runtime import events
+from lockworker.serving import follow, rules
 from lockworker.testing.server import RedisServer
 from tests.helpers import until
 
@@ -113,7 +113,7 @@ def run_pair(
             serving_p = asyncio.ensure_future(primary.serve(source_p, concurrency=8))
             await primary._presence.start()
             await backup._presence.start()
-            await until(lambda: defer.deferring(backup), timeout=10)
+            await until(lambda: rules.deferring(backup), timeout=10)
             serving_b = asyncio.ensure_future(backup.serve(source_b, concurrency=8))
             readers = stream_keys(stream).extra("readers")  # it reads every job, then
             await until(lambda: sync.zscore(readers, "b") is not None, timeout=10)

@@ -1,7 +1,7 @@
-"""A backup follows its namespace's progress (lockworker.daemons.follow), on a real server.
+"""A backup follows its namespace's progress (lockworker.serving.follow), on a real server.
 
 A primary and a backup serve one fan-out stream. While the primary keeps up, the
-backup trails it (lockworker.daemons.trail): it reads next to no entry and looks at
+backup trails it (lockworker.serving.trail): it reads next to no entry and looks at
 next to no job. A backup that does read the entries settles every held-back delivery
 the progress covers without a look at its job, and reading the progress costs at most
 one call per batch; a job given up is still looked at, and reported given up.
@@ -19,12 +19,13 @@ from helpers import in_thread, wait_for
 
 import lockworker
 from lockworker import GiveUp, Job, StreamSource, Worker
-from lockworker.daemons import defer, follow
+from lockworker.daemons import defer
 from lockworker.daemons.sources import stream_keys
 from lockworker.protocol import batch as protocol_batch
 from lockworker.protocol import text
 from lockworker.protocol.streams import NOT_DONE, entry_order
 from lockworker.runtime import events
+from lockworker.serving import follow, rules
 
 N = 400
 
@@ -132,7 +133,7 @@ either way (its reader skips those the progress passed before it read them). By
         thread_p, box_p = in_thread(lambda: primary.serve(source_p, concurrency=8))
         primary._presence.start()
         backup._presence.start()
-        wait_for(lambda: defer.deferring(backup), timeout=10)
+        wait_for(lambda: rules.deferring(backup), timeout=10)
         thread_b, box_b = in_thread(lambda: backup.serve(source_b, concurrency=8))
         ids: list[str] = []
         for burst in range(20):  # a stream served live, not a backlog
@@ -195,7 +196,7 @@ def test_a_job_given_up_is_looked_at_and_reported_given_up_by_a_following_backup
         thread_p, box_p = in_thread(lambda: primary.serve(source_p, concurrency=4))
         primary._presence.start()
         backup._presence.start()
-        wait_for(lambda: defer.deferring(backup), timeout=10)
+        wait_for(lambda: rules.deferring(backup), timeout=10)
         thread_b, box_b = in_thread(lambda: backup.serve(source_b, concurrency=4))
         readers = stream_keys(stream).extra("readers")
         wait_for(lambda: redis_client.zscore(readers, "b") is not None, timeout=10)

@@ -19,9 +19,7 @@ import pytest
 import redis
 
 import lockworker
-from lockworker.daemons import defer
 from lockworker.daemons.defer import Deferrals
-from lockworker.daemons.held import Held, Sighting
 from lockworker.daemons.jobrun import JobRun
 from lockworker.daemons.sources import Delivery
 from lockworker.model.keys import JobKeys
@@ -30,6 +28,8 @@ from lockworker.model.state import Grant, JobStatus, Outcome, Snapshot
 from lockworker.protocol import ScriptProtocol
 from lockworker.protocol import batch as protocol_batch
 from lockworker.runtime import events
+from lockworker.serving import rules
+from lockworker.serving.held import Held, Sighting
 from tests.helpers import held, wait_for, who
 
 LEASE_MS, MAX, RETENTION_MS = 30_000, 3, 60_000
@@ -49,7 +49,7 @@ def pair(redis_client: redis.Redis, namespace: str) -> Iterator[tuple[Any, Any]]
     )
     primary._presence.start()
     backup._presence.start()
-    wait_for(lambda: defer.deferring(backup), timeout=10)
+    wait_for(lambda: rules.deferring(backup), timeout=10)
     yield primary, backup
     for w in (backup, primary):
         w.stop()
@@ -369,7 +369,7 @@ def test_a_backup_takes_a_job_the_live_primary_leaves_free_without_waiting_in_a_
         on_acquired=lambda job: ran.setdefault(job.id, time.monotonic()),
     )
     backup._presence.start()
-    wait_for(lambda: defer.deferring(backup), timeout=10)
+    wait_for(lambda: rules.deferring(backup), timeout=10)
     subscribed = job_channels_of(backup, monkeypatch)
     jobs = [(f"job-{i}", None) for i in range(5)]
     started = time.monotonic()

@@ -19,7 +19,7 @@ import pytest
 import redis
 
 import lockworker
-from lockworker.daemons import defer
+from lockworker.serving import rules
 from tests.helpers import wait_for
 
 
@@ -55,7 +55,7 @@ def pair(
     backup = worker(client, namespace, "backup", record("backup"), backup_delay=backup_delay)
     primary._presence.start()
     backup._presence.start()
-    wait_for(lambda: defer.deferring(backup), timeout=10)
+    wait_for(lambda: rules.deferring(backup), timeout=10)
     return primary, backup
 
 
@@ -116,7 +116,7 @@ def test_a_backup_helps_a_primary_whose_every_slot_is_stuck(
     try:
         wait_for(lambda: len(ran) == 4, timeout=10)
         took = time.monotonic() - started
-        assert defer.deferring(backup)  # the primary still serves
+        assert rules.deferring(backup)  # the primary still serves
         release.set()
         serving.join(30)
         helping.join(30)

@@ -18,8 +18,8 @@ import redis.asyncio
 
 import lockworker
 from lockworker import Outcome, aio
-from lockworker.daemons.settings import DAY, DONE_RETENTION
 from lockworker.model.keys import JobKeys
+from lockworker.serving.settings import DAY, DONE_RETENTION
 from lockworker.testing.server import RedisServer
 
 

@@ -8,7 +8,6 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from lockworker.daemons.delivery import job_of
 from lockworker.errors import InvalidConfig
 from lockworker.model import policy
 from lockworker.model.codec import (
@@ -21,6 +20,7 @@ from lockworker.model.codec import (
 )
 from lockworker.model.keys import JobKeys, Space, parse_state_key, state_pattern
 from lockworker.model.state import JobStatus, Snapshot
+from lockworker.serving.delivery import job_of
 
 
 @pytest.mark.parametrize("owner", ["a", "host:12:ab", "with|pipes|inside", "ü", "", "new\nline"])

@@ -1,5 +1,5 @@
-"""A backup following its namespace's progress (lockworker.daemons.follow.Following, and
-the witness of lockworker.daemons.held.Held): pure decisions, no server.
+"""A backup following its namespace's progress (lockworker.serving.follow.Following, and
+the witness of lockworker.serving.held.Held): pure decisions, no server.
 
 A held-back delivery is settled without a look only when its entry is at or before the
 progress and after the highest entry resolved otherwise than DONE; each mark only moves
@@ -10,11 +10,11 @@ did it.
 
 from __future__ import annotations
 
-from lockworker.daemons.follow import Following
-from lockworker.daemons.held import Held, Sighting
 from lockworker.daemons.sources import Delivery
 from lockworker.model.keys import JobKeys
 from lockworker.model.state import JobStatus, Snapshot
+from lockworker.serving.follow import Following
+from lockworker.serving.held import Held, Sighting
 
 NEVER = Snapshot(JobStatus.PENDING, 0, 0, "")
 PRIMARY = "1" * 16

@@ -9,11 +9,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lockworker.daemons.leadership import leader_keys
 from lockworker.daemons.sources import stream_keys
 from lockworker.model.footprint import Kind, Sample, classify, estimate, parse, size
 from lockworker.model.keys import JobKeys, Space
 from lockworker.model.presence import presence_keys
+from lockworker.serving.leadership import leader_keys
 
 # Names built from the characters that matter to the key grammar, plus any unicode.
 TRICKY = st.sampled_from([":", "{", "}", "%", "%7B", "%25", "{}", ":{", "}:", "lw:", "*",

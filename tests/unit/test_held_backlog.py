@@ -1,5 +1,5 @@
 """A backup's held-back jobs nobody took yet, while a primary works through a backlog
-(lockworker.daemons.held.Held): pure decisions, no server.
+(lockworker.serving.held.Held): pure decisions, no server.
 
 A job nobody ever took is left to the serving while it moves toward it: held back again
 (and looked at again ``backup_delay`` later) until a look sees a job delivered after it
@@ -10,10 +10,10 @@ the last job seen resolved).
 
 from __future__ import annotations
 
-from lockworker.daemons.held import AHEAD, Held, Sighting
 from lockworker.daemons.sources import Delivery
 from lockworker.model.keys import JobKeys
 from lockworker.model.state import JobStatus, Snapshot
+from lockworker.serving.held import AHEAD, Held, Sighting
 
 NEVER = Snapshot(JobStatus.PENDING, 0, 0, "")
 """Free, and nobody ever took it (no token)."""

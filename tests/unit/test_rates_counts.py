@@ -11,13 +11,13 @@ from typing import Any
 import pytest
 
 from lockworker.cli import throughput
-from lockworker.daemons.runbase import RunBase
 from lockworker.errors import InvalidConfig
 from lockworker.model import rates as model
 from lockworker.model.state import Grant
 from lockworker.protocol import rates as steps
 from lockworker.runtime import rates
 from lockworker.runtime.rates import Rates
+from lockworker.serving.runbase import RunBase
 
 HOUR0 = 1_800_000_000 - 1_800_000_000 % 3600
 """The start of an hour (Unix s)."""

@@ -51,7 +51,6 @@ from lockworker.cli.web.jobs import Counts
 from lockworker.cli.workers import WorkerRow, worker_rows
 from lockworker.clock import Clock, SystemClock, wall_time
 from lockworker.daemons.redrive import reset_job
-from lockworker.daemons.settings import DAY, DONE_RETENTION
 from lockworker.errors import ForeignValueError
 from lockworker.model.footprint import Footprint
 from lockworker.model.history import handed_over
@@ -60,6 +59,7 @@ from lockworker.model.rates import Bucket
 from lockworker.model.redrive import Redrive
 from lockworker.model.state import Snapshot
 from lockworker.protocol import ScriptProtocol
+from lockworker.serving.settings import DAY, DONE_RETENTION
 
 KEPT = 100
 """How many handovers the dashboard remembers (the newest)."""

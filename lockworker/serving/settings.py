@@ -12,7 +12,6 @@ import redis
 from lockworker import config
 from lockworker.clock import Clock, SystemClock
 from lockworker.config import RetryDelay, default_owner, lease, positive, seconds, this_process
-from lockworker.daemons.hooks import Hooks
 from lockworker.errors import InvalidConfig
 from lockworker.model import policy
 from lockworker.model.codec import Holder, new_run
@@ -26,6 +25,7 @@ from lockworker.runtime import events, retry
 from lockworker.runtime.batcher import batcher_for
 from lockworker.runtime.contenders import Contenders
 from lockworker.runtime.rates import Rates
+from lockworker.serving.hooks import Hooks
 
 DAY = 86400.0
 HOUR = 3600.0

@@ -30,12 +30,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from lockworker.daemons.delivery import Delivery
-from lockworker.daemons.looked import serves_through_its_own_process, watched
-from lockworker.daemons.submit import stream_keys
 from lockworker.model.keys import JobKeys
 from lockworker.protocol.streams import entry_order, follow_keys, followed
 from lockworker.runtime import events
+from lockworker.serving.delivery import Delivery, stream_keys
+from lockworker.serving.looked import serves_through_its_own_process, watched
 
 Order = tuple[int, int]
 Looked = tuple[Delivery, JobKeys]

@@ -11,13 +11,13 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
-from lockworker.daemons.sources import Delivery
 from lockworker.errors import LockworkerError
 from lockworker.model import policy
 from lockworker.model.keys import JobKeys
 from lockworker.model.policy import FreeClock
 from lockworker.model.state import Snapshot
 from lockworker.protocol import batch
+from lockworker.serving.delivery import Delivery
 
 LIMIT = 4 * batch.MAX_BATCH
 """Deliveries a backup holds back at most; the source is read again once there is room."""

@@ -1,4 +1,4 @@
-"""What a trailing backup asks of each poll (lockworker.daemons.trail): nothing but the
+"""What a trailing backup asks of each poll (lockworker.serving.trail): nothing but the
 progress while it moves, the entries at least ``backup_delay`` old once it stood still
 that long, every entry at once after a handover."""
 
@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import threading
 
-from lockworker.daemons.trail import ANY_AGE, Trailing, heard
 from lockworker.runtime.wake import WakeEvent
+from lockworker.serving.trail import ANY_AGE, Trailing, heard
 
 DELAY = 0.5
 

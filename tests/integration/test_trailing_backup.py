@@ -1,4 +1,4 @@
-"""A backup that trails its primary (lockworker.daemons.trail), on a real server.
+"""A backup that trails its primary (lockworker.serving.trail), on a real server.
 
 A primary is registered and serving (its presence); the jobs' steps that a primary
 would make are made here directly, so each test decides what the primary does. The
@@ -19,11 +19,11 @@ import redis
 
 import lockworker
 from lockworker import Job, StreamSource
-from lockworker.daemons import defer
 from lockworker.model.keys import JobKeys
 from lockworker.model.presence import handover_channel
 from lockworker.model.state import Grant
 from lockworker.protocol import ScriptProtocol
+from lockworker.serving import rules
 from tests.helpers import held, in_thread, wait_for, who
 
 MAX, RETENTION_MS = 3, 60_000
@@ -81,7 +81,7 @@ def trailing(
     )
     primary._presence.start()
     backup._presence.start()
-    wait_for(lambda: defer.deferring(backup), timeout=10)
+    wait_for(lambda: rules.deferring(backup), timeout=10)
     source = Reading(redis_client, stream, owner="backup", block=0.05)
     thread, box = in_thread(lambda: backup.serve(source, concurrency=4))
     wait_for(lambda: backup._hub.hub().subscribed(handover_channel(namespace)) or

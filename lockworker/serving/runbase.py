@@ -12,8 +12,6 @@ from typing import Any, Protocol, TypeVar
 
 from lockworker import config
 from lockworker.clock import Clock
-from lockworker.daemons.contend import ContestantBase
-from lockworker.daemons.job import Job
 from lockworker.errors import GiveUp, InvalidConfig, Retry
 from lockworker.model import policy, presence, rates
 from lockworker.model.codec import Holder, LockValue
@@ -25,6 +23,8 @@ from lockworker.runtime import events
 from lockworker.runtime.contenders import Contenders
 from lockworker.runtime.lease import Flag, Lease, ended
 from lockworker.runtime.rates import Rates
+from lockworker.serving.contend import ContestantBase
+from lockworker.serving.job import Job
 
 T = TypeVar("T")
 

@@ -13,9 +13,6 @@ from typing import Any, Protocol
 
 from lockworker.clock import Clock, SystemClock
 from lockworker.config import default_owner, lease
-from lockworker.daemons.contend import ContestantBase
-from lockworker.daemons.hooks import Hooks
-from lockworker.daemons.term import Term
 from lockworker.errors import ConcurrentUse, ForeignValueError
 from lockworker.model import policy
 from lockworker.model.codec import Holder, decode_lock, new_run
@@ -24,6 +21,9 @@ from lockworker.model.state import Role, Settle, Snapshot
 from lockworker.protocol.decode import text
 from lockworker.runtime import events, retry
 from lockworker.runtime.lease import Lease, ended
+from lockworker.serving.contend import ContestantBase
+from lockworker.serving.hooks import Hooks
+from lockworker.serving.term import Term
 
 NAMESPACE = "leaders"
 MAX_TERMS = 10**15

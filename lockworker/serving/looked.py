@@ -19,12 +19,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from lockworker.daemons.delivery import Delivery
-from lockworker.daemons.runbase import report_done
 from lockworker.errors import LockworkerError
 from lockworker.model.codec import payload_view
 from lockworker.model.keys import JobKeys
 from lockworker.model.state import JobStatus, Snapshot
+from lockworker.serving.delivery import Delivery
+from lockworker.serving.runbase import report_done
 
 
 def watched(worker: Any, delivery: Delivery) -> tuple[JobKeys, Any, Any] | None:

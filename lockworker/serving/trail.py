@@ -3,7 +3,7 @@
 Behind a live primary, every entry a backup reads and holds back costs the server a
 read and a look (or a reading of the progress) and the backup's process its decoding,
 for a job the primary finishes within milliseconds. So while a primary of its namespace
-serves, a backup following the progress (:mod:`lockworker.daemons.follow`) reads the
+serves, a backup following the progress (:mod:`lockworker.serving.follow`) reads the
 stream only through :data:`~lockworker.protocol.trail.TRAIL`, once per poll
 (:meth:`Trailing.pause`, at most ``backup_delay / 2``), and asks it for entries only:
 

@@ -1,6 +1,6 @@
 """What a source hands ``serve``: :class:`Delivery`, the :class:`Source` protocol, an
-iterable as a source, and how a stream entry's fields become a job (shared by fan-out
-and group delivery)."""
+iterable as a source, a stream's keys, and how a stream entry's fields become a job
+(shared by fan-out and group delivery, sync and asyncio)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,14 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from lockworker.errors import InvalidConfig
+from lockworker.model.keys import JobKeys, Space, check_name
+
+STREAMS_NAMESPACE = "streams"
+
+
+def stream_keys(stream: str) -> JobKeys:
+    """The keys of ``stream`` (see :mod:`lockworker.daemons.sources`)."""
+    return JobKeys(STREAMS_NAMESPACE, check_name(stream, "stream"), Space.STREAM)
 
 
 def _noop() -> None:
@@ -38,10 +46,10 @@ class Delivery:
     entry: str | None = field(default=None, repr=False, compare=False)
     """The stream entry id of a fan-out reader's delivery (None otherwise): a backup
     settles it without a look once its namespace's progress covers it
-    (:mod:`lockworker.daemons.follow`)."""
+    (:mod:`lockworker.serving.follow`)."""
     urgent: bool = field(default=False, repr=False, compare=False)
     """Read by a trailing backup because a holder handed a job over
-    (:mod:`lockworker.daemons.trail`): its deferrals look at it at once."""
+    (:mod:`lockworker.serving.trail`): its deferrals look at it at once."""
     not_done: Callable[[], None] = field(default=_noop, repr=False, compare=False)
     """Called by ``serve`` before ``resolved`` when the job is resolved here otherwise
     than DONE (given up, or skipped as a job that cannot run): a fan-out reader
