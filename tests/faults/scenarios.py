@@ -995,6 +995,21 @@ def _group_progress(workdir: Path, **kw: Any) -> Result:
     return progress_restart(workdir, group=True, **kw)
 
 
+def _following(name: str) -> Scenario:
+    """A scenario of :mod:`faults.following` (fan-out backups that follow the progress),
+    imported when run: it builds on this module."""
+    def run(workdir: Path, **kw: Any) -> Result:
+        from . import following
+        if name == "fanout_mixed_release" and "python" not in kw:
+            from .release import release_python
+            python = release_python("0.3.0")
+            if python is None:
+                raise RuntimeError("release 0.3.0's commit is not in this checkout")
+            kw["python"] = python
+        return following.SCENARIOS[name](workdir, **kw)
+    return run
+
+
 SCENARIOS: dict[str, Scenario] = {
     "sigkill": sigkill,
     "sigstop": sigstop,
@@ -1024,4 +1039,7 @@ SCENARIOS: dict[str, Scenario] = {
     "group_progress_restart": _group_progress,
     "done_window": done_window,
     "schedule_sigkill": schedule_sigkill,
+    "fanout_backup_partitioned": _following("fanout_backup_partitioned"),
+    "fanout_passed_over": _following("fanout_passed_over"),
+    "fanout_mixed_release": _following("fanout_mixed_release"),
 }
