@@ -196,8 +196,9 @@ def serving(config: dict[str, Any]) -> dict[str, Any]:
 def note_batches(rec: Recorder) -> None:
     """Note every round trip that carries more than one protocol step (sync and
     asyncio), so a scenario can tell its steps were batched (not vacuously), each
-    delivery a backup settled by its namespace's progress, without a look, and each
-    time a fan-out reader skipped to that progress, reading none of what it passed."""
+    delivery a backup settled by its namespace's progress, without a look, each time a
+    fan-out reader skipped to that progress, reading none of what it passed, and each
+    time a backup's reading of its namespace showed a primary serving, or none any more."""
     from lockworker.aio import batcher as aio_batcher
     from lockworker.protocol import batch
 
@@ -226,6 +227,8 @@ def note_batches(rec: Recorder) -> None:
             rec.note("followed", key=str(fields.get("job_id")))  # settled, no look
         elif event == "stream.skipped":  # the source skipped to its namespace's progress
             rec.note("skipped", progress=str(fields.get("progress")))
+        elif event in ("presence.primary_serving", "presence.primary_gone"):
+            rec.note("primary", serving=event.endswith("serving"))  # a backup's view
 
     lockworker.runtime.events.add_observer(followed)
 

@@ -18,7 +18,8 @@ that must not break:
   backups of both, holders of both SIGKILLed.
 
 Besides the checker's promises (:func:`faults.history.check`), each checks
-:func:`followed_early`: no delivery settled by the progress before its job was done.
+:func:`~faults.history.followed_early`: no delivery settled by the progress before its
+job was done.
 """
 
 from __future__ import annotations
@@ -36,39 +37,15 @@ from lockworker.protocol.decode import text
 from lockworker.protocol.streams import entry_order
 from lockworker.runtime.reindex import index_all
 
-from .harness import Child, Env, environment, kind_of, wait_for
-from .history import JOB, Final, History, Violation, check, handovers
+from .harness import Child, Env, Fleet, environment, kind_of, wait_for
+from .history import History, Violation, handovers
 from .proxy import Proxy
-from .scenarios import Result, finish, late_writes, other_side, seeded, sides
+from .scenarios import Result, finish, full_check, late_writes, other_side, seeded, sides
 
 FOLLOWING = {"fanout": True, "own_process": True, "backup_delay": 0.2,
              "retry_delay": [0.0, 0.05, 0.1]}
 """Workers serving one stream fan-out through lockworker's own ``process`` (backups
 follow the progress), failures handed over at once, then due 0.05 s and 0.1 s later."""
-
-
-def followed_early(history: History, final: dict[str, Final]) -> list[Violation]:
-    """Deliveries settled by the progress (``followed`` notes) before their job was
-    done: the run whose attempt the server marked DONE must have ended its section
-    (``returned``) before any backup settled the job without a look; a job that did
-    not end DONE must never be settled so."""
-    out: list[Violation] = []
-    for note in history.notes:
-        if note.get("what") != "followed":
-            continue
-        key, at = note["key"], note["t"]
-        end = final.get(key)
-        done = [s for s in history.sections if s.kind == JOB and s.key == key
-                and end is not None and s.token == end.token and s.result == "returned"]
-        if end is None or end.status != "done" or not done:
-            out.append(Violation(
-                "followed_early", key, f"run {note['run']} settled it by the progress, "
-                f"yet it ended {end.status if end else 'unknown'} with no run done"))
-        elif done[0].end is None or done[0].end > at:
-            out.append(Violation(
-                "followed_early", key, f"run {note['run']} settled it by the progress "
-                f"{(done[0].end or at) - at:.3f} s before the run that did it returned"))
-    return out
 
 
 class Stream:
@@ -118,11 +95,7 @@ def settled(env: Env, stream: Stream, owners: list[str], timeout: float) -> None
 def verdict(env: Env, history: History, jobs: list[str], max_attempts: int,
             problems: list[Violation]) -> list[Violation]:
     """Every promise, nothing pending, and no delivery followed before its job's DONE."""
-    final = env.finals(jobs)
-    return problems + check(
-        history, effects=env.store.effects(), final=final, pending_ok=False,
-        max_attempts=max_attempts,
-    ) + followed_early(history, final)
+    return problems + full_check(env, history, jobs, max_attempts)
 
 
 def ended_in(history: History, run: str, result: str, since: float, until: float) -> int:
@@ -148,14 +121,15 @@ def caught_up_from_progress(
 
 def backup_partitioned(
     workdir: Path, *, rounds: int = 3, batch: int = 10, lock_timeout: float = 0.5,
-    max_attempts: int = 10, cut: tuple[float, float] = (0.8, 1.2), seed: int | None = None,
+    max_attempts: int = 10, cut: tuple[float, float] = (0.8, 1.2), kill_every: int = 3,
+    seed: int | None = None,
 ) -> Result:
     """Two backups (sync, asyncio) reach the server through a proxy, the primary
     directly. Each round cuts the backups off (black-holed, then closed, in turn),
     submits ``batch`` jobs they cannot read, and waits for the primary to fail one (the
     third fails its first attempt; the handover is published on a channel the backups
-    no longer hear) and, but in the last round, for its progress past the batch; in the
-    last round it is SIGKILLed holding a job, whose lease runs out before the link
+    no longer hear) and for its progress past the batch; but every ``kill_every``-th
+    round it is SIGKILLed instead, holding a job whose lease runs out before the link
     returns, and comes back (same owner, other side) once that job is taken over.
     Once the link is back the backups catch up: every job ends DONE or GAVE_UP,
     the killed job with a larger token, and every backup's saved position reaches the
@@ -186,8 +160,11 @@ def backup_partitioned(
         stream.submit(ids)
         wait_for(lambda: stream.read_past(["primary", "backup0", "backup1"]), 30.0,
                  "every reader past the first batch", 0.05)
+        spawned_at = 0.0
         for r in range(rounds):
-            last = r == rounds - 1
+            wait_for(lambda since=spawned_at: primary_seen(fleet, backups, True, since), 20.0,
+                     "both backups see the primary serving", 0.05)
+            last = r % kill_every == kill_every - 1  # a round that kills the primary
             mode = "blackhole" if r % 2 == 0 else "close"
             dropped, closed, refused = proxy.dropped, proxy.cut, proxy.refused
             proxy.set_mode(mode)
@@ -235,6 +212,7 @@ def backup_partitioned(
                 key = killed["key"]
                 wait_for(lambda key=key: stream.resolved([key]), 30.0,
                          f"{key} taken over", 0.05)
+                spawned_at = time.monotonic()
                 primary = fleet.respawn(primary, mode=other_side(primary.mode))
                 fleet.wait_ready(primary)
             else:  # the backups read the batch, and follow the progress past it
@@ -278,23 +256,34 @@ def backup_partitioned(
     )
 
 
+def primary_seen(fleet: Fleet, backups: list[Child], serving: bool, since: float) -> bool:
+    """Whether every backup's reading of its namespace showed, after ``since``, a primary
+    serving (or, with ``serving`` False, none any more): the ``primary`` notes."""
+    notes = [n for n in fleet.history().notes if n.get("what") == "primary" and n["t"] > since]
+    runs = {fleet.state(c).run for c in backups}
+    return all(any(n["run"] == run and n["serving"] == serving for n in notes) for run in runs)
+
+
 def passed_over(
-    workdir: Path, *, rounds: int = 3, batch: int = 10, long_for: float = 1.6,
-    lock_timeout: float = 0.5, max_attempts: int = 8, seed: int | None = None,
+    workdir: Path, *, rounds: int = 3, batch: int = 8, long_for: float = 1.5,
+    lock_timeout: float = 1.0, max_attempts: int = 8, seed: int | None = None,
 ) -> Result:
     """A primary serving four jobs at once takes each round's long job (its first
-    attempt lasts ``long_for``), while its other slots do the later jobs: the progress
-    waits behind the long job (read on the server: before its entry, with later jobs
-    DONE). Two backups (asyncio, sync) follow the progress. In odd rounds the primary
-    is SIGKILLed holding the long job: a backup must take it over at its lease's end,
-    with a larger token; in the others the primary finishes it, and no backup may run
-    it. Every job is resolved once; no delivery is settled by the progress before its
-    job's DONE (:func:`followed_early`)."""
+    attempt lasts ``long_for``, past the lease, which the primary renews meanwhile),
+    while its other slots do the later jobs: the progress waits behind the long job
+    (read on the server: before its entry, with later jobs DONE). Two backups (asyncio,
+    sync) follow the progress; each round starts once both see the primary serving. In
+    odd rounds the primary is SIGKILLed holding the long job: a backup must take it
+    over at its lease's end, with a larger token (and the primary comes back on the
+    other side once both backups saw it gone); in the others the primary finishes it,
+    and no backup may run it meanwhile. Every job is resolved once; no delivery is
+    settled by the progress before its job's DONE (:func:`~faults.history.
+    followed_early`)."""
     rng, seed = seeded(seed)
     started = time.monotonic()
     ids: list[str] = []
     longs = [f"r{r}-long" for r in range(rounds)]
-    waited = later_done = killed_rounds = took_over = finished = 0
+    waited = later_done = by_primary = killed_rounds = took_over = finished = lost = 0
     takeover_s: list[float] = []
     violations: list[Violation] = []
     killed: list[tuple[dict[str, Any], float]] = []
@@ -309,9 +298,12 @@ def passed_over(
         backups = [fleet.spawn(kind_of("worker", n == 0), name=f"backup{n}",
                                owner=f"backup{n}", jobs=[], role="backup")
                    for n in range(2)]
+        spawned_at = 0.0
         for child in (primary, *backups):
             fleet.wait_ready(child)
         for r, long in enumerate(longs):
+            wait_for(lambda since=spawned_at: primary_seen(fleet, backups, True, since), 20.0,
+                     "both backups see the primary serving", 0.05)
             fresh = [f"r{r}-j00", long, *(f"r{r}-j{i:02d}" for i in range(1, batch))]
             ids += fresh
             stream.submit(fresh)
@@ -321,6 +313,7 @@ def passed_over(
                 found = [(c, s) for c, s in fleet.holders() if s["key"] == long]
                 return found[0] if found else None
             child, section = wait_for(holder, 15.0, f"{long} held")
+            by_primary += child is primary
             entry = entry_order(stream.entries[long])
 
             def behind(long: str = long, later: list[str] = later,
@@ -335,20 +328,22 @@ def passed_over(
                     return -1
                 done = sum(f.status == "done" for f in env.finals(later).values())
                 return done if done >= 3 and holder() is not None else 0
-            try:
+            with contextlib.suppress(TimeoutError):
                 seen = wait_for(behind, long_for, f"later jobs done behind {long}", 0.05)
-            except TimeoutError:
-                seen = 0
-            if seen > 0:
-                waited += 1
-                later_done += seen
-            if r % 2 == 1 and child.name == "primary" and holder() is not None:
+                if seen > 0:
+                    waited += 1
+                    later_done += seen
+            if r % 2 == 1 and child is primary and holder() is not None:
                 time.sleep(rng.uniform(0, 0.1))
                 fleet.kill(child)
-                killed.append((section, time.monotonic()))
+                killed_at = time.monotonic()
+                killed.append((section, killed_at))
                 killed_rounds += 1
                 wait_for(lambda long=long: stream.resolved([long]), 30.0,
                          f"{long} taken over", 0.05)
+                wait_for(lambda at=killed_at: primary_seen(fleet, backups, False, at), 30.0,
+                         "both backups see the primary gone", 0.05)
+                spawned_at = time.monotonic()
                 primary = fleet.respawn(child, mode=other_side(child.mode))
                 fleet.wait_ready(primary)
             else:
@@ -368,17 +363,21 @@ def passed_over(
                 took_over += 1
                 takeover_s.append(after[0].start - at)
         for r, long in enumerate(longs):
-            sections = [s for s in history.sections if s.key == long]
-            if r % 2 == 0 and len(sections) == 1 and sections[0].result == "returned":
-                finished += 1
+            if r % 2 == 1:
+                continue
+            first = min((s for s in history.sections if s.key == long), key=lambda s: s.start)
+            if first.result == "returned" and first.token == final[long].token:
+                finished += 1  # its holder finished it, nobody else ran it
+            elif first.result == "lost":
+                lost += 1  # its holder (a loaded machine) noticed it lost the lease
         mixed = sides(env, history)
     return Result(
         "fanout_passed_over", rounds, killed_rounds, handovers(history), violations,
         time.monotonic() - started,
-        {"seed": seed, "waited": waited, "later_done": later_done, "killed": killed_rounds,
-         "took_over": took_over,
+        {"seed": seed, "by_primary": by_primary, "waited": waited, "later_done": later_done,
+         "killed": killed_rounds, "took_over": took_over,
          "takeover_s": round(max(takeover_s), 3) if takeover_s else None,
-         "finished_alone": finished, **mixed},
+         "finished_alone": finished, "lost_lease": lost, **mixed},
     )
 
 

@@ -41,7 +41,16 @@ from lockworker.protocol.streams import entry_order
 
 from .child import CRASH_EXIT
 from .harness import DURABLE, WORKERS, Child, Env, environment, is_async, kind_of, restart, wait_for
-from .history import JOB, History, Section, Violation, Window, check, handovers
+from .history import (
+    JOB,
+    History,
+    Section,
+    Violation,
+    Window,
+    check,
+    followed_early,
+    handovers,
+)
 from .proxy import Proxy
 
 
@@ -244,11 +253,13 @@ class Mix:
 
 
 def full_check(env: Env, history: History, jobs: list[str], max_attempts: int) -> list[Violation]:
-    """Every promise: exclusion, tokens, DONE once, nothing lost, attempt limit."""
+    """Every promise: exclusion, tokens, DONE once, nothing lost, attempt limit, and no
+    delivery settled by its namespace's progress before its job was done."""
+    final = env.finals(jobs)
     return check(
-        history, effects=env.store.effects(), final=env.finals(jobs), pending_ok=False,
+        history, effects=env.store.effects(), final=final, pending_ok=False,
         max_attempts=max_attempts,
-    )
+    ) + followed_early(history, final)
 
 
 def kill_holders(

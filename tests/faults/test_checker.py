@@ -27,6 +27,7 @@ from .history import (
     Violation,
     Window,
     check,
+    followed_early,
     handovers,
     load,
     parse_lines,
@@ -379,8 +380,6 @@ def test_a_run_after_the_done_window_is_accepted_only_where_granted() -> None:
 def test_a_delivery_followed_before_its_job_was_done_is_caught() -> None:
     """``followed_early``: a backup settled a job by the progress before the run that
     the server marked DONE returned, or settled one that did not end DONE."""
-    from .following import followed_early
-
     done = sec("x", "a", 7, 1.0, 1.4, end=1.5)
     history = History(sections=[done])
     final = {"x": Final("done", 7, 1), "y": Final("gave_up", 3, 3)}

@@ -275,8 +275,8 @@ def test_a_fanout_backup_cut_off_across_a_handover_catches_up_and_loses_nothing(
     # was taken over by a backup once the link was back.
     assert extra["failed_in_cut"] >= 1, result.figure()
     assert extra["killed_in_cut"] == 1 and extra["took_over"] == 1, result.figure()
-    # Each backup caught up on each batch done while it was cut off from the progress:
-    # it skipped to the progress, or settled the batch's jobs by it, without a look.
+    # Each backup caught up on each batch the primary did while it was cut off: it
+    # skipped to the progress, or settled the batch's jobs by it, without a look.
     assert extra["caught_up"] == 2 * (result.rounds - 1), result.figure()
 
 
@@ -288,11 +288,16 @@ def test_a_job_the_primary_passes_over_is_neither_followed_nor_lost(tmp_path: Pa
     result = scenarios.SCENARIOS["fanout_passed_over"](tmp_path)
     verdict(result, tmp_path)
     extra = result.extra
-    # The progress was seen waiting behind each long job with later jobs done.
+    # The primary held each long job, and the progress was seen waiting behind it with
+    # later jobs done.
+    assert extra["by_primary"] == 3, result.figure()
     assert extra["waited"] == 3 and extra["later_done"] >= 9, result.figure()
     assert extra["killed"] == 1 and extra["took_over"] == 1, result.figure()
-    assert extra["takeover_s"] < 3.0, result.figure()  # at the lease's end (0.5 s)
-    assert extra["finished_alone"] == 2, result.figure()  # one section, the primary's
+    assert extra["takeover_s"] < 4.0, result.figure()  # at the lease's end (1 s)
+    # The primary finished the others alone (or, slowed past its lease on a loaded
+    # machine, noticed it lost the job, which the checker then followed).
+    assert extra["finished_alone"] + extra["lost_lease"] == 2, result.figure()
+    assert extra["finished_alone"] >= 1, result.figure()
     assert extra["followed"] >= 1, result.figure()
     assert extra["aio"] >= 1, result.figure()  # asyncio processes served too
 
