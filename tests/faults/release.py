@@ -4,12 +4,14 @@ The recipe is tests/integration/test_rolling_upgrade.py's: the release's commit 
 tag ``v<version>``, else the commit whose message starts ``Release <version>``) is
 archived, built into a wheel and installed alone in a virtual environment whose
 dependencies are this one's (a ``.pth`` file). The interpreter is kept under the
-system's temporary directory, named by the commit, so the battery and the soak build
-it once per machine; a half-built one is never used (it is renamed into place last).
+system's temporary directory, named by the commit and the interpreter building it, so
+the battery and the soak build it once per machine and environment; a half-built one
+is never used (it is renamed into place last).
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import subprocess
@@ -53,7 +55,9 @@ def release_python(version: str) -> Path | None:
     commit = release_commit(version)
     if commit is None:
         return None
-    home = Path(tempfile.gettempdir()) / f"lockworker-release-{version}-{commit[:12]}"
+    deps = sysconfig.get_paths()["purelib"]  # the dependencies it borrows: this venv's
+    tag = hashlib.sha256(f"{commit}\0{sys.executable}\0{deps}".encode()).hexdigest()[:16]
+    home = Path(tempfile.gettempdir()) / f"lockworker-release-{version}-{tag}"
     python = home / "venv" / "bin" / "python"
     if python.exists():
         return python
@@ -72,7 +76,7 @@ def release_python(version: str) -> Path | None:
         site = _run(venv / "bin" / "python", "-c",
                     "import sysconfig; print(sysconfig.get_paths()['purelib'])",
                     cwd=work).strip()
-        (Path(site) / "deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+        (Path(site) / "deps.pth").write_text(deps + "\n")
         shutil.rmtree(src)
         try:
             work.rename(home)
