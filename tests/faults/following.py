@@ -6,8 +6,8 @@ that must not break:
 
 - ``fanout_backup_partitioned``: the backups' link to the server (through a
   :class:`~faults.proxy.Proxy`) black-holed or closed while the primary hands jobs
-  over (its failures, published on the handover channel the backups cannot hear) and,
-  in the last round, is SIGKILLed holding a job whose lease then runs out: once the
+  over (its failures, published on the handover channel the backups cannot hear) or,
+  every third round, is SIGKILLed holding a job whose lease then runs out: once the
   link is back the backups catch up from the progress and lose nothing;
 - ``fanout_passed_over``: a primary serving several jobs at once holds one of them
   long, so its progress waits behind it while the later ones are done: the backups
@@ -266,19 +266,23 @@ def primary_seen(fleet: Fleet, backups: list[Child], serving: bool, since: float
 
 def passed_over(
     workdir: Path, *, rounds: int = 3, batch: int = 8, long_for: float = 1.5,
-    lock_timeout: float = 1.0, max_attempts: int = 8, seed: int | None = None,
+    lock_timeout: float = 1.0, max_attempts: int = 8, kill_every: int = 3,
+    seed: int | None = None,
 ) -> Result:
-    """A primary serving four jobs at once takes each round's long job (its first
-    attempt lasts ``long_for``, past the lease, which the primary renews meanwhile),
-    while its other slots do the later jobs: the progress waits behind the long job
-    (read on the server: before its entry, with later jobs DONE). Two backups (asyncio,
-    sync) follow the progress; each round starts once both see the primary serving. In
-    odd rounds the primary is SIGKILLed holding the long job: a backup must take it
-    over at its lease's end, with a larger token (and the primary comes back on the
-    other side once both backups saw it gone); in the others the primary finishes it,
-    and no backup may run it meanwhile. Every job is resolved once; no delivery is
-    settled by the progress before its job's DONE (:func:`~faults.history.
-    followed_early`)."""
+    """A primary (asyncio; back sync after a kill) serving four jobs at once takes each
+    round's long job (its first attempt lasts ``long_for``, past the lease, which the
+    primary renews meanwhile), while its other slots do the later jobs: the progress
+    waits behind the long job (read on the server: before its entry, with later jobs
+    DONE). Two backups (asyncio, sync) follow the progress; each round starts once
+    both see the primary serving. In every ``kill_every``-th round the primary is
+    SIGKILLed holding the long job: a
+    backup must take it over at its lease's end, with a larger token (and the primary
+    comes back on the other side once both backups saw it gone); in the others the
+    primary finishes it, and no backup may run it meanwhile. (In a round right after
+    such a comeback a backup may take the long job first, as the rules let it: the new
+    primary's serving has not moved yet, ``by_primary`` shows it.) Every job is
+    resolved once; no delivery is settled by the progress before its job's DONE
+    (:func:`~faults.history.followed_early`)."""
     rng, seed = seeded(seed)
     started = time.monotonic()
     ids: list[str] = []
@@ -293,7 +297,7 @@ def passed_over(
                      **FOLLOWING) as env:
         fleet = env.fleet
         stream = Stream(env)
-        primary = fleet.spawn("worker", name="primary", owner="primary", jobs=[],
+        primary = fleet.spawn("aworker", name="primary", owner="primary", jobs=[],
                               role="primary")
         backups = [fleet.spawn(kind_of("worker", n == 0), name=f"backup{n}",
                                owner=f"backup{n}", jobs=[], role="backup")
@@ -333,7 +337,8 @@ def passed_over(
                 if seen > 0:
                     waited += 1
                     later_done += seen
-            if r % 2 == 1 and child is primary and holder() is not None:
+            kill = r % kill_every == kill_every - 1
+            if kill and child is primary and holder() is not None:
                 time.sleep(rng.uniform(0, 0.1))
                 fleet.kill(child)
                 killed_at = time.monotonic()
@@ -363,7 +368,7 @@ def passed_over(
                 took_over += 1
                 takeover_s.append(after[0].start - at)
         for r, long in enumerate(longs):
-            if r % 2 == 1:
+            if r % kill_every == kill_every - 1:
                 continue
             first = min((s for s in history.sections if s.key == long), key=lambda s: s.start)
             if first.result == "returned" and first.token == final[long].token:

@@ -299,7 +299,7 @@ def test_a_job_the_primary_passes_over_is_neither_followed_nor_lost(tmp_path: Pa
     assert extra["finished_alone"] + extra["lost_lease"] == 2, result.figure()
     assert extra["finished_alone"] >= 1, result.figure()
     assert extra["followed"] >= 1, result.figure()
-    assert extra["aio"] >= 1, result.figure()  # asyncio processes served too
+    assert extra["aio"] >= 1, result.figure()  # the asyncio primary held them
 
 
 def test_release_0_3_0_and_this_one_on_one_fanout_stream(tmp_path: Path) -> None:
