@@ -233,10 +233,6 @@ def backup_partitioned(
             if final[k["key"]].token > k["token"] and after:
                 took_over += 1
         mixed = sides(env, history)
-    healed = {key: c["healed"] for c in cuts if c["killed"] is None for key in c["jobs"]}
-    followed_after = sum(1 for n in history.notes if n.get("what") == "followed"
-                         and n["run"] in backup_runs and n["key"] in healed
-                         and n["t"] > healed[n["key"]])
     caught_up = sum(1 for c in cuts if c["killed"] is None for run in backup_runs
                     if caught_up_from_progress(history, run, c, stream.entries))
     return Result(
@@ -251,7 +247,7 @@ def backup_partitioned(
                                                  else "closed"] > 0),
          "failed_in_cut": sum(c["failed"] for c in cuts),
          "killed_in_cut": sum(c["killed"] is not None for c in cuts),
-         "took_over": took_over, "followed_after": followed_after, "caught_up": caught_up,
+         "took_over": took_over, "caught_up": caught_up,
          **mixed, **late_writes(history)},
     )
 

@@ -189,7 +189,8 @@ class Fleet:
             "stop_file": str(self.stop_file),
         }
         # Run in the work directory (not the current one, which may hold another
-        # lockworker tree) with the parent's lockworker first on the path.
+        # lockworker tree) with the parent's lockworker first on the path (another
+        # release's interpreter: only the battery's modules, its own lockworker).
         env = dict(os.environ)
         paths = (str(TESTS_DIR),) if python else (
             str(TESTS_DIR), str(LIBRARY_ROOT), env.get("PYTHONPATH", ""))
