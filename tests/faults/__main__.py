@@ -59,6 +59,9 @@ SOAK: dict[str, dict[str, Any]] = {
     "group_progress_restart": {"jobs": 120},
     "done_window": {"retention": 5.0},
     "schedule_sigkill": {"rounds": 12, "ticks": 40},
+    "fanout_backup_partitioned": {"rounds": 12, "batch": 20},  # 4 of them kill the primary
+    "fanout_passed_over": {"rounds": 12, "batch": 16},  # 4 of them kill the primary
+    "fanout_mixed_release": {"rounds": 16, "jobs": 160},
 }
 """Soak sizes per scenario (the battery's sizes are the scenarios' defaults)."""
 

@@ -75,6 +75,13 @@ class Work:
         self.step = float(config.get("step", 0.03))
         self.fail_rate = float(config.get("fail_rate", 0.0))
         self.crash_rate = float(config.get("crash_rate", 0.0))
+        self.long_jobs = frozenset(config.get("long_jobs", ()))
+        self.long_for = float(config.get("long_for", 0.0))
+        """A job of ``long_jobs`` takes ``long_for`` seconds on its first attempt, and
+        does not fail: a holder that passes it over, or is killed holding it."""
+        self.fail_first = frozenset(config.get("fail_first", ()))
+        """Jobs whose first attempt fails, whatever ``fail_rate`` says: a handover
+        at a known point."""
 
     def plan(
         self, kind: str, key: str, token: int, lost: Callable[[], bool], *,
@@ -86,6 +93,10 @@ class Work:
         sid = rec.begin(kind, key, token, lost, attempt=attempt)
         steps = rng.randint(*self.steps)
         fail = rng.random() < self.fail_rate
+        if key in self.long_jobs and attempt == 1:
+            steps, fail = max(steps, round(self.long_for / self.step)), False
+        elif key in self.fail_first and attempt == 1:
+            fail = True
         crash_at = rng.randint(0, steps) if rng.random() < self.crash_rate else None
         for i in range(steps + 1):
             if crash_at == i:
@@ -184,11 +195,17 @@ def serving(config: dict[str, Any]) -> dict[str, Any]:
 
 def note_batches(rec: Recorder) -> None:
     """Note every round trip that carries more than one protocol step (sync and
-    asyncio), so a scenario can tell its steps were batched (not vacuously), and each
-    delivery a backup settled by its namespace's progress, without a look."""
+    asyncio), so a scenario can tell its steps were batched (not vacuously), each
+    delivery a backup settled by its namespace's progress, without a look, each time a
+    fan-out reader skipped to that progress, reading none of what it passed, and each
+    time a backup's reading of its namespace showed a primary serving, or none any more."""
     from lockworker.aio import batcher as aio_batcher
-    from lockworker.daemons import lane
     from lockworker.protocol import batch
+
+    try:
+        from lockworker.daemons import lane
+    except ImportError:  # release 0.3.0 (a rolling upgrade's old side) has no lane
+        lane = None
 
     sync_send, async_send = batch.send, aio_batcher.send
 
@@ -201,12 +218,17 @@ def note_batches(rec: Recorder) -> None:
         return await async_send(client, steps)
 
     batch.send = send  # type: ignore[assignment]
-    lane.send = send  # type: ignore[assignment]  # serve's lane: claims and DONEs
+    if lane is not None:
+        lane.send = send  # type: ignore[assignment]  # serve's lane: claims and DONEs
     aio_batcher.send = asend  # type: ignore[assignment]
 
     def followed(logger: str, event: str, fields: dict[str, Any]) -> None:
         if event == "job.done_elsewhere" and fields.get("followed"):
             rec.note("followed", key=str(fields.get("job_id")))  # settled, no look
+        elif event == "stream.skipped":  # the source skipped to its namespace's progress
+            rec.note("skipped", progress=str(fields.get("progress")))
+        elif event in ("presence.primary_serving", "presence.primary_gone"):
+            rec.note("primary", serving=event.endswith("serving"))  # a backup's view
 
     lockworker.runtime.events.add_observer(followed)
 
@@ -245,7 +267,7 @@ def run_worker(config: dict[str, Any], rec: Recorder, work: Work) -> None:
     client = redis_client(config, config["urls"][0])
 
     def on_acquired(job: lockworker.Job) -> None:
-        if job.scheduled_for is not None:
+        if getattr(job, "scheduled_for", None) is not None:  # none in 0.3.0
             note_tick(rec, job, client.time())
         result = work.section(JOB, job.id, job.token, lambda: job.lost, attempt=job.attempt)
         if result != "returned":
@@ -523,7 +545,7 @@ def aredis_client(config: dict[str, Any], url: str) -> redis.asyncio.Redis:
 
 async def run_aworker(config: dict[str, Any], rec: Recorder, work: Work) -> None:
     async def on_acquired(job: lockworker.Job) -> None:
-        if job.scheduled_for is not None:
+        if getattr(job, "scheduled_for", None) is not None:  # none in 0.3.0
             note_tick(rec, job, await client.time())
         result = await work.asection(
             JOB, job.id, job.token, lambda: job.lost, attempt=job.attempt
@@ -534,7 +556,7 @@ async def run_aworker(config: dict[str, Any], rec: Recorder, work: Work) -> None
     client = aredis_client(config, config["urls"][0])
     concurrency = int(config.get("concurrency", 1))
     own = bool(config.get("own_process")) and bool(config.get("fanout"))
-    if concurrency > 1:
+    if concurrency > 1 or own:
         note_batches(rec)
     worker = (aio.Worker if own else recording(aio.Worker, rec))(
         client,
@@ -750,6 +772,7 @@ def main() -> int:
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.CRITICAL))
     label = config.get("owner") or f"{config['mode']}-{os.getpid()}"
     rec = Recorder(config["history"], owner=label)
+    rec.note("release", version=lockworker.__version__, file=lockworker.__file__)
     if config.get("clock_jumps"):
         jump_wall_clock(rec)
     if config["mode"] in AMODES:

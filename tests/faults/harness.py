@@ -108,6 +108,9 @@ class Child:
     path: Path
     proc: subprocess.Popen[bytes]
     killed: bool = False
+    python: Path | None = None
+    """The interpreter it runs on, if not the parent's (another release's, with its own
+    ``lockworker``)."""
 
     @property
     def pid(self) -> int:
@@ -173,7 +176,11 @@ class Fleet:
         self.tail = Tail()
         self._seq = itertools.count()
 
-    def spawn(self, mode: str, *, name: str | None = None, **config: Any) -> Child:
+    def spawn(
+        self, mode: str, *, name: str | None = None, python: Path | None = None, **config: Any
+    ) -> Child:
+        """Start a child of kind ``mode``; on ``python`` (another release's interpreter,
+        whose ``lockworker`` it then imports instead of the parent's), if given."""
         n = next(self._seq)
         label = name or f"{mode}{n}"
         path = self.workdir / f"{n:04d}-{label}.jsonl"
@@ -182,17 +189,19 @@ class Fleet:
             "stop_file": str(self.stop_file),
         }
         # Run in the work directory (not the current one, which may hold another
-        # lockworker tree) with the parent's lockworker first on the path.
+        # lockworker tree) with the parent's lockworker first on the path (another
+        # release's interpreter: only the battery's modules, its own lockworker).
         env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(
-            p for p in (str(TESTS_DIR), str(LIBRARY_ROOT), env.get("PYTHONPATH", "")) if p
-        )
+        paths = (str(TESTS_DIR),) if python else (
+            str(TESTS_DIR), str(LIBRARY_ROOT), env.get("PYTHONPATH", ""))
+        env["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
         with path.with_suffix(".err").open("wb") as err:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "faults.child", json.dumps(full)], cwd=self.workdir,
-                env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err,
+                [str(python or sys.executable), "-m", "faults.child", json.dumps(full)],
+                cwd=self.workdir, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                stderr=err,
             )
-        child = Child(label, mode, full, path, proc)
+        child = Child(label, mode, full, path, proc, python=python)
         self.children.append(child)
         return child
 
@@ -202,7 +211,7 @@ class Fleet:
         config = {k: v for k, v in child.config.items()
                   if k not in ("mode", "history", "stop_file")}
         config.update(changes)
-        return self.spawn(mode or child.mode, name=child.name, **config)
+        return self.spawn(mode or child.mode, name=child.name, python=child.python, **config)
 
     def live(self, *modes: str) -> list[Child]:
         """The children alive now (of ``modes`` only, if given)."""

@@ -232,6 +232,30 @@ def load(paths: Iterable[Path]) -> History:
     return history
 
 
+def followed_early(history: History, final: Mapping[str, Final]) -> list[Violation]:
+    """Deliveries settled by the progress (``followed`` notes) before their job was
+    done: the run whose attempt the server marked DONE must have ended its section
+    (``returned``) before any backup settled the job without a look; a job that did
+    not end DONE must never be settled so."""
+    out: list[Violation] = []
+    for note in history.notes:
+        if note.get("what") != "followed":
+            continue
+        key, at = note["key"], note["t"]
+        end = final.get(key)
+        done = [s for s in history.sections if s.kind == JOB and s.key == key
+                and end is not None and s.token == end.token and s.result == "returned"]
+        if end is None or end.status != "done" or not done:
+            out.append(Violation(
+                "followed_early", key, f"run {note['run']} settled it by the progress, "
+                f"yet it ended {end.status if end else 'unknown'} with no run done"))
+        elif done[0].end is None or done[0].end > at:
+            out.append(Violation(
+                "followed_early", key, f"run {note['run']} settled it by the progress "
+                f"{(done[0].end or at) - at:.3f} s before the run that did it returned"))
+    return out
+
+
 def handovers(history: History) -> int:
     """Sections that follow, on the same key, a section of another process."""
     count = 0

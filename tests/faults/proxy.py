@@ -53,6 +53,10 @@ class Proxy:
         self.delay = 0.0
         self.accepted = 0
         self.refused = 0
+        self.dropped = 0
+        """Chunks read and forwarded nowhere (black-holed), so far."""
+        self.cut = 0
+        """Connections closed by a switch to ``close``, so far."""
         self._conns: set[_Conn] = set()
         self._mutex = threading.Lock()
         self._closed = threading.Event()
@@ -80,6 +84,7 @@ class Proxy:
         with self._mutex:
             self.mode, self.delay = mode, max(0.0, delay_ms) / 1000.0
             doomed = list(self._conns) if mode == "close" else []
+            self.cut += len(doomed)
         for conn in doomed:
             conn.close()
 
@@ -140,6 +145,7 @@ class Proxy:
                 read_at = time.monotonic()
                 with self._mutex:
                     mode, delay = self.mode, self.delay
+                    self.dropped += mode == "blackhole"
                 if mode == "blackhole":
                     continue
                 if mode == "delay" and conn.closed.wait(

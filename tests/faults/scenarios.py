@@ -41,7 +41,16 @@ from lockworker.protocol.streams import entry_order
 
 from .child import CRASH_EXIT
 from .harness import DURABLE, WORKERS, Child, Env, environment, is_async, kind_of, restart, wait_for
-from .history import JOB, History, Section, Violation, Window, check, handovers
+from .history import (
+    JOB,
+    History,
+    Section,
+    Violation,
+    Window,
+    check,
+    followed_early,
+    handovers,
+)
 from .proxy import Proxy
 
 
@@ -244,11 +253,13 @@ class Mix:
 
 
 def full_check(env: Env, history: History, jobs: list[str], max_attempts: int) -> list[Violation]:
-    """Every promise: exclusion, tokens, DONE once, nothing lost, attempt limit."""
+    """Every promise: exclusion, tokens, DONE once, nothing lost, attempt limit, and no
+    delivery settled by its namespace's progress before its job was done."""
+    final = env.finals(jobs)
     return check(
-        history, effects=env.store.effects(), final=env.finals(jobs), pending_ok=False,
+        history, effects=env.store.effects(), final=final, pending_ok=False,
         max_attempts=max_attempts,
-    )
+    ) + followed_early(history, final)
 
 
 def kill_holders(
@@ -995,6 +1006,21 @@ def _group_progress(workdir: Path, **kw: Any) -> Result:
     return progress_restart(workdir, group=True, **kw)
 
 
+def _following(name: str) -> Scenario:
+    """A scenario of :mod:`faults.following` (fan-out backups that follow the progress),
+    imported when run: it builds on this module."""
+    def run(workdir: Path, **kw: Any) -> Result:
+        from . import following
+        if name == "fanout_mixed_release" and "python" not in kw:
+            from .release import release_python
+            python = release_python("0.3.0")
+            if python is None:
+                raise RuntimeError("release 0.3.0's commit is not in this checkout")
+            kw["python"] = python
+        return following.SCENARIOS[name](workdir, **kw)
+    return run
+
+
 SCENARIOS: dict[str, Scenario] = {
     "sigkill": sigkill,
     "sigstop": sigstop,
@@ -1024,4 +1050,7 @@ SCENARIOS: dict[str, Scenario] = {
     "group_progress_restart": _group_progress,
     "done_window": done_window,
     "schedule_sigkill": schedule_sigkill,
+    "fanout_backup_partitioned": _following("fanout_backup_partitioned"),
+    "fanout_passed_over": _following("fanout_passed_over"),
+    "fanout_mixed_release": _following("fanout_mixed_release"),
 }

@@ -27,6 +27,7 @@ from .history import (
     Violation,
     Window,
     check,
+    followed_early,
     handovers,
     load,
     parse_lines,
@@ -374,3 +375,21 @@ def test_a_run_after_the_done_window_is_accepted_only_where_granted() -> None:
     too_early = check(history, effects=effects, final=final, pending_ok=False,
                       windows={"x": Window(6.0, first)})
     assert {v.kind for v in too_early} >= {"double_done"}, too_early
+
+
+def test_a_delivery_followed_before_its_job_was_done_is_caught() -> None:
+    """``followed_early``: a backup settled a job by the progress before the run that
+    the server marked DONE returned, or settled one that did not end DONE."""
+    done = sec("x", "a", 7, 1.0, 1.4, end=1.5)
+    history = History(sections=[done])
+    final = {"x": Final("done", 7, 1), "y": Final("gave_up", 3, 3)}
+
+    def followed(key: str, t: float) -> list[Violation]:
+        history.notes[:] = [{"what": "followed", "key": key, "run": "b", "t": t}]
+        return followed_early(history, final)
+
+    assert followed("x", 1.6) == []  # after the DONE run returned: fine
+    assert kinds(followed("x", 1.2)) == {"followed_early"}  # while it still ran
+    assert kinds(followed("y", 2.0)) == {"followed_early"}  # never DONE
+    final["x"] = Final("done", 8, 2)  # DONE by a run the history does not show
+    assert kinds(followed("x", 1.6)) == {"followed_early"}
