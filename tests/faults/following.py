@@ -1,7 +1,7 @@
 """Fault scenarios of fan-out backups that follow their namespace's progress (issue 42).
 
 A backup reading a fan-out stream settles the deliveries its namespace's progress shows
-done without a look (:mod:`lockworker.daemons.follow`). These scenarios aim at what
+done without a look (:mod:`lockworker.serving.follow`). These scenarios aim at what
 that must not break:
 
 - ``fanout_backup_partitioned``: the backups' link to the server (through a
