@@ -73,7 +73,8 @@ def costs(r: PeerRate, cores: int) -> str:
     busy = r.busy_cores
     where = (
         f"the cores bound it ({busy:.1f} of {cores} busy)" if busy >= CORES_BUSY * cores
-        else f"{busy:.1f} of {cores} cores busy"
+        else f"not the cores ({busy:.1f} of {cores} busy: the rest is waiting, on replies "
+        "or on its own polling)"
     )
     return (
         f"{_n(r.per_job(r.server_cpu) * 1e6)} µs server CPU, "
