@@ -84,7 +84,11 @@ def worker_main(plan: Plan, pipe: Connection) -> None:
     logging.basicConfig(
         level=logging.WARNING, handlers=[logging.FileHandler(os.devnull)], force=True
     )
-    MAINS[plan.tool](plan, pipe)
+    try:
+        MAINS[plan.tool](plan, pipe)
+    except Exception as error:  # the parent waits for "ready": tell it why not instead
+        text = " ".join(str(error).split())[:160]
+        pipe.send(f"{type(error).__name__}: {text}" if text else type(error).__name__)
 
 
 def enqueue(plan: Plan, handler: str, args: list[tuple[Any, ...]]) -> None:
@@ -104,7 +108,7 @@ def _dramatiq(plan: Plan) -> tuple[Any, dict[str, Any]]:
     import dramatiq
     from dramatiq.brokers.redis import RedisBroker
 
-    tuned = (
+    tuned: dict[str, Any] = (
         {"heartbeat_timeout": DRAMATIQ_HEARTBEAT_MS, "maintenance_chance": DRAMATIQ_MAINTENANCE}
         if plan.tuned else {}
     )
@@ -184,7 +188,9 @@ def _arq_main(plan: Plan, pipe: Connection) -> None:
         from arq.connections import RedisSettings
 
         pool = await create_pool(RedisSettings(host="127.0.0.1", port=plan.port))
-        tuned = {"job_timeout": round(plan.hold) + TIMEOUT_MARGIN} if plan.tuned else {}
+        tuned: dict[str, Any] = (
+            {"job_timeout": round(plan.hold) + TIMEOUT_MARGIN} if plan.tuned else {}
+        )
         worker = Worker(
             functions=[func(_arq_record, name="record"), func(_arq_hold, name="hold")],
             queue_name=plan.queue, redis_pool=pool, max_jobs=CONCURRENCY,
@@ -270,7 +276,7 @@ def _saq_enqueue(plan: Plan, handler: str, args: list[tuple[Any, ...]]) -> None:
 def _streaq(plan: Plan) -> Any:
     from streaq import Worker
 
-    tuned = {"idle_timeout": TUNED_IDLE} if plan.tuned else {}
+    tuned: dict[str, Any] = {"idle_timeout": TUNED_IDLE} if plan.tuned else {}
     worker = Worker(
         redis_url=plan.url, queue_name=plan.queue, concurrency=CONCURRENCY,
         handle_signals=False, **tuned,
@@ -310,7 +316,7 @@ def _streaq_enqueue(plan: Plan, handler: str, args: list[tuple[Any, ...]]) -> No
 def _taskiq(plan: Plan) -> Any:
     from taskiq_redis import RedisStreamBroker
 
-    tuned = {"idle_timeout": int(TUNED_IDLE * 1000)} if plan.tuned else {}
+    tuned: dict[str, Any] = {"idle_timeout": int(TUNED_IDLE * 1000)} if plan.tuned else {}
     broker = RedisStreamBroker(plan.url, queue_name=plan.queue, **tuned)
     broker.register_task(peer_jobs.arecord, task_name="record")
     broker.register_task(peer_jobs.ahold, task_name="hold")
@@ -335,7 +341,7 @@ def _taskiq_main(plan: Plan, pipe: Connection) -> None:
 def _taskiq_enqueue(plan: Plan, handler: str, args: list[tuple[Any, ...]]) -> None:
     async def main() -> None:
         broker = _taskiq(plan)
-        task = broker.find_task(handler)
+        task: Any = broker.find_task(handler)
         try:
             await _batched([lambda one=one: task.kiq(*one) for one in args])
         finally:

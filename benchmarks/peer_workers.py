@@ -129,9 +129,11 @@ class Workers:
             if not pipe.poll(REPLY_TIMEOUT):
                 raise RuntimeError(f"a {self.tool} worker did not get ready")
             try:
-                pipe.recv()
+                said = pipe.recv()
             except EOFError:  # it died while starting: its log went to os.devnull
                 raise RuntimeError(f"a {self.tool} worker exited while starting") from None
+            if said != "ready":  # what failed in the worker
+                raise RuntimeError(said)
 
     def _start_celery(self) -> None:
         from benchmarks import peer_celery

@@ -123,8 +123,10 @@ def unavailable(tool: str) -> str:
 
 
 def _reason(error: BaseException) -> str:
-    text = " ".join(str(error).split())
-    return f"{type(error).__name__}: {text[:160]}" if text else type(error).__name__
+    text = " ".join(str(error).split())[:160]
+    if type(error) is RuntimeError and text:  # the harness's own: its text says it all
+        return text
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__
 
 
 # -- the measurements -------------------------------------------------------------------
@@ -205,8 +207,8 @@ def throughput(tool: str, port: int, client: redis.Redis, jobs: int,
     except Exception as error:  # the tool's workers do not start here: the row says so
         result.error = f"not available: {_reason(error)}"
         return result
+    runs_key = f"{workers.keyspace}:runs"
     try:
-        runs_key = f"{workers.keyspace}:runs"
         workers.queue(client, "record", [(port, workers.keyspace, n) for n in range(jobs)])
         cpu, server, calls = _cpu(workers.pids), server_cpu(client), command_calls(client)
         released = time.monotonic()
@@ -223,6 +225,9 @@ def throughput(tool: str, port: int, client: redis.Redis, jobs: int,
         result.commands = command_calls(client) - calls
         result.window = end - released
         result.seconds = end - _first_start(client, workers.keyspace)
+    except Exception as error:  # the row says what broke; the other rows still run
+        result.error = f"error: {_reason(error)}"
+        return result
     finally:
         workers.__exit__()
     time.sleep(0.05)

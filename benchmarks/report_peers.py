@@ -14,10 +14,10 @@ from __future__ import annotations
 import math
 
 from benchmarks import peer_frameworks as fw
+from benchmarks.peer_workers import PROCESSES
 from benchmarks.peers import (
     AT_MOST_ONCE,
     LOCKWORKER,
-    PROCESSES,
     SETTINGS,
     PeerRate,
     PeersRun,
@@ -124,7 +124,7 @@ def summary(peers: PeersRun | None, cores: int) -> list[str]:
     if peers is None or not peers.rates:
         return []
     rates = ", ".join(
-        f"{r.label.replace('`', '')} {_n(r.rate) if not r.error else 'not available'}"
+        f"{r.label.replace('`', '')} {r.error.split(':')[0] if r.error else _n(r.rate)}"
         for r in peers.rates
     )
     again = ", ".join(
@@ -149,7 +149,7 @@ def _rates(peers: PeersRun, cores: int) -> list[str]:
         "|---|---:|---:|---:|---|---:|---:|---:|---:|",
     ]
     for r in peers.rates:
-        if r.error.startswith("not available"):
+        if r.error.startswith(("not available", "error: ")):
             out.append(f"| {r.label} | {_n(r.jobs)} | - | - | {r.error} | - | - | - | - |")
             continue
         once = "yes" if r.once else f"**no** ({r.runs} runs of {r.distinct} jobs)"

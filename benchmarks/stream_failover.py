@@ -97,8 +97,9 @@ def _sync_main(setup: Setup, port: int, pipe: Connection) -> None:
         owner=f"{setup.role}-{os.getpid()}", role=setup.role, backup_delay=BACKUP_DELAY,
         on_acquired=on_acquired,
     )
-    extra = {} if setup.group is None else {"group": setup.group}
-    source = lockworker.StreamSource(client, setup.stream, owner=worker.owner, **extra)
+    source = lockworker.StreamSource(
+        client, setup.stream, owner=worker.owner, group=setup.group
+    )
     client.ping()
     pipe.send("ready")
     pipe.recv()
