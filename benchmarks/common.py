@@ -178,7 +178,9 @@ def machine(server: RedisServer) -> Machine:
         peers=(
             f"python-redis-lock {_version('python-redis-lock')}, "
             f"pottery {_version('pottery')}, rq {_version('rq')}, "
-            f"celery {_version('celery')}"
+            f"celery {_version('celery')}, dramatiq {_version('dramatiq')}, "
+            f"arq {_version('arq')}, saq {_version('saq')}, streaq {_version('streaq')}, "
+            f"taskiq-redis {_version('taskiq-redis')}, huey {_version('huey')}"
         ),
         matplotlib=_version("matplotlib"),
         lockworker=_lockworker_version(),
@@ -190,7 +192,7 @@ CHILD_MODULES = [
     "lockworker", "lockworker.aio", "redis", "redis.asyncio", "benchmarks.common",
     "benchmarks.contended", "benchmarks.failover", "benchmarks.leaders", "benchmarks.masters",
     "benchmarks.scale", "benchmarks.stream_children", "benchmarks.stream_failover",
-    "benchmarks.stream_memory", "benchmarks.peer_workers",
+    "benchmarks.stream_memory", "benchmarks.peer_workers", "benchmarks.peer_preload",
 ]
 """What the benchmark's children import, loaded once by the fork server they start from."""
 

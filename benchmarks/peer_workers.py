@@ -1,11 +1,13 @@
 """The worker processes of :mod:`benchmarks.peers`: three of one tool, started, released
 together, one of them killed, all stopped.
 
-lockworker's are :mod:`benchmarks.stream_failover`'s processes (three primaries on one
-stream); RQ's are ``SimpleWorker``s in ``spawn`` processes; Celery's are ``celery
-worker`` commands (:mod:`benchmarks.peer_celery`). Every handler writes the same keys:
-``bench:<name>:runs`` (runs per job), ``:starts`` and ``:ends`` ("time role pid"), and
-``:first`` (the first start of a jobs/s row, RQ and Celery).
+lockworker's are :mod:`benchmarks.stream_failover`'s processes (three members of one
+consumer group on one stream, ``StreamSource(..., group=...)``); RQ's are
+``SimpleWorker``s in ``spawn`` processes; Celery's are ``celery worker`` commands
+(:mod:`benchmarks.peer_celery`); Dramatiq's, arq's, saq's, streaq's, taskiq-redis's and
+huey's are :mod:`benchmarks.peer_frameworks`' processes. Every handler writes the same
+keys: ``bench:<name>:runs`` (runs per job), ``:starts`` and ``:ends`` ("time role
+pid"), and ``:first`` (the first start of a jobs/s row).
 """
 
 from __future__ import annotations
@@ -25,19 +27,21 @@ from typing import Any
 import redis
 
 import lockworker
-from benchmarks import stream_failover
+from benchmarks import peer_frameworks, stream_failover
 from benchmarks.common import quiet_logging, reap, spawn
+from benchmarks.peer_frameworks import TIMEOUT_MARGIN
 from benchmarks.stream_failover import Setup
 
 ROOT = Path(__file__).resolve().parent.parent
 PROCESSES = 3
-CONCURRENCY = 4
-"""lockworker's ``serve`` concurrency and the Celery threads pool's, per process."""
+CONCURRENCY = peer_frameworks.CONCURRENCY
+"""lockworker's ``serve`` concurrency and the Celery threads pool's, per process (and
+the frameworks' of :mod:`benchmarks.peer_frameworks`)."""
 RQ_MAINTENANCE = 5
 RQ_WORKER_TTL = 20
 """An idle RQ worker blocks ``worker_ttl - 15`` s for a job, and runs its maintenance
 (which finds abandoned jobs) only between two such waits: 420 - 15 s by default."""
-RQ_TIMEOUT_MARGIN = 10
+RQ_TIMEOUT_MARGIN = TIMEOUT_MARGIN
 """Seconds the tuned RQ job's timeout gives beyond its work: a dead ``SimpleWorker``'s
 job is abandoned only 60 s after its timeout (180 s by default) has passed."""
 TUNED_LEASE = 2.0
@@ -71,8 +75,10 @@ def rq_main(port: int, queue: str, setting: str, pipe: Connection) -> None:
 class Workers:
     """Three worker processes of ``tool`` with ``setting`` on a queue of their own."""
 
-    def __init__(self, tool: str, setting: str, port: int, *, hold: float = 0.0) -> None:
+    def __init__(self, tool: str, setting: str, port: int, *, hold: float = 0.0,
+                 concurrency: int = CONCURRENCY) -> None:
         self.tool, self.setting, self.port, self.hold = tool, setting, port, hold
+        self.concurrency = concurrency
         self.name = f"bench-peer-{uuid.uuid4().hex[:8]}"
         self.keyspace = f"bench:{self.name}"
         self.pids: list[int] = []
@@ -87,7 +93,8 @@ class Workers:
             if self.tool == "lockworker":
                 lease = TUNED_LEASE if self.setting == "tuned" else 10.0
                 setups = [
-                    Setup(self.name, self.name, "primary", "sync", lease, hold=self.hold)
+                    Setup(self.name, self.name, "primary", "sync", lease, hold=self.hold,
+                          concurrency=self.concurrency, group=self.name, peer=not self.hold)
                     for _ in range(PROCESSES)
                 ]
                 self._spawned = stream_failover.Processes(self.port, setups).__enter__()
@@ -101,12 +108,32 @@ class Workers:
                     if not pipe.poll(REPLY_TIMEOUT) or pipe.recv() != "ready":
                         raise RuntimeError("an RQ worker did not get ready")
                 self.pids = [proc.pid for proc in procs if proc.pid is not None]
+            elif self.tool in peer_frameworks.MODULES:
+                self._start_framework()
             else:
                 self._start_celery()
         except BaseException:
             self.__exit__()
             raise
         return self
+
+    @property
+    def plan(self) -> peer_frameworks.Plan:
+        return peer_frameworks.Plan(self.tool, self.port, self.name, self.setting, self.hold)
+
+    def _start_framework(self) -> None:
+        procs, pipes = spawn(peer_frameworks.worker_main, [(self.plan,)] * PROCESSES)
+        self._spawned = (procs, pipes)
+        self.pids = [proc.pid for proc in procs if proc.pid is not None]
+        for pipe in pipes:
+            if not pipe.poll(REPLY_TIMEOUT):
+                raise RuntimeError(f"a {self.tool} worker did not get ready")
+            try:
+                said = pipe.recv()
+            except EOFError:  # it died while starting: its log went to os.devnull
+                raise RuntimeError(f"a {self.tool} worker exited while starting") from None
+            if said != "ready":  # what failed in the worker
+                raise RuntimeError(said)
 
     def _start_celery(self) -> None:
         from benchmarks import peer_celery
@@ -165,6 +192,8 @@ class Workers:
             queue = Queue(self.name, connection=client)
             func = f"benchmarks.peer_jobs.{handler}"
             queue.enqueue_many([Queue.prepare_data(func, one, **tuned) for one in args])
+        elif self.tool in peer_frameworks.MODULES:
+            peer_frameworks.enqueue(self.plan, handler, args)
         else:
             for one in args:
                 self._celery.send_task(f"bench.{handler}", args=one, queue=self.name)
@@ -172,7 +201,7 @@ class Workers:
     def go(self) -> None:
         if self.tool == "lockworker":
             self._spawned.go()
-        elif self.tool == "RQ":
+        elif self.tool == "RQ" or self.tool in peer_frameworks.MODULES:
             for pipe in self._spawned[1]:
                 pipe.send("go")
         else:
@@ -194,7 +223,7 @@ class Workers:
                 os.kill(pid, signal.SIGKILL)
         if self.tool == "lockworker" and self._spawned is not None:
             self._spawned.__exit__()
-        elif self.tool == "RQ" and self._spawned is not None:
+        elif self._spawned is not None:
             reap(*self._spawned)
         for popen in self._popens:
             popen.wait(timeout=REPLY_TIMEOUT)

@@ -246,9 +246,9 @@ def render(run: Run) -> str:
     add(
         "How fast lockworker's locks and jobs run, alone and contended, hand over after a "
         "failure and take over after a crash, next to the Redis locks people already use "
-        "and (section 9) the worker frameworks RQ and Celery, all measured in one run "
-        "against servers that the run started itself (one; three for Redlock). Re-run "
-        "with:"
+        "and (section 9) the worker frameworks on a Redis broker (RQ, Celery, Dramatiq, "
+        "arq, saq, streaq, taskiq-redis, huey), all measured in one run against servers "
+        "that the run started itself (one; three for Redlock). Re-run with:"
     )
     add("")
     add("```")

@@ -1,4 +1,5 @@
-"""Section 9 of the page: a stream's failover, and lockworker beside RQ and Celery.
+"""Section 9 of the page: a stream's failover, and lockworker beside the worker
+frameworks (:mod:`benchmarks.report_peers`).
 
 The section can be measured on its own (``python -m benchmarks --only failover``): then
 :func:`splice` puts it, and its summary lines, into the page a full run wrote, leaving
@@ -10,8 +11,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from benchmarks.common import Machine, installed
-from benchmarks.peers import PROCESSES, SETTINGS, PeersRun
+from benchmarks import report_peers
+from benchmarks.common import Machine
+from benchmarks.peers import PeersRun
 from benchmarks.stream_failover import (
     BACKUP_DELAY,
     CONCURRENCY,
@@ -20,8 +22,10 @@ from benchmarks.stream_failover import (
     FailoverRun,
 )
 
-HEADING = "## 9. Failover of a stream, beside RQ and Celery"
-SUMMARY_PREFIXES = ("- stream failover", "- beside RQ and Celery")
+HEADING = "## 9. Failover of a stream, beside the worker frameworks"
+FORMER_HEADINGS = ("## 9. Failover of a stream, beside RQ and Celery",)
+"""The section's heading on pages written before it had the frameworks (replaced too)."""
+SUMMARY_PREFIXES = ("- stream failover", "- beside RQ and Celery", report_peers.SUMMARY_PREFIX)
 KINDS = {"sync": "sync (`Worker`)", "aio": "asyncio (`aio.Worker`)"}
 
 
@@ -69,15 +73,8 @@ def summary(section: FailoverSection) -> list[str]:
             f"before: {cases}; target >= {TARGET_RATIO:g}x within the lease + 1 s after "
             f"SIGKILL, 1 s after SIGTERM: {'met' if met else '**not met**'}"
         )
-    if section.peers is not None and section.peers.rates:
-        rates = ", ".join(f"{r.tool} {_n(r.rate)}" for r in section.peers.rates)
-        again = ", ".join(
-            f"{r.tool} {r.setting} {_s(r.latency, r.bound)}" for r in section.peers.recoveries
-        )
-        lines.append(
-            f"beside RQ and Celery, {PROCESSES} worker processes: jobs/s {rates}; a SIGKILLed "
-            f"worker's job ran again after: {again}"
-        )
+    if section.peers is not None:
+        lines.extend(report_peers.summary(section.peers, section.machine.cores))
     return lines
 
 
@@ -143,95 +140,6 @@ def _stream(runs: list[FailoverRun]) -> list[str]:
     return out
 
 
-def _peers(peers: PeersRun) -> list[str]:
-    out: list[str] = []
-    add = out.append
-    add("### Beside RQ and Celery: jobs/s, and a killed worker's job")
-    add("")
-    add(
-        f"The same server and the same one-round-trip handler, {PROCESSES} worker processes "
-        f"per tool: lockworker's 3 primaries read one stream (fan-out) and `serve` it with "
-        f"concurrency {CONCURRENCY}; RQ runs `SimpleWorker`s (one job at a time each; "
-        "RQ's default `Worker` forks a child per job); Celery's workers use the `threads` "
-        f"pool with {CONCURRENCY} threads, or the `solo` pool, with a Redis broker and no "
-        f"result backend. {_n(peers.jobs)} jobs are queued before the workers are released "
-        "together (lockworker and RQ: processes that are ready are sent a go; Celery: "
-        "running workers are told to consume the queue); time runs from the first job's "
-        "start until every job has run. **each ran once** checks the runs counted in "
-        "Redis."
-    )
-    add("")
-    left = [tool for tool, module in (("RQ", "rq"), ("Celery", "celery"))
-            if not installed(module)]
-    if left:
-        add(f"Left out (not installed): {', '.join(left)}; `pip install -e '.[bench]'`.")
-        add("")
-    add("| tool | jobs | seconds | jobs/s | each ran once |")
-    add("|---|---:|---:|---:|---|")
-    for r in peers.rates:
-        once = "yes" if r.once else f"**no** ({r.runs} runs of {r.distinct} jobs)"
-        add(
-            f"| {r.tool} | {_n(r.jobs)} | {r.seconds:.2f} | {_n(r.rate)} "
-            f"| {once}{f'; {r.error}' if r.error else ''} |"
-        )
-    add("")
-    add(
-        f"**A killed worker's job.** One job that works for {peers.hold:g} s; once it "
-        "started, the worker process running it gets SIGKILL (a crash: no handler runs, "
-        "no acknowledgement is sent). **runs again after**: from the kill to the job's "
-        f"next start, watched for at most {peers.bound:g} s. The run then watches the "
-        "rerun to its end (within the same limit): **runs after the kill** counts the "
-        "job's starts after the kill and **at once** the most that ran at the same "
-        "time; once means one run after the kill. The trials of all tools and settings "
-        "run side by side, each with its own queue (or namespace) and workers"
-        + (", here during the jobs/s rows (a quick run)." if peers.side_by_side else ".")
-    )
-    add("")
-    add("| tool | setting | configured as | runs again after | runs after the kill "
-        "| at once | ran once |")
-    add("|---|---|---|---:|---:|---:|---|")
-    for r in peers.recoveries:
-        if r.error:
-            add(f"| {r.tool} | {r.setting} | {SETTINGS[(r.tool, r.setting)]} "
-                f"| error: {r.error} | - | - | - |")
-            continue
-        once = "-" if not r.runs_after else ("yes" if r.runs_after == 1 else "**no**")
-        add(
-            f"| {r.tool} | {r.setting} | {SETTINGS[(r.tool, r.setting)]} "
-            f"| {_s(r.latency, r.bound)} | {r.runs_after} (watched {r.watched:.0f} s) "
-            f"| {r.at_once} | {once} |"
-        )
-    add("")
-    add("What each promises about a job whose worker dies:")
-    add("")
-    add(
-        "- **lockworker**: a job is held under a lease that the holder's heartbeat renews; "
-        "when the holder dies, the lease runs out and a waiting process takes the job "
-        "(a new attempt, with a larger fencing token) within the lease. While the holder "
-        "lives, nobody else runs the job, however long it takes."
-    )
-    add(
-        "- **RQ**: a job whose worker died stays in the queue's `StartedJobRegistry` until "
-        "its entry expires (for a `SimpleWorker`, 60 s after the job's timeout, which is "
-        "180 s by default and must exceed the job's work, since the timeout ends the job) "
-        "and a worker's maintenance finds it (every `maintenance_interval`, 10 minutes "
-        "by default, and only between two of an idle worker's waits for a job, "
-        "`worker_ttl` - 15 s long): then it is retried if it was enqueued with `Retry`, "
-        "else moved to the `FailedJobRegistry`. By default the job never runs again by "
-        "itself."
-    )
-    add(
-        "- **Celery** (Redis broker): by default a task is acknowledged when a worker "
-        "takes it, so a worker's crash loses it. With `task_acks_late` the message stays "
-        "unacknowledged until the task ends, and the Redis transport delivers it again "
-        "after the `visibility_timeout` (one hour by default) to any worker, whether or "
-        "not the first is still running it: a visibility timeout shorter than the task "
-        "gives copies that run at once."
-    )
-    add("")
-    return out
-
-
 def section(section: FailoverSection | None) -> list[str]:
     out = [HEADING, ""]
     if section is None:
@@ -248,22 +156,26 @@ def section(section: FailoverSection | None) -> list[str]:
     out.append("")
     out.extend(_stream(section.streams))
     if section.peers is not None:
-        out.extend(_peers(section.peers))
+        out.extend(report_peers.section(section.peers, section.machine.cores))
     return out
 
 
 def splice(page: str, section_lines: list[str], summary_lines: list[str]) -> str:
     """``page`` with section 9 and its summary lines replaced by (or given) these."""
-    return splice_into(page, HEADING, SUMMARY_PREFIXES, section_lines, summary_lines)
+    return splice_into(
+        page, HEADING, SUMMARY_PREFIXES, section_lines, summary_lines, former=FORMER_HEADINGS
+    )
 
 
 def splice_into(page: str, heading: str, prefixes: tuple[str, ...],
-                section_lines: list[str], summary_lines: list[str]) -> str:
-    """``page`` with the section under ``heading`` and its summary lines (those starting
-    with one of ``prefixes``) replaced by (or given) these."""
+                section_lines: list[str], summary_lines: list[str], *,
+                former: tuple[str, ...] = ()) -> str:
+    """``page`` with the section under ``heading`` (or one of its ``former`` headings)
+    and its summary lines (those starting with one of ``prefixes``) replaced by (or
+    given) these."""
     lines = page.split("\n")
     # The section: from its heading to the next "## " heading (or the end).
-    start = next((i for i, line in enumerate(lines) if line == heading), None)
+    start = next((i for i, line in enumerate(lines) if line in (heading, *former)), None)
     if start is None:
         if lines and lines[-1] != "":
             lines.append("")

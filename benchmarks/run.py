@@ -4,11 +4,11 @@ Starts its own servers on free loopback ports (one, plus two more masters for
 Redlock), runs every benchmark against them (uncontended cycles, contended locks,
 handover after a failure and between leaders, takeover after SIGKILL, a stream served
 by a primary and two backups, jobs in flight at scale, the "Redis in Action"
-marketplace, a cluster, a stream's failover beside RQ and Celery), prints a summary
-with the targets and writes the figures and charts to ``docs/`` (a full run) or beside
-``--output``.
+marketplace, a cluster, a stream's failover beside the worker frameworks), prints a
+summary with the targets and writes the figures and charts to ``docs/`` (a full run) or
+beside ``--output``.
 
-``--only failover`` measures section 9 alone (the stream's failover, RQ and Celery),
+``--only failover`` measures section 9 alone (the stream's failover, the frameworks),
 ``--only stream`` section 5 (a stream served by ``serve()`` beside consumer groups),
 ``--only views`` section 10 (the views with many finished jobs: ``--views-jobs``),
 and puts it, with its summary lines, into the page already at the output path, leaving
@@ -185,7 +185,8 @@ def measure(
     say(f"8/10 masters: {settings.masters_jobs} jobs through serve() on 1 server and on a "
         f"{masters.MASTERS}-master cluster, then {settings.scale_jobs} in flight on it")
     by_masters = masters.run(settings.masters_jobs, settings.scale_jobs)
-    say(f"9/10 failover of a stream ({len(stream_failover.CASES)} rows), then RQ and Celery")
+    say(f"9/10 failover of a stream ({len(stream_failover.CASES)} rows), then the worker "
+        "frameworks")
     failover_section = measure_failover(server, settings, say, time.monotonic())
     say(f"10/10 views with {', '.join(f'{n:,}' for n in settings.views_jobs)} finished jobs")
     views_section = views.run(settings.views_jobs, settings.views_runs, settings.command, say)
@@ -223,7 +224,7 @@ def measure_failover(
     server: RedisServer, settings: report.Settings, say: Callable[[str], None],
     started: float,
 ) -> report_failover.FailoverSection:
-    """Section 9: the stream's failover rows, then lockworker beside RQ and Celery."""
+    """Section 9: the stream's failover rows, then lockworker beside the worker frameworks."""
     facts = machine(server)  # the load before this section's run
     client = server.client()
     try:
@@ -259,8 +260,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--only", choices=SECTIONS, default=None,
         help="measure one section (stream: section 5, a stream served beside consumer "
-        "groups; failover: section 9, a stream's failover beside RQ and Celery; both put "
-        "into the page at the output path, the rest kept; locks: the contended locks, "
+        "groups; failover: section 9, a stream's failover beside the worker frameworks; "
+        "both put into the page at the output path, the rest kept; locks: the contended "
+        "locks, "
         "both harnesses, printed only; views: section 10, the views with many finished "
         "jobs)",
     )
@@ -318,7 +320,8 @@ def only_failover(settings: report.Settings, only: str, output: Path | None) -> 
 
     with RedisServer() as server:
         say(f"server: {server.version()} on 127.0.0.1:{server.port}")
-        say(f"failover of a stream ({len(stream_failover.CASES)} rows), then RQ and Celery")
+        say(f"failover of a stream ({len(stream_failover.CASES)} rows), then the worker "
+            "frameworks")
         section = measure_failover(server, settings, say, started)
     lines = report_failover.summary(section)
     print()

@@ -13,7 +13,8 @@ whichever comes first, so that a slow failover ends in bounded time (and says so
 Every process reads ``time.monotonic()``, one system-wide clock on Linux, so the start
 times recorded by the processes and the signal's time taken here can be subtracted.
 The module also hosts the lockworker processes of :mod:`benchmarks.peers` (three
-primaries on one stream), which share the child's code.
+members of one consumer group, ``StreamSource(..., group=...)``), which share the
+child's code.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ import redis.asyncio
 
 import lockworker
 import lockworker.aio
+from benchmarks import peer_jobs
 from benchmarks.common import quiet_logging, reap, spawn
 
 ROLES = ("primary", "backup", "backup")
@@ -60,6 +62,11 @@ class Setup:
     hold: float = 0.0
     """Seconds ``on_acquired`` sleeps after recording its start (0: a one-round-trip job)."""
     concurrency: int = CONCURRENCY
+    group: str | None = None
+    """Read the stream through this shared consumer group (``group=``), not fan-out."""
+    peer: bool = False
+    """``on_acquired`` is :func:`benchmarks.peer_jobs.record`, the frameworks' handler
+    (one round trip: the job's run counted, the first start kept), not the rows' own."""
 
 
 def keys(namespace: str) -> tuple[str, str]:
@@ -71,8 +78,12 @@ def _sync_main(setup: Setup, port: int, pipe: Connection) -> None:
     client = redis.Redis(host="127.0.0.1", port=port, socket_timeout=REPLY_TIMEOUT)
     starts, runs = keys(setup.namespace)
     tag = f"{setup.role} {os.getpid()}"
+    keyspace = f"bench:{setup.namespace}"
 
     def on_acquired(job: lockworker.Job) -> None:
+        if setup.peer:
+            peer_jobs.record(port, keyspace, job.id)
+            return
         record = client.pipeline(transaction=False)
         record.rpush(starts, f"{time.monotonic():.6f} {tag}")
         record.hincrby(runs, job.id, 1)
@@ -86,7 +97,9 @@ def _sync_main(setup: Setup, port: int, pipe: Connection) -> None:
         owner=f"{setup.role}-{os.getpid()}", role=setup.role, backup_delay=BACKUP_DELAY,
         on_acquired=on_acquired,
     )
-    source = lockworker.StreamSource(client, setup.stream, owner=worker.owner)
+    source = lockworker.StreamSource(
+        client, setup.stream, owner=worker.owner, group=setup.group
+    )
     client.ping()
     pipe.send("ready")
     pipe.recv()

@@ -1,8 +1,9 @@
 """The failover section's arithmetic and ``--only failover``'s splice into the page.
 
 Pure logic of the benchmark harness (``benchmarks/`` sits beside the package, not in
-it): when the backups count as serving at 0.8x, and that measuring section 9 alone
-replaces that section and its summary lines while every other figure stays.
+it): when the backups count as serving at 0.8x, that measuring section 9 alone
+replaces that section and its summary lines while every other figure stays, and how
+the targets against the worker frameworks are read.
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from benchmarks import report_failover, stream_failover  # noqa: E402
+from benchmarks import report_failover, report_peers, stream_failover  # noqa: E402
+from benchmarks.peers import PeerRate, PeersRun, Recovery  # noqa: E402
 from benchmarks.stream_failover import FailoverRun  # noqa: E402
 
 PAGE = """# Benchmarks
@@ -113,3 +115,44 @@ def test_the_summary_says_why_a_row_misses_the_target() -> None:
     assert "SIGKILL sync 0.90x (3 jobs left; 0.8x only after 3.50 s > 3 s)," in line
     assert line.endswith("SIGKILL sync 0.90x; target >= 0.8x within the lease + 1 s after "
                          "SIGKILL, 1 s after SIGTERM: **not met**")
+
+
+def test_splice_replaces_the_section_under_its_former_heading() -> None:
+    """A page written before section 9 had the frameworks gets the new section in place
+    of the old one, not beside it."""
+    (former,) = report_failover.FORMER_HEADINGS
+    old = PAGE.format(tail=f"\n{former}\n\nold figures\n\n## 10. Later\n\nkept\n")
+    page = report_failover.splice(old, SECTION, SUMMARY)
+    assert former not in page and "old figures" not in page
+    assert page.count(report_failover.HEADING) == 1 and "## 10. Later\n\nkept" in page
+    assert "beside RQ and Celery, old figures" not in page
+
+
+def _rate(tool: str, rate: float, concurrency: int = 0, *, once: bool = True) -> PeerRate:
+    return PeerRate(tool, jobs=1000, concurrency=concurrency, seconds=1000 / rate,
+                    distinct=1000, runs=1000 if once else 1001, server_cpu=0.1,
+                    workers_cpu=0.3, commands=12_000, window=1000 / rate)
+
+
+def test_the_targets_read_the_best_group_row_against_the_frameworks() -> None:
+    """Ahead of every framework that ran each job once, and 1.5x the fastest of those
+    whose killed worker's job ran again; a framework that is not available or ran a job
+    twice does not count, and a target missed names the two rows' costs."""
+    rates = [
+        _rate("lockworker", 2000, 1), _rate("lockworker", 1500, 4),
+        _rate("huey", 3000), _rate("Dramatiq", 1200), _rate("RQ", 5000, once=False),
+        PeerRate("arq", 1000, error="not available: ImportError: no"),
+    ]
+    recoveries = [
+        Recovery("huey", "default", 120.0, 30.0),
+        Recovery("Dramatiq", "tuned", 120.0, 30.0, latency=5.0, runs_after=1),
+        Recovery("lockworker", "tuned", 120.0, 30.0, latency=2.0, runs_after=1),
+    ]
+    peers = PeersRun(1000, 120.0, 30.0, rates, recoveries)
+    ahead, rerun = report_peers.targets(peers, cores=2)
+    assert "concurrency 1 2,000 / the fastest, huey 3,000 = 0.67x: **not met** (bound: " in ahead
+    assert "12.0 server commands per job" in ahead
+    assert rerun.endswith("(Dramatiq did in their trials): lockworker `serve(group=)`, "
+                          "concurrency 1 2,000 / Dramatiq 1,200 = 1.67x: met")
+    summary = report_peers.summary(peers, cores=2)
+    assert "arq not available" in summary[0] and summary[1:] == [ahead, rerun]
