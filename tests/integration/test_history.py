@@ -179,37 +179,69 @@ def test_an_error_is_kept_bounded(protocol: LockProtocol, keys: JobKeys) -> None
     assert record.error is not None and len(record.error) == ERROR_CHARS
 
 
+def known_job(protocol: LockProtocol, keys: JobKeys) -> None:
+    """A job the server knows (a state), free: its first attempt given back."""
+    g = grant(protocol, keys, "a")
+    assert protocol.release(keys, held(g, "a"), RETENTION) is Settle.RELEASED
+
+
 @pytest.mark.parametrize("kind", ["hash", "string"])
 def test_a_history_key_of_another_type_is_never_written(
     protocol: LockProtocol, keys: JobKeys, redis_client: redis.Redis, kind: str
 ) -> None:
-    if kind == "hash":
-        redis_client.hset(keys.history, "theirs", "1")
-    else:
-        redis_client.set(keys.history, "theirs")
+    def theirs() -> None:
+        redis_client.delete(keys.history)
+        if kind == "hash":
+            redis_client.hset(keys.history, "theirs", "1")
+        else:
+            redis_client.set(keys.history, "theirs")
+
+    def untouched() -> bool:
+        if kind == "hash":
+            return redis_client.hgetall(keys.history) == {"theirs": "1"}
+        return redis_client.get(keys.history) == "theirs"
+
+    known_job(protocol, keys)
+    state = redis_client.get(keys.state)
+    theirs()
     with pytest.raises(ForeignValueError):
         protocol.acquire(keys, who("a"), 5000, 3, RETENTION)
     with pytest.raises(ForeignValueError):
         protocol.inspect(keys, history=True)
-    assert redis_client.exists(keys.lock, keys.state) == 0
-    # A grant made before the key was replaced: its settle is refused as foreign too,
-    # and the lease stays (the holder's lease runs out; nothing of theirs is touched).
-    redis_client.delete(keys.history)
+    assert redis_client.exists(keys.lock) == 0 and redis_client.get(keys.state) == state
+    assert untouched()
+    # A new job's grant reads no history (its record is implied by its lease and
+    # state): its settle finds the foreign value and is refused, and the lease stays
+    # (the holder's lease runs out; nothing of theirs is touched).
+    new = JobKeys.of(keys.namespace, keys.job_id + "-new")
+    keys = new
+    theirs()
     g = grant(protocol, keys, "a")
-    redis_client.set(keys.history, "theirs")
-    with pytest.raises(ForeignValueError):
-        protocol.complete(keys, held(g, "a"), RETENTION)
-    assert redis_client.get(keys.history) == "theirs"
-    assert redis_client.get(keys.lock) == held(g, "a").encode()
+    for settle in (
+        lambda: protocol.complete(keys, held(g, "a"), RETENTION),
+        lambda: protocol.fail(keys, held(g, "a"), 3, RETENTION),
+    ):
+        with pytest.raises(ForeignValueError):
+            settle()
+        assert untouched()
+        assert redis_client.get(keys.lock) == held(g, "a").encode()
 
 
 def test_a_list_that_holds_no_records_is_not_ours(
     protocol: LockProtocol, keys: JobKeys, redis_client: redis.Redis
 ) -> None:
+    known_job(protocol, keys)
+    redis_client.delete(keys.history)
     redis_client.rpush(keys.history, "somebody else's entry")
     with pytest.raises(ForeignValueError):
         protocol.acquire(keys, who("a"), 5000, 3, RETENTION)
     assert redis_client.lrange(keys.history, 0, -1) == ["somebody else's entry"]
+    new = JobKeys.of(keys.namespace, keys.job_id + "-new")
+    redis_client.rpush(new.history, "somebody else's entry")
+    g = grant(protocol, new, "a")
+    with pytest.raises(ForeignValueError):
+        protocol.complete(new, held(g, "a"), RETENTION)
+    assert redis_client.lrange(new.history, 0, -1) == ["somebody else's entry"]
 
 
 def test_both_protocols_write_the_same_history(
