@@ -12,8 +12,9 @@ One record is::
 ``ending`` are empty while the attempt runs. The JSON object holds the free text: the
 holder's ``owner`` label and, for a failure, ``error_type``, ``error`` and
 ``traceback`` (its last frames), each bounded here before it is sent (Python encodes
-it: the Lua steps only copy it). A grant appends its record; the settle of that
-attempt (done, failed, gave_up, released, stopped) rewrites it in place; an attempt
+it: the Lua steps only copy it). A grant appends its record (but a new job's, whose
+record is implied: :func:`implied_start`); the settle of that attempt (done, failed,
+gave_up, released, stopped) rewrites it in place (or appends the implied one); an attempt
 whose lease ran out is closed as ``lost`` by the next grant, or by the acquire that
 gives the job up (its ``ended`` is then when it was found lost, not when its lease
 ended).
