@@ -372,3 +372,64 @@ def test_a_done_job_of_one_clean_attempt_costs_its_state_key_alone(
     # the folded one, and once the plain one 16 bytes above it.
     assert folded <= plain + 32, (folded, plain)
     assert folded < (plain + listed) * 0.6, (folded, plain, listed)
+
+
+def test_a_new_jobs_first_attempt_is_read_from_its_lease_and_state_until_a_step_writes_it(
+    protocol: LockProtocol, keys: JobKeys, redis_client: redis.Redis
+) -> None:
+    """The grant of a new job writes no record; its history reads the running attempt
+    all the same (started at its token's milliseconds), ``lost`` once its lease is gone,
+    and the takeover writes it to the list closed ``lost`` before its own."""
+    g = grant(protocol, keys, "a")
+    assert redis_client.exists(keys.history) == 0
+    (running,) = history(protocol, keys)
+    assert (running.attempt, running.token, running.owner, running.run) == (
+        1, g.token, "a", who("a").run
+    )
+    assert (running.started_ms, running.ended_ms, running.ending) == (g.token // 1000, None, None)
+    expire_lease(redis_client, keys)
+    (lost,) = history(protocol, keys)
+    assert (lost.token, lost.ended_ms, lost.ending) == (g.token, None, "lost")
+    before = server_ms(redis_client)
+    taken = grant(protocol, keys, "b")
+    records = history(protocol, keys)
+    assert [(r.attempt, r.token, r.owner, r.ending) for r in records] == [
+        (1, g.token, "a", "lost"), (2, taken.token, "b", None)
+    ]
+    assert records[0].started_ms == g.token // 1000
+    assert records[0].ended_ms is not None and before <= records[0].ended_ms
+    assert redis_client.llen(keys.history) == 2
+
+
+@pytest.mark.parametrize("ending", ["fail", "release"])
+def test_the_settle_of_a_new_jobs_first_attempt_writes_its_record_from_its_start(
+    protocol: LockProtocol, keys: JobKeys, redis_client: redis.Redis, ending: str
+) -> None:
+    g = grant(protocol, keys, "a")
+    if ending == "fail":
+        assert protocol.fail(keys, held(g, "a"), 3, RETENTION, error=boom()) is Settle.RELEASED
+    else:
+        assert protocol.release(keys, held(g, "a"), RETENTION) is Settle.RELEASED
+    (record,) = history(protocol, keys)
+    assert (record.token, record.started_ms) == (g.token, g.token // 1000)
+    assert record.ending == ("failed" if ending == "fail" else "released")
+    assert redis_client.llen(keys.history) == 1
+
+
+def test_a_forced_reset_of_a_new_jobs_first_attempt_keeps_its_record(
+    protocol: LockProtocol, keys: JobKeys, redis_client: redis.Redis
+) -> None:
+    """Reset to pending, the job no longer says who ran attempt 1: the reset writes the
+    record to the list (open: read as lost, as a record a reset left open)."""
+    g = grant(protocol, keys, "a")
+    assert protocol.reset(keys, RETENTION, force=True) is Reset.RESET
+    (record,) = history(protocol, keys)
+    assert (record.attempt, record.token, record.owner, record.ending) == (
+        1, g.token, "a", "lost"
+    )
+    assert record.started_ms == g.token // 1000 and redis_client.llen(keys.history) == 1
+    again = grant(protocol, keys, "b")
+    assert again.token == g.token + 1
+    assert [(r.token, r.ending) for r in history(protocol, keys)] == [
+        (g.token, "lost"), (again.token, None)
+    ]
