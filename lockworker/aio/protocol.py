@@ -132,7 +132,8 @@ class AsyncScriptProtocol:
         records = rest.pop(0) if history else None
         if node is not None:  # see lockworker.protocol.interface.inspect
             rest = [await self.client.execute_command("TIME", target_nodes=node)]
+        now = server_ms(rest[0])
         seen = snapshot_from(
-            keys, raw_state, raw_lock, int(pttl) if int(pttl) >= 0 else None, server_ms(rest[0])
+            keys, raw_state, raw_lock, int(pttl) if int(pttl) >= 0 else None, now
         )
-        return seen if records is None else with_history(seen, records, raw_lock, raw_state)
+        return seen if records is None else with_history(seen, records, raw_lock, raw_state, now)

@@ -12,8 +12,9 @@ One record is::
 ``ending`` are empty while the attempt runs. The JSON object holds the free text: the
 holder's ``owner`` label and, for a failure, ``error_type``, ``error`` and
 ``traceback`` (its last frames), each bounded here before it is sent (Python encodes
-it: the Lua steps only copy it). A grant appends its record; the settle of that
-attempt (done, failed, gave_up, released, stopped) rewrites it in place; an attempt
+it: the Lua steps only copy it). A grant appends its record (but a new job's, whose
+record is implied: :func:`implied_start`); the settle of that attempt (done, failed,
+gave_up, released, stopped) rewrites it in place (or appends the implied one); an attempt
 whose lease ran out is closed as ``lost`` by the next grant, or by the acquire that
 gives the job up (its ``ended`` is then when it was found lost, not when its lease
 ended).
@@ -21,7 +22,10 @@ ended).
 A DONE whose history is its own attempt's clean record alone folds that record into
 the state and deletes the key (:func:`folds`, :class:`lockworker.model.codec.StateValue`):
 most jobs are done at once, and the list cost more server memory than the state.
-Reads return it as :func:`folded_record`; a reset writes it back to the list.
+Reads return it as :func:`folded_record`; a reset writes it back to the list. The grant
+of a new job writes no record at all: its record is implied by the lease and the state
+until a later step writes it (:func:`implied_start`), so a clean job never touches the
+list.
 """
 
 from __future__ import annotations
@@ -180,6 +184,30 @@ def folds(
         and last.token == token and last.ending is None and last.tail == tail
         and last.started_ms == token // 1000 and 0 <= now_ms - last.started_ms < FOLD_LIMIT_MS
     )
+
+
+IMPLIED_TOKEN = 10**18
+"""An attempt's record is implied by its token only below this token (its milliseconds
+have at most 15 digits, exact as a number in the scripts)."""
+
+
+def implied_start(attempt: int, token: int, now_ms: int) -> int | None:
+    """The start (server ms) of an attempt whose grant wrote no record, or None if
+    ``attempt`` and ``token`` cannot be one, seen at ``now_ms``.
+
+    The grant of a job the server does not know writes its lease and state and no
+    record: most jobs end at that attempt, and the record would be written, read and
+    deleted again. The record is implied by what the lease and the state hold: attempt
+    1, its run and owner, started at its token's milliseconds (the first token is the
+    server's clock in microseconds at the grant). The next step on the job that
+    needs it in the history writes it there: the settle (or folds it into a DONE
+    state, :func:`folds`), a takeover or a give-up (closed as lost), a reset (open).
+    The Lua steps decide the same (:mod:`lockworker.protocol.lua`, ``lw_implied``).
+    """
+    if attempt != 1 or not 1000 <= token < IMPLIED_TOKEN:
+        return None
+    started = token // 1000
+    return started if 0 <= now_ms - started < FOLD_LIMIT_MS else None
 
 
 def folded_record(

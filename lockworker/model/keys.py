@@ -6,7 +6,8 @@ Layout, for a worker's job ``2026-11-22`` in namespace ``digest``::
     lw:job:digest:{2026-11-22}:state   status, attempt count, last token; outlives leases
     lw:job:digest:{2026-11-22}:wake    pub/sub channel that wakes waiting processes
     lw:job:digest:{2026-11-22}:history one record per attempt (lockworker.model.history);
-                                       none for a job DONE at its first clean attempt
+                                       none while a new job's first attempt runs, nor
+                                       for a job DONE at its first clean attempt
 
 The second part is the product (:class:`Space`): a worker's job, a ``Lock``, a
 ``Semaphore``, a ``Leader``, a ``compute_once`` key, a ``Redlock``, a stream source or

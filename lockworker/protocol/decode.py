@@ -14,7 +14,13 @@ import redis
 
 from lockworker.errors import ForeignValueError
 from lockworker.model.codec import LockValue, StateValue, decode_lock, decode_state
-from lockworker.model.history import AttemptEnd, folded_record, read_history
+from lockworker.model.history import (
+    AttemptEnd,
+    AttemptRecord,
+    folded_record,
+    implied_start,
+    read_history,
+)
 from lockworker.model.keys import JobKeys
 from lockworker.model.state import Ending, Grant, JobStatus, Renewal, Reset, Settle, Snapshot
 
@@ -132,16 +138,33 @@ def decode_settle(keys: JobKeys, new_state: StateValue, reply: Any) -> Settle:
     return settle_result(int(reply), new_state)
 
 
-def with_history(seen: Snapshot, raw_records: Any, raw_lock: Any, raw_state: Any) -> Snapshot:
+def with_history(
+    seen: Snapshot, raw_records: Any, raw_lock: Any, raw_state: Any, now_ms: int
+) -> Snapshot:
     """``seen`` with the job's history, read with it (the live lease's token tells a
-    running attempt from one whose lease ran out). A DONE state that folded in its one
-    clean attempt (:class:`~lockworker.model.codec.StateValue`) is that record."""
+    running attempt from one whose lease ran out, and ``now_ms`` is the server's clock
+    then). A DONE state that folded in its one clean attempt
+    (:class:`~lockworker.model.codec.StateValue`) is that record; a new job's first
+    attempt, whose grant wrote no record, is the record its state implies
+    (:func:`~lockworker.model.history.implied_start`)."""
     lock = None if raw_lock is None else decode_lock(raw_lock)
-    history = read_history(raw_records, lock.token if lock else None)
-    state = None if history or raw_state is None else decode_state(raw_state)
-    times = None if state is None else state.folded()
-    if state is not None and times is not None:
+    live = lock.token if lock else None
+    history = read_history(raw_records, live)
+    state = None if raw_state is None else decode_state(raw_state)
+    if state is None:
+        return replace(seen, history=history)
+    times = state.folded()
+    if times is not None and not history:
         history = (folded_record(state.attempt, state.token, state.run, state.owner, times),)
+    elif (state.status is JobStatus.PENDING and state.run and state.due_ms is None
+          and not (history and history[-1].token == state.token)):
+        started = implied_start(state.attempt, state.token, now_ms)
+        if started is not None:
+            ending = None if live == state.token else AttemptEnd.LOST.value
+            history += (AttemptRecord(
+                state.attempt, state.token, state.owner, state.run, started, None, ending,
+                None, None,
+            ),)
     return replace(seen, history=history)
 
 

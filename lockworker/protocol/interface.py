@@ -136,10 +136,9 @@ def inspect(client: redis.Redis, keys: JobKeys, *, history: bool = False) -> Sna
     records = rest.pop(0) if history else None
     if node is not None:  # a cluster's transaction takes no keyless command: ask the node
         rest = [client.execute_command("TIME", target_nodes=node)]  # type: ignore[no-untyped-call]
-    seen = snapshot_from(
-        keys, raw_state, raw_lock, int(pttl) if int(pttl) >= 0 else None, server_ms(rest[0])
-    )
-    return seen if records is None else with_history(seen, records, raw_lock, raw_state)
+    now = server_ms(rest[0])
+    seen = snapshot_from(keys, raw_state, raw_lock, int(pttl) if int(pttl) >= 0 else None, now)
+    return seen if records is None else with_history(seen, records, raw_lock, raw_state, now)
 
 
 def node_of(client: Any, keys: JobKeys) -> Any:

@@ -25,14 +25,14 @@ from lockworker.model.index import Kind
 # The attempt history (lockworker.model.history): KEYS[3] of every job step, a list of
 # records ``lw2|<attempt>|<token>|<run>|<started ms>|<ended ms>|<ending>|<JSON>``.
 # ``lw_last`` reads the last record before a step writes anything: LINDEX raises
-# WRONGTYPE for a key of another type (reported as ForeignValueError), and a value
-# that is not a record is returned so the step can report it foreign; ``lw_tail`` (a
-# settle) reads the last two values the same way, which also tell whether the record is
-# the list's only one. ``lw_keep`` trims only a list that a push made longer than the
-# cap (nothing else makes one longer), and keeps it as long as the state. ``lw_folds`` is
-# lockworker.model.history.folds (a DONE that folds the job's one clean attempt into its
-# state, lockworker.model.codec), ``lw_owner_tail`` its record_tail(owner): the tail of a
-# folded record that RESET writes back (json.dumps's escapes, ensure_ascii=False).
+# WRONGTYPE for a key of another type (reported as ForeignValueError), and a value that
+# is not a record is returned so the step can report it foreign; ``lw_tail`` (a settle)
+# reads the last two values so, which also tell whether the record is the only one.
+# ``lw_keep`` trims only a list that a push made longer than the cap, and keeps it as
+# long as the state. ``lw_folds`` is history.folds (a DONE that folds the job's one
+# clean attempt into its state), ``lw_owner_tail`` record_tail(owner) (json.dumps's
+# escapes, ensure_ascii=False), ``lw_implied_start`` history.implied_start and
+# ``lw_implied`` the record a new job's grant did not write (txnparts.implied).
 HISTORY = f"""
 local function lw_record(v)
   local a, t, r, s, e, k, tail = string.match(v,
@@ -77,6 +77,13 @@ local function lw_close_lost(key, rec, now)
     redis.call('LSET', key, -1, lw_record_value(rec))
   end
 end
+local function lw_implied_start(attempt, token, now)
+  if attempt ~= '1' or #token < 4 or #token > 18 then return nil end
+  local started = lw_token_ms(token)
+  local took = now - tonumber(started)
+  if took < 0 or took >= {FOLD_LIMIT_MS} then return nil end
+  return started
+end
 """ + r"""
 local function lw_owner_tail(owner)
   local named = {['"'] = '\\"', ['\\'] = '\\\\', ['\n'] = '\\n', ['\r'] = '\\r',
@@ -85,6 +92,16 @@ local function lw_owner_tail(owner)
     return named[c] or string.format('\\u%04x', string.byte(c))
   end)
   return '{"owner":"' .. escaped .. '"}'
+end
+local function lw_implied(st, rec, now, lost)
+  if st.status ~= 'pending' or st.run == '' or (rec and rec.token == st.token) then
+    return nil
+  end
+  local started = lw_implied_start(st.attempt, st.token, now)
+  if not started then return nil end
+  return lw_record_value({attempt = st.attempt, token = st.token, run = st.run,
+    started = started, ended = lost and lw_ms(now) or '', ending = lost and 'lost' or '',
+    tail = lw_owner_tail(st.owner)})
 end
 """
 
@@ -101,18 +118,37 @@ end
 #   {'foreign', key, value}                          a key holds a value we did not write
 # Only the same run re-enters (a retry whose reply was lost): a restarted process with
 # the same owner label has a new run, and waits out its predecessor's lease.
-# A grant appends its attempt's record; it, and an acquire that gives the job up, first
-# close the last record as lost if it is still open (its lease ran out).
+# The grant of a job the server does not know (no state) writes its lease and state and
+# no record: its attempt's record is implied by them (attempt 1, its run and owner,
+# started at its token's milliseconds, lockworker.model.history.implied_start) until
+# its settle writes it or folds it. Any other grant appends its attempt's record; it,
+# and an acquire that gives the job up, first close the last record as lost if it is
+# still open (its lease ran out), or push the implied one closed as lost (lw_implied).
 ACQUIRE = LUA_PROLOGUE + HISTORY + INDEX + """
 local status, attempt, token, run, last, due = 'pending', '0', nil, '', '', nil
 local raw = redis.call('GET', KEYS[2])
+local st = nil
 if raw then
-  local st = lw_state(raw)
+  st = lw_state(raw)
   if not st then return {'foreign', KEYS[2], raw} end
   status, attempt, token, run, last, due = st.status, st.attempt, st.token, st.run, st.owner,
                                            st.due
 end
 if status ~= 'pending' then return {status, attempt, token, last, run} end
+if not raw then
+  -- A job the server does not know: its first token is the server's clock, read once
+  -- (the token and the grant's time), and the lease is written only where no key is
+  -- (NX: a lease, or a key of another type, is read below as it always was).
+  token = lw_now_us()
+  if redis.call('SET', KEYS[1], lw_lock_value(token, '1', ARGV[6], ARGV[1]), 'NX',
+                'PX', ARGV[2]) then
+    redis.call('SET', KEYS[2], lw_state_value('pending', '1', token, ARGV[6], ARGV[1]),
+               'PX', ARGV[4])
+    lw_index(1, tonumber(lw_token_ms(token)), ARGV[4])
+    return {'granted', '1', token, 0}
+  end
+  token = nil
+end
 local cur = redis.call('GET', KEYS[1])
 if cur then
   local l = lw_lock(cur)
@@ -124,11 +160,14 @@ if cur then
 end
 local rec, seen = lw_last(KEYS[3])
 if rec == nil then return {'foreign', KEYS[3], seen} end
+local now = lw_now_ms()
+local lost = lw_implied(st, rec, now, true)
 if token and not lw_gt(ARGV[3], attempt) then
   redis.call('SET', KEYS[2], lw_state_value('gave_up', attempt, token, due or run, last),
              'PX', ARGV[4])
-  local now = lw_now_ms()
-  if rec and rec.ending == '' then
+  if lost then
+    lw_keep(KEYS[3], ARGV[4], redis.call('RPUSH', KEYS[3], lost))
+  elseif rec and rec.ending == '' then
     lw_close_lost(KEYS[3], rec, lw_ms(now))
     lw_keep(KEYS[3], ARGV[4])
   end
@@ -137,21 +176,14 @@ if token and not lw_gt(ARGV[3], attempt) then
   return {'gave_up', attempt, token, last, run}
 end
 if due then
-  local left = tonumber(due) - lw_now_ms()
+  local left = tonumber(due) - now
   if left > 0 then return {'due', attempt, token, last, left} end
 end
-attempt = lw_incr(attempt)
-local now
-if token then
-  token, now = lw_incr(token), lw_ms(lw_now_ms())
-else  -- the server's clock, read once: the first token and the grant's time
-  token = lw_now_us()
-  now = lw_token_ms(token)
-end
+attempt, token, now = lw_incr(attempt), lw_incr(token), lw_ms(now)
 redis.call('SET', KEYS[1], lw_lock_value(token, attempt, ARGV[6], ARGV[1]), 'PX', ARGV[2])
 redis.call('SET', KEYS[2], lw_state_value('pending', attempt, token, ARGV[6], ARGV[1]),
            'PX', ARGV[4])
-lw_close_lost(KEYS[3], rec, now)
+if lost then redis.call('RPUSH', KEYS[3], lost) else lw_close_lost(KEYS[3], rec, now) end
 local length = redis.call('RPUSH', KEYS[3], lw_record_value({attempt = attempt, token = token,
   run = ARGV[6], started = now, ended = '', ending = '', tail = ARGV[7]}))
 lw_keep(KEYS[3], ARGV[4], length)
@@ -217,10 +249,13 @@ return 0
 #         0 refused: the caller does not hold this attempt's lease,
 #        -1 refused, and the job's state is gone: the server lost its data,
 #        -2 refused: the history's last value is not a record (a foreign value)
-# The attempt's record is the last one (its grant appended it); if it is gone (the key
-# deleted), the settle appends one that starts when it ends. A DONE whose record is the
-# history's only one, clean, started at its token's milliseconds, folds it into the
-# state instead (its duration after the run) and deletes the history key (lw_folds).
+# The attempt's record is the last one (its grant appended it), or, for a new job's
+# first attempt, implied by the lease (its grant wrote none: ACQUIRE); the settle then
+# appends it, started at the token's milliseconds; if it is gone (the key deleted), the
+# settle appends one that starts when it ends. A DONE whose record is the history's only
+# one, clean, started at its token's milliseconds (lw_folds), or whose implied record
+# has no other record beside it, folds it into the state instead (its duration after
+# the run), and no history key is left.
 SETTLE = LUA_PROLOGUE + HISTORY + INDEX + """
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   local rec, seen, count = lw_tail(KEYS[3])
@@ -241,19 +276,28 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then
     lw_index(3, now, ARGV[3])
   end
   local held = lw_lock(ARGV[1])
+  local ours = rec and rec.token == held.token
+  local implied = not ours and lw_implied_start(held.attempt, held.token, now)
+  local started = nil
   if lw_folds(rec, count, held.token, ARGV[7], ARGV[8], now) then
+    started = rec.started
+    redis.call('DEL', KEYS[1], KEYS[3])
+  elseif implied and count == 0 and ARGV[7] == 'done' then
+    started = implied
+    redis.call('DEL', KEYS[1])
+  end
+  if started then
     local st = lw_state(value)
     value = lw_state_value(st.status, st.attempt, st.token,
-                           st.run .. string.format('%x', now - tonumber(rec.started)), st.owner)
-    redis.call('DEL', KEYS[1], KEYS[3])
+                           st.run .. string.format('%x', now - tonumber(started)), st.owner)
     redis.call('SET', KEYS[2], value, 'PX', ARGV[3])
   else
     redis.call('DEL', KEYS[1])
     redis.call('SET', KEYS[2], value, 'PX', ARGV[3])
     local at = lw_ms(now)
-    local ended = {attempt = held.attempt, token = held.token, run = held.run, started = at,
-                   ended = at, ending = ARGV[7], tail = ARGV[8]}
-    if rec and rec.token == held.token and rec.ending == '' then
+    local ended = {attempt = held.attempt, token = held.token, run = held.run,
+                   started = implied or at, ended = at, ending = ARGV[7], tail = ARGV[8]}
+    if ours and rec.ending == '' then
       ended.started = rec.started
       redis.call('LSET', KEYS[3], -1, lw_record_value(ended))
       lw_keep(KEYS[3], ARGV[3])
@@ -270,7 +314,8 @@ end
 
 # RESET: make a known job pending again with no attempts spent. The token counter is
 # kept, so fencing tokens never repeat; so is the attempt history (kept as long as the
-# state again, if it is a list; a DONE state's folded attempt is written back to it).
+# state again, if it is a list; a DONE state's folded attempt is written back to it, and
+# so is the implied record of a first attempt whose grant wrote none: ACQUIRE).
 # KEYS[1] lock   KEYS[2] state   KEYS[3] history   KEYS[4] index (or the lock: none)
 # ARGV[1] force (0|1)   ARGV[2] retention ms   ARGV[3] wake channel
 # ARGV[4] (optional) the state the caller expects: pending, held, done or gave_up
@@ -301,6 +346,7 @@ if ARGV[4] and ARGV[4] ~= '' then
 end
 if l and not force then return {'held', l.owner} end
 local token = (st and st.token) or (l and l.token) or lw_now_us()
+local now = lw_now_ms()
 redis.call('DEL', KEYS[1])
 redis.call('SET', KEYS[2], lw_state_value('pending', '0', token, '', ''), 'PX', ARGV[2])
 local kind = redis.call('TYPE', KEYS[3])['ok']
@@ -312,9 +358,19 @@ if started and #started <= 15 and kind == 'none' then
     run = st.run, started = started, ended = lw_ms(tonumber(started) + tonumber(st.took, 16)),
     ending = 'done', tail = lw_owner_tail(st.owner)}))
   kind = 'list'
+elseif st and (kind == 'none' or kind == 'list') then
+  -- A new job's first attempt whose grant wrote no record: it goes to the history,
+  -- open (read as lost: its lease is gone)
+  local rec = false
+  if kind == 'list' then rec = lw_last(KEYS[3]) end
+  local implied = rec ~= nil and lw_implied(st, rec, now, false)
+  if implied then
+    redis.call('RPUSH', KEYS[3], implied)
+    kind = 'list'
+  end
 end
 if kind == 'list' then redis.call('PEXPIRE', KEYS[3], ARGV[2]) end
-lw_index(3, lw_now_ms(), ARGV[2])
+lw_index(3, now, ARGV[2])
 redis.call('PUBLISH', ARGV[3], 'reset')
 return {'reset', (st and st.status) or 'pending'}
 """

@@ -21,11 +21,11 @@ from redis.exceptions import ClusterDownError, MovedError, RedisClusterException
 from lockworker.errors import Contended, ForeignValueError
 from lockworker.model.codec import Holder, LockValue, StateValue, decode_lock, decode_state
 from lockworker.model.history import (
-    HISTORY_CAP,
     AttemptEnd,
     ErrorText,
     RawRecord,
     folds,
+    implied_start,
     parse_record,
     record_tail,
 )
@@ -46,6 +46,17 @@ from lockworker.protocol.decode import (
     written_by,
 )
 from lockworker.protocol.interface import SettleSteps
+from lockworker.protocol.txnparts import (
+    INDEXED,
+    close_lost,
+    implied,
+    index,
+    keep,
+    last_record,
+    read_strings,
+    server_now_us,
+    text_or_none,
+)
 
 FOLDABLE_TOKEN = 10**18
 """A DONE state's folded attempt goes back to the history on a reset only below this
@@ -128,22 +139,39 @@ class TxnProtocol(SettleSteps):
                 if seen.status is JobStatus.PENDING and mine:
                     return Grant(seen.attempt, seen.token, reentered=True)
                 return seen
-            state = None if raw_state is None else decode_state(raw_state)
-            now_ms = None if state is None or state.due_ms is None else server_ms(pipe.time())
-            seen = snapshot_from(keys, raw_state, None, None, now_ms)
+            if raw_state is None:
+                # A job the server does not know: the server's clock, read once, is its
+                # first token and its grant's time; its lease and state imply its
+                # attempt's record (lockworker.model.history.implied_start).
+                token = server_now_us(pipe)
+                pipe.multi()
+                pipe.set(keys.lock, who.value(token, 1).encode(), px=lease_ms)
+                pipe.set(
+                    keys.state,
+                    StateValue(JobStatus.PENDING, 1, token, who.run, who.owner).encode(),
+                    px=retention_ms,
+                )
+                index(pipe, keys, Kind.HELD, token // 1000, retention_ms)
+                pipe.execute()
+                return Grant(1, token)
+            state = decode_state(raw_state)
+            seen = snapshot_from(keys, raw_state, None, None)
             if seen.resolved:
                 return seen
             last = last_record(pipe, keys)
-            if raw_state is not None and seen.attempt >= max_attempts:
+            now = server_ms(pipe.time())
+            lost = implied(state, last, now)
+            if seen.attempt >= max_attempts:
                 gave_up = StateValue(
                     JobStatus.GAVE_UP, seen.attempt, seen.token, seen.run, seen.owner,
                     None if state is None else state.due_ms,
                 )
-                open_ = last is not None and last.ending is None
-                now = server_ms(pipe.time())
                 pipe.multi()
                 pipe.set(keys.state, gave_up.encode(), px=retention_ms)
-                if open_:
+                if lost is not None:
+                    pipe.rpush(keys.history, replace(lost, ended_ms=now, ending="lost").encode())
+                    keep(pipe, keys, retention_ms)
+                elif last is not None and last.ending is None:
                     close_lost(pipe, keys, last, now)
                     keep(pipe, keys, retention_ms)
                 index(pipe, keys, Kind.GAVE_UP, now, retention_ms)
@@ -152,14 +180,10 @@ class TxnProtocol(SettleSteps):
                 return Snapshot(
                     JobStatus.GAVE_UP, seen.attempt, seen.token, seen.owner, run=seen.run
                 )
-            if seen.due_ms is not None:
-                return seen
-            attempt = seen.attempt + 1
-            if raw_state is not None:
-                token, now = seen.token + 1, server_ms(pipe.time())
-            else:  # the server's clock, read once: the first token and the grant's time
-                token = server_now_us(pipe)
-                now = token // 1000
+            due = snapshot_from(keys, raw_state, None, None, now)
+            if due.due_ms is not None:
+                return due
+            attempt, token = seen.attempt + 1, seen.token + 1
             pipe.multi()
             pipe.set(keys.lock, who.value(token, attempt).encode(), px=lease_ms)
             pipe.set(
@@ -167,7 +191,10 @@ class TxnProtocol(SettleSteps):
                 StateValue(JobStatus.PENDING, attempt, token, who.run, who.owner).encode(),
                 px=retention_ms,
             )
-            close_lost(pipe, keys, last, now)
+            if lost is not None:
+                pipe.rpush(keys.history, replace(lost, ended_ms=now, ending="lost").encode())
+            else:
+                close_lost(pipe, keys, last, now)
             pipe.rpush(keys.history, RawRecord(
                 attempt, token, who.run, now, None, None, record_tail(who.owner)
             ).encode())
@@ -225,11 +252,20 @@ class TxnProtocol(SettleSteps):
             if delay:
                 written = replace(new_state, due_ms=now + delay)
             fold = folds(last, records, token=held.token, ending=ending, tail=tail, now_ms=now)
+            ours = last is not None and last.token == held.token
+            # the record a new job's grant did not write (implied_start): folded, or written
+            start = None if ours else implied_start(held.attempt, held.token, now)
+            fold_implied = not fold and start is not None and records == 0 and (
+                ending == AttemptEnd.DONE.value
+            )
             if fold and last is not None:
                 written = replace(new_state, took_ms=now - last.started_ms)
-            mine = last is not None and last.token == held.token and last.ending is None
+            elif fold_implied and start is not None:
+                written = replace(new_state, took_ms=now - start)
+            mine = ours and last is not None and last.ending is None
+            started = start if start is not None else now
             record = RawRecord(
-                held.attempt, held.token, held.run, last.started_ms if mine and last else now,
+                held.attempt, held.token, held.run, last.started_ms if mine and last else started,
                 now, ending, tail,
             ).encode()
             pipe.multi()
@@ -237,6 +273,8 @@ class TxnProtocol(SettleSteps):
             pipe.set(keys.state, written.encode(), px=retention_ms)
             if fold:
                 pipe.delete(keys.history)
+            elif fold_implied:
+                pass  # no record was written, and none is
             elif mine:
                 pipe.lset(keys.history, -1, record)
                 keep(pipe, keys, retention_ms)
@@ -288,8 +326,10 @@ class TxnProtocol(SettleSteps):
             else:
                 token = server_now_us(pipe)
             kind = text(pipe.type(keys.history))
+            reset_at = server_ms(pipe.time())
             # A DONE state that held the job's one attempt writes it back to the history
-            # (as the script does: not for a token past a Lua number's exact range).
+            # (as the script does: not for a token past a Lua number's exact range), and
+            # so does a first attempt whose grant wrote no record (open: read as lost).
             back = None
             if state is not None and kind == "none" and state.token < FOLDABLE_TOKEN:
                 times = state.folded()
@@ -298,7 +338,11 @@ class TxnProtocol(SettleSteps):
                         state.attempt, state.token, state.run, *times,
                         AttemptEnd.DONE.value, record_tail(state.owner),
                     )
-            reset_at = server_ms(pipe.time())
+            if back is None and state is not None and kind in ("none", "list"):
+                raw = pipe.lindex(keys.history, -1) if kind == "list" else None
+                last = None if raw is None else parse_record(raw)
+                if raw is None or last is not None:
+                    back = implied(state, last, reset_at)
             pipe.multi()
             pipe.delete(keys.lock)
             pipe.set(
@@ -316,79 +360,3 @@ class TxnProtocol(SettleSteps):
 
         done: Reset = self._watched(keys, step)
         return done
-
-
-INDEXED = {JobStatus.PENDING: Kind.PENDING, JobStatus.GAVE_UP: Kind.GAVE_UP}
-"""The index entry a settle leaves (none: DONE removes it), as the script's."""
-
-
-def index(
-    pipe: Pipeline, keys: JobKeys, kind: Kind | None, ms: int, retention_ms: int
-) -> None:
-    """Queue the job's index entry (:mod:`lockworker.model.index`), as the scripts'
-    ``lw_index`` writes it: ``kind`` at ``ms``, or removed (None), and (but for a
-    grant) that kind's and the held entries older than ``retention_ms`` trimmed.
-    Nothing for a primitive."""
-    if keys.index == keys.lock:
-        return
-    member = escape(keys.job_id)
-    if kind is None:
-        pipe.zrem(keys.index, member)
-        return
-    pipe.zadd(keys.index, {member: score(kind, ms)})
-    if kind is not Kind.HELD:
-        pipe.zremrangebyscore(keys.index, kind.low, f"({score(kind, ms - retention_ms)}")
-        pipe.zremrangebyscore(keys.index, Kind.HELD.low, f"({score(Kind.HELD, ms - retention_ms)}")
-
-
-def last_record(pipe: Pipeline, keys: JobKeys) -> RawRecord | None:
-    """The history's last record (None if it has none); a key of another type raises
-    WRONGTYPE (reported foreign by :meth:`TxnProtocol._watched`), a value that is not
-    a record ForeignValueError."""
-    raw = pipe.lindex(keys.history, -1)
-    if raw is None:
-        return None
-    found = parse_record(raw)
-    if found is None:
-        raise ForeignValueError(keys.history, text(raw))
-    return found
-
-
-def close_lost(pipe: Pipeline, keys: JobKeys, last: RawRecord | None, now: int) -> None:
-    """Queue the closing of ``last`` as lost, if it is still open (its lease ran out)."""
-    if last is not None and last.ending is None:
-        pipe.lset(keys.history, -1, replace(last, ended_ms=now, ending="lost").encode())
-
-
-def keep(pipe: Pipeline, keys: JobKeys, retention_ms: int) -> None:
-    """Queue the history's trim to its cap and its time to live (the state's)."""
-    pipe.ltrim(keys.history, -HISTORY_CAP, -1)
-    pipe.pexpire(keys.history, retention_ms)
-
-
-def server_now_us(pipe: Pipeline) -> int:
-    """The server's clock in microseconds: the first token of a job id it does not know."""
-    seconds, micros = pipe.time()
-    return int(seconds) * 1_000_000 + int(micros)
-
-
-def read_strings(pipe: Pipeline, keys: JobKeys, *names: str) -> list[Any]:
-    """MGET ``names``; raise ForeignValueError if a missing value is a key of another type.
-
-    MGET answers nil for a key that holds a list or a hash, which would let the
-    transaction overwrite somebody else's data; one EXISTS, only when a value is
-    missing, tells an absent key from a foreign one. A key that EXISTS finds but that
-    holds a string was written by another client since the MGET (a race for a new
-    job): the EXEC would fail on the WATCH, so the step starts again at once.
-    """
-    values: list[Any] = pipe.mget(*names)
-    missing = [name for name, value in zip(names, values, strict=True) if value is None]
-    if missing and int(pipe.exists(*missing)) > 0:
-        if all(text(pipe.type(name)) in ("string", "none") for name in missing):
-            raise redis.WatchError(f"{' or '.join(missing)} written since it was read")
-        raise ForeignValueError(f"{keys.lock} or {keys.state}", "a value of another type")
-    return values
-
-
-def text_or_none(raw: Any) -> str | None:
-    return None if raw is None else text(raw)

@@ -179,37 +179,69 @@ def test_an_error_is_kept_bounded(protocol: LockProtocol, keys: JobKeys) -> None
     assert record.error is not None and len(record.error) == ERROR_CHARS
 
 
+def known_job(protocol: LockProtocol, keys: JobKeys) -> None:
+    """A job the server knows (a state), free: its first attempt given back."""
+    g = grant(protocol, keys, "a")
+    assert protocol.release(keys, held(g, "a"), RETENTION) is Settle.RELEASED
+
+
 @pytest.mark.parametrize("kind", ["hash", "string"])
 def test_a_history_key_of_another_type_is_never_written(
     protocol: LockProtocol, keys: JobKeys, redis_client: redis.Redis, kind: str
 ) -> None:
-    if kind == "hash":
-        redis_client.hset(keys.history, "theirs", "1")
-    else:
-        redis_client.set(keys.history, "theirs")
+    def theirs() -> None:
+        redis_client.delete(keys.history)
+        if kind == "hash":
+            redis_client.hset(keys.history, "theirs", "1")
+        else:
+            redis_client.set(keys.history, "theirs")
+
+    def untouched() -> bool:
+        if kind == "hash":
+            return redis_client.hgetall(keys.history) == {"theirs": "1"}
+        return redis_client.get(keys.history) == "theirs"
+
+    known_job(protocol, keys)
+    state = redis_client.get(keys.state)
+    theirs()
     with pytest.raises(ForeignValueError):
         protocol.acquire(keys, who("a"), 5000, 3, RETENTION)
     with pytest.raises(ForeignValueError):
         protocol.inspect(keys, history=True)
-    assert redis_client.exists(keys.lock, keys.state) == 0
-    # A grant made before the key was replaced: its settle is refused as foreign too,
-    # and the lease stays (the holder's lease runs out; nothing of theirs is touched).
-    redis_client.delete(keys.history)
+    assert redis_client.exists(keys.lock) == 0 and redis_client.get(keys.state) == state
+    assert untouched()
+    # A new job's grant reads no history (its record is implied by its lease and
+    # state): its settle finds the foreign value and is refused, and the lease stays
+    # (the holder's lease runs out; nothing of theirs is touched).
+    new = JobKeys.of(keys.namespace, keys.job_id + "-new")
+    keys = new
+    theirs()
     g = grant(protocol, keys, "a")
-    redis_client.set(keys.history, "theirs")
-    with pytest.raises(ForeignValueError):
-        protocol.complete(keys, held(g, "a"), RETENTION)
-    assert redis_client.get(keys.history) == "theirs"
-    assert redis_client.get(keys.lock) == held(g, "a").encode()
+    for settle in (
+        lambda: protocol.complete(keys, held(g, "a"), RETENTION),
+        lambda: protocol.fail(keys, held(g, "a"), 3, RETENTION),
+    ):
+        with pytest.raises(ForeignValueError):
+            settle()
+        assert untouched()
+        assert redis_client.get(keys.lock) == held(g, "a").encode()
 
 
 def test_a_list_that_holds_no_records_is_not_ours(
     protocol: LockProtocol, keys: JobKeys, redis_client: redis.Redis
 ) -> None:
+    known_job(protocol, keys)
+    redis_client.delete(keys.history)
     redis_client.rpush(keys.history, "somebody else's entry")
     with pytest.raises(ForeignValueError):
         protocol.acquire(keys, who("a"), 5000, 3, RETENTION)
     assert redis_client.lrange(keys.history, 0, -1) == ["somebody else's entry"]
+    new = JobKeys.of(keys.namespace, keys.job_id + "-new")
+    redis_client.rpush(new.history, "somebody else's entry")
+    g = grant(protocol, new, "a")
+    with pytest.raises(ForeignValueError):
+        protocol.complete(new, held(g, "a"), RETENTION)
+    assert redis_client.lrange(new.history, 0, -1) == ["somebody else's entry"]
 
 
 def test_both_protocols_write_the_same_history(
@@ -340,3 +372,64 @@ def test_a_done_job_of_one_clean_attempt_costs_its_state_key_alone(
     # the folded one, and once the plain one 16 bytes above it.
     assert folded <= plain + 32, (folded, plain)
     assert folded < (plain + listed) * 0.6, (folded, plain, listed)
+
+
+def test_a_new_jobs_first_attempt_is_read_from_its_lease_and_state_until_a_step_writes_it(
+    protocol: LockProtocol, keys: JobKeys, redis_client: redis.Redis
+) -> None:
+    """The grant of a new job writes no record; its history reads the running attempt
+    all the same (started at its token's milliseconds), ``lost`` once its lease is gone,
+    and the takeover writes it to the list closed ``lost`` before its own."""
+    g = grant(protocol, keys, "a")
+    assert redis_client.exists(keys.history) == 0
+    (running,) = history(protocol, keys)
+    assert (running.attempt, running.token, running.owner, running.run) == (
+        1, g.token, "a", who("a").run
+    )
+    assert (running.started_ms, running.ended_ms, running.ending) == (g.token // 1000, None, None)
+    expire_lease(redis_client, keys)
+    (lost,) = history(protocol, keys)
+    assert (lost.token, lost.ended_ms, lost.ending) == (g.token, None, "lost")
+    before = server_ms(redis_client)
+    taken = grant(protocol, keys, "b")
+    records = history(protocol, keys)
+    assert [(r.attempt, r.token, r.owner, r.ending) for r in records] == [
+        (1, g.token, "a", "lost"), (2, taken.token, "b", None)
+    ]
+    assert records[0].started_ms == g.token // 1000
+    assert records[0].ended_ms is not None and before <= records[0].ended_ms
+    assert redis_client.llen(keys.history) == 2
+
+
+@pytest.mark.parametrize("ending", ["fail", "release"])
+def test_the_settle_of_a_new_jobs_first_attempt_writes_its_record_from_its_start(
+    protocol: LockProtocol, keys: JobKeys, redis_client: redis.Redis, ending: str
+) -> None:
+    g = grant(protocol, keys, "a")
+    if ending == "fail":
+        assert protocol.fail(keys, held(g, "a"), 3, RETENTION, error=boom()) is Settle.RELEASED
+    else:
+        assert protocol.release(keys, held(g, "a"), RETENTION) is Settle.RELEASED
+    (record,) = history(protocol, keys)
+    assert (record.token, record.started_ms) == (g.token, g.token // 1000)
+    assert record.ending == ("failed" if ending == "fail" else "released")
+    assert redis_client.llen(keys.history) == 1
+
+
+def test_a_forced_reset_of_a_new_jobs_first_attempt_keeps_its_record(
+    protocol: LockProtocol, keys: JobKeys, redis_client: redis.Redis
+) -> None:
+    """Reset to pending, the job no longer says who ran attempt 1: the reset writes the
+    record to the list (open: read as lost, as a record a reset left open)."""
+    g = grant(protocol, keys, "a")
+    assert protocol.reset(keys, RETENTION, force=True) is Reset.RESET
+    (record,) = history(protocol, keys)
+    assert (record.attempt, record.token, record.owner, record.ending) == (
+        1, g.token, "a", "lost"
+    )
+    assert record.started_ms == g.token // 1000 and redis_client.llen(keys.history) == 1
+    again = grant(protocol, keys, "b")
+    assert again.token == g.token + 1
+    assert [(r.token, r.ending) for r in history(protocol, keys)] == [
+        (g.token, "lost"), (again.token, None)
+    ]

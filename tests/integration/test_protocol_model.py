@@ -104,6 +104,9 @@ class JobModel:
     """The grants whose records the server keeps, in order (before the history's cap)."""
     folded: bool = False
     """The DONE state holds the job's one clean attempt, and no history key exists."""
+    implied: LockValue | None = None
+    """The grant of a job the server did not know, whose record its lease and state
+    imply (none written): it goes with them if they vanish before a step writes it."""
     last_settle: tuple[LockValue, str] | None = None
     """The holder's lock value and step of the job's last applied settle."""
     due_ms: int | None = None
@@ -137,8 +140,12 @@ class JobModel:
         self.known = True
         self.due_ms = due_ms
         self.lapsed, self.orphan = False, None
+        self.implied = None  # every step after the grant writes (or folds) the record
 
     def forget(self) -> None:
+        if self.implied is not None:  # its record was its lease and state
+            self.recorded.remove(self.implied)
+            self.implied = None
         self.orphan = self.indexed()
         self.known, self.holder, self.due_ms, self.lapsed = False, None, None, False
         self.status, self.attempt, self.token, self.run, self.owner = (
@@ -259,7 +266,7 @@ class ProtocolModel(RuleBasedStateMachine):
             assert got == Snapshot(
                 JobStatus.GAVE_UP, m.attempt, m.token, m.owner, run=m.run
             ), got
-            m.status, m.lapsed = JobStatus.GAVE_UP, False
+            m.status, m.lapsed, m.implied = JobStatus.GAVE_UP, False, None
             return got
         if self.due_ahead(m):
             # a failure set the next attempt ahead: refused to everybody, with the time left
@@ -277,7 +284,11 @@ class ProtocolModel(RuleBasedStateMachine):
             assert before <= got.token <= self.server_us(), (got, before)
         assert all(got.token > v.token for v in m.issued), (got, m.issued)
         value = who.value(got.token, got.attempt)
+        new = not m.known
         m.write((JobStatus.PENDING, got.attempt, got.token, who.run, who.owner))
+        if new:  # a new job's grant writes no record: its lease and state imply it
+            assert self.client.exists(keys.history) == (1 if m.recorded else 0), m
+            m.implied = value
         m.holder = value
         m.issued.append(value)
         m.recorded.append(value)
@@ -530,6 +541,12 @@ class ProtocolModel(RuleBasedStateMachine):
             issued = [(v.token, v.attempt, v.run, v.owner) for v in m.recorded]
             assert granted == issued[len(issued) - len(granted) :], (granted, issued)
             assert len(granted) == min(len(issued), HISTORY_CAP), (granted, issued)
+            if m.implied is not None:
+                # read from the lease and state alone, started at the token's ms
+                stored = self.client.lrange(self.keys[job].history, 0, -1)
+                assert not any(f"|{m.implied.token}|" in text(v) for v in stored), stored
+                assert records[-1].token == m.implied.token, (records, m)
+                assert records[-1].started_ms == m.implied.token // 1000, records
             if m.holder is not None:
                 assert records[-1].token == m.holder.token, (records, m)
                 assert records[-1].ending is None, records

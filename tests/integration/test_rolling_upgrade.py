@@ -76,6 +76,11 @@ OLD_SIDE = textwrap.dedent("""
         settled = protocol.fail(keys, who.value(grant.token, grant.attempt),
                                 int(max_attempts), 60000)
         out.update(settled=settled.value, attempt=grant.attempt)
+    elif action == "grant":
+        protocol, keys = ScriptProtocol(client), JobKeys.of(namespace, job_id)
+        grant = protocol.acquire(keys, Holder("old", "0123456789abcdef"), 60000,
+                                 int(max_attempts), 60000)
+        out.update(attempt=grant.attempt, token=grant.token)
     worker.close()
     print(json.dumps(out))
 """)
@@ -213,16 +218,69 @@ def test_the_previous_release_serves_a_job_with_a_history_and_writes_none(
     the one before its grant) reads as lost here, never as running."""
     keys = JobKeys.of(namespace, "with-history")
     protocol = ScriptProtocol(redis_client)
-    g = grant(protocol, keys, "new", lease_ms=50)
+    given = grant(protocol, keys, "new")
+    assert protocol.release(keys, held(given, "new"), RETENTION) is Settle.RELEASED
+    g = grant(protocol, keys, "new", lease_ms=50)  # a known job's grant: its record written
     redis_client.pexpire(keys.lock, 1)
     ran = old(old_python, redis_server, namespace, "process", "with-history")
     assert (ran["outcome"], ran["ran"]) == ("done", [2])
     seen = protocol.inspect(keys, history=True)
     assert (seen.status, seen.attempt, seen.owner) == (JobStatus.DONE, 2, "old")
-    (record,) = seen.history
-    assert (record.attempt, record.token, record.owner, record.ending) == (
-        1, g.token, "new", "lost"
+    assert [(r.attempt, r.token, r.owner, r.ending) for r in seen.history] == [
+        (1, given.token, "new", "released"), (1, g.token, "new", "lost")
+    ]
+
+
+def test_the_last_release_takes_over_a_first_attempt_that_wrote_no_record(
+    last_python: Path, redis_server: RedisServer, redis_client: redis.Redis, namespace: str,
+) -> None:
+    """This release's grant of a new job writes no history record (its lease and state
+    imply it). A 0.3.0 process reads the job held by its lease, and once the lease ran
+    out takes the next attempt, fenced above it; the stale holder's DONE is refused.
+    0.3.0 does not know the implied record: its history shows its own attempt from 2
+    on (docs/deployment.md says so)."""
+    keys = JobKeys.of(namespace, "implied")
+    protocol = ScriptProtocol(redis_client)
+    g = grant(protocol, keys, "new", lease_ms=60_000)
+    assert redis_client.exists(keys.history) == 0
+    seen = old(last_python, redis_server, namespace, "inspect", "implied", version=LAST)
+    assert (seen["status"], seen["attempt"], seen["token"], seen["holder"]) == (
+        "pending", 1, g.token, "new"
     )
+    redis_client.pexpire(keys.lock, 1)
+    ran = old(last_python, redis_server, namespace, "process", "implied", version=LAST)
+    assert (ran["outcome"], ran["ran"]) == ("done", [2])
+    assert protocol.complete(keys, held(g, "new"), RETENTION) is Settle.NOT_HOLDER
+    done = protocol.inspect(keys, history=True)
+    assert (done.status, done.attempt, done.token, done.owner) == (
+        JobStatus.DONE, 2, g.token + 1, "old"
+    )
+    assert [(r.attempt, r.token, r.owner, r.ending) for r in done.history] == [
+        (2, g.token + 1, "old", "done")
+    ]
+
+
+def test_this_release_takes_over_a_first_attempt_the_last_release_recorded(
+    last_python: Path, redis_server: RedisServer, redis_client: redis.Redis, namespace: str,
+) -> None:
+    """A job 0.3.0 granted wrote its record at the grant (the form this release reads
+    too): this release reads it running, and closes it as lost when it takes the next
+    attempt once the lease ran out."""
+    keys = JobKeys.of(namespace, "recorded")
+    granted = old(last_python, redis_server, namespace, "grant", "recorded", version=LAST)
+    protocol = ScriptProtocol(redis_client)
+    (running,) = protocol.inspect(keys, history=True).history
+    assert (running.attempt, running.token, running.owner, running.ending) == (
+        1, granted["token"], "old", None
+    )
+    assert redis_client.delete(keys.lock) == 1  # its lease ran out
+    g = grant(protocol, keys, "new")
+    assert (g.attempt, g.token) == (2, granted["token"] + 1)
+    assert protocol.complete(keys, held(g, "new"), RETENTION) is Settle.DONE
+    records = protocol.inspect(keys, history=True).history
+    assert [(r.attempt, r.owner, r.ending) for r in records] == [
+        (1, "old", "lost"), (2, "new", "done")
+    ]
 
 
 def test_the_previous_release_reads_a_folded_done_as_done(
