@@ -156,7 +156,7 @@ def notes(found: ViewsSection) -> list[str]:
         "moved onto the index as the status was. Its time is the walk's."]),
         "- **What the index costs a job**: nothing in round trips (its entry is written "
         "by the step's own script or transaction); on the server, a clean job's scripts "
-        "run 18 commands instead of 16 (one ZADD at the grant, one ZREM at the DONE; "
+        "run two commands more than without it (one ZADD at the grant, one ZREM at the DONE; "
         "`tests/integration/test_protocol.py` counts them), and a failure, give-up or "
         "reset adds a ZADD and two trims. The outcomes per minute cost no call per job "
         "(the presence loop sends them, at most every 5 s).",
