@@ -105,7 +105,8 @@ def floor_targets(section: StreamSection) -> list[Target]:
             ratio = _ratio(mine, theirs)
             out.append((
                 f"{mode}: {what} CPU per job <= {most:g}x the floor's",
-                f"{mine:,.0f} µs ({_label(best)}) / {theirs:,.0f} µs = {ratio:.2f}x",
+                f"{mine:,.0f} µs ({_label(best)}) / {theirs:,.0f} µs = {ratio:.2f}x"
+                + ("" if ratio <= most else f"; bound by {_why(what, best, floor)}"),
                 ratio <= most,
             ))
     out.append(_backups_add(section))
@@ -156,3 +157,23 @@ def _wire(section: StreamSection) -> Target:
     if not gains:
         return (target, "not measured", None)
     return (target, "; ".join(said), min(gains) >= WIRE_PAYS)
+
+
+def _why(what: str, mine: Row, floor: Row) -> str:
+    """What separates a row from the floor's: the server's work per job (its commands
+    and scripts: each script's start and Lua work cost the server more than the calls
+    inside it), or the processes' (round trips and the Python around each job)."""
+    a, b = mine.cost, floor.cost
+    if what == "server":
+        return (
+            f"the work per job: {a.per_job(a.server_commands):.1f} server commands against "
+            f"the floor's {b.per_job(b.server_commands):.1f} (the attempt count, fencing "
+            "token, history, index, wake-up and renewals the floor does without), each "
+            "script's start and Lua work costing more than the calls inside it "
+            "(docs/protocol.md, \"What a job costs the server\")"
+        )
+    return (
+        f"{a.per_job(a.round_trips):.2f} round trips per job against the floor's "
+        f"{b.per_job(b.round_trips):.2f}, and the Python of each job's contest, lease, "
+        "hooks, events and outcome, which the floor's loop does without"
+    )
