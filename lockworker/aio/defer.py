@@ -54,10 +54,16 @@ class AsyncDeferrals:
     def deferring(self) -> bool:
         return deferring(self.w, ranked=self.ranked)
 
+    def trails(self) -> bool:
+        """Whether the source trails the serving deferred to: while it defers, but not
+        while that serving stalls (:meth:`Held.stalled`: then each new delivery is
+        read and looked at at once, as the stall asks)."""
+        return self.deferring() and not self.held.stalled()
+
     def trail(self, source: object) -> None:
         """See :meth:`lockworker.daemons.defer.Deferrals.trail`."""
         if follow.follows(self.w) and hasattr(source, "trail"):
-            self.trailing = source.trail(self.deferring, float(self.w.backup_delay))
+            self.trailing = source.trail(self.trails, float(self.w.backup_delay))
             if self.trailing is not None and self._task is None:
                 self._task = asyncio.ensure_future(self._run())  # hear handovers now
 

@@ -109,11 +109,17 @@ class Deferrals:
     def deferring(self) -> bool:
         return deferring(self.w, ranked=self.ranked)
 
+    def trails(self) -> bool:
+        """Whether the source trails the serving deferred to: while it defers, but not
+        while that serving stalls (:meth:`Held.stalled`: then each new delivery is
+        read and looked at at once, as the stall asks)."""
+        return self.deferring() and not self.held.stalled()
+
     def trail(self, source: object) -> None:
         """Have a fan-out ``source`` trail the primary (:mod:`lockworker.serving.trail`)
         while this backup defers to it, if the backup follows the progress."""
         if follow.follows(self.w) and hasattr(source, "trail"):
-            self.trailing = source.trail(self.deferring, float(self.w.backup_delay))
+            self.trailing = source.trail(self.trails, float(self.w.backup_delay))
             if self.trailing is not None:
                 self.start()  # it listens for handovers before it holds anything
 
