@@ -19,7 +19,9 @@ stream only through :data:`~lockworker.protocol.trail.TRAIL`, once per poll
   milliseconds, as one the backup had read.
 
 A backup that missed a handover (disconnected while it was published) finds the job
-the same way once the progress has stood still behind it for ``backup_delay``. When no
+the same way once the progress has stood still behind it for ``backup_delay``. While
+the serving is seen to stall (:meth:`lockworker.serving.held.Held.stalled`), the
+deferrals stop the trailing: each new entry is read and looked at at once. When no
 primary serves, the reader reads the stream as every reader does, from where it got
 to (the progress, at least). The decisions are :class:`Trailing`'s; the source
 (:class:`lockworker.daemons.sources.StreamSource`) sends the calls and waits.
