@@ -139,8 +139,13 @@ def index_key(namespace: str, job_tag: str) -> str:
 def all_index_keys(namespace: str) -> tuple[str, ...]:
     """Every index key ``namespace`` can have: one per slot, in slot order (kept for
     the namespaces read last: a view reads each several times)."""
-    head = f"{PREFIX}:index:{escape(namespace)}:"
+    head = index_head(namespace)
     return tuple(f"{head}{{{tag}}}" for tag in tags())
+
+
+def index_head(namespace: str) -> str:
+    """What every index key of ``namespace`` starts with: ``head + "{" + tag + "}"``."""
+    return f"{PREFIX}:index:{escape(namespace)}:"
 
 
 def state_pattern(space: Space = Space.JOB, namespace: str | None = None) -> str:
