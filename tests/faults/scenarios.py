@@ -303,7 +303,7 @@ def sigkill(
 
 
 def sigstop(
-    workdir: Path, *, rounds: int = 5, jobs: int = 16, mix: Mix = Mix(steps=(5, 10), step=0.04),
+    workdir: Path, *, rounds: int = 4, jobs: int = 16, mix: Mix = Mix(steps=(5, 10), step=0.04),
     lock_timeout: float = 0.5, max_attempts: int = 8, seed: int | None = None,
 ) -> Result:
     """SIGSTOP a holder past its lease (a sync one and an asyncio one in turn), then
@@ -466,7 +466,7 @@ PROXY_FAULTS = ("blackhole", "close", "delay")
 
 
 def proxy_phases(
-    workdir: Path, *, rounds: int = 10, jobs: int = 20, mix: Mix = Mix(fail_rate=0.1),
+    workdir: Path, *, rounds: int = 7, jobs: int = 20, mix: Mix = Mix(fail_rate=0.1),
     lock_timeout: float = 0.8, max_attempts: int = 10, seed: int | None = None,
 ) -> Result:
     """Black-hole, close and delay phases of a TCP proxy between half of the processes
