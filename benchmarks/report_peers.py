@@ -102,6 +102,12 @@ def targets(peers: PeersRun, cores: int) -> list[str]:
             f"{_n(ahead.rate)} = {ratio:.2f}x: {_verdict(ratio > 1)}"
             + ("" if ratio > 1 else _bound(ours, ahead, cores))
         )
+    else:
+        lines.append(
+            "beside the worker frameworks, lockworker in a group ahead of every "
+            "framework's jobs/s: no framework ran every job once in this run (not "
+            "installed: `pip install -e '.[bench]'`), so none to compare with"
+        )
     if rerun is not None:
         ratio = ours.rate / rerun.rate
         lines.append(

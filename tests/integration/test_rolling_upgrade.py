@@ -19,7 +19,6 @@ run, and a job this release moves later is indexed by that step, without it.
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 import sysconfig
@@ -40,6 +39,7 @@ from lockworker.model.state import Grant, JobStatus, Outcome, Settle, Snapshot
 from lockworker.protocol import ScriptProtocol
 from lockworker.protocol import index as reading
 from lockworker.testing import RedisServer
+from tests.faults.release import release_commit as find_release
 
 pytestmark = pytest.mark.processes
 
@@ -90,20 +90,9 @@ OLD_SIDE = textwrap.dedent("""
 def release_commit(version: str = PREVIOUS) -> str:
     """A release's commit: its tag, else the commit whose message starts
     ``Release <version>``; skipped outside a git checkout that has either."""
-    if shutil.which("git") is None or not (ROOT / ".git").exists():
-        pytest.skip("not a git checkout: the previous release's commit is not at hand")
-    tagged = subprocess.run(
-        ["git", "rev-parse", "--verify", "--quiet", f"v{version}^{{commit}}"],
-        cwd=ROOT, capture_output=True, text=True, check=False,
-    )
-    if tagged.returncode == 0 and tagged.stdout.strip():
-        return tagged.stdout.strip()
-    found = subprocess.run(
-        ["git", "log", "--all", "--format=%H", f"--grep=^Release {version}", "-n", "1"],
-        cwd=ROOT, capture_output=True, text=True, check=False,
-    ).stdout.strip()
-    if not found:
-        pytest.skip(f"no tag v{version} nor a 'Release {version}' commit here")
+    found = find_release(version)
+    if found is None:
+        pytest.skip(f"no tag v{version} nor a 'Release {version}' commit in a git checkout")
     return found
 
 
