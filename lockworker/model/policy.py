@@ -29,6 +29,13 @@ class Timing:
     backup_delay: float = 0.0
     """How long a backup lets a free job lie before competing (0 for a primary)."""
 
+    @classmethod
+    def of(cls, lock_timeout: float, role: Role, backup_delay: float) -> Timing:
+        """A worker's or leader's timing: it steps back ``min(1 s, lock_timeout / 4)``
+        after a failure, and only a backup lets a free job or term lie."""
+        return cls(lock_timeout, min(1.0, lock_timeout / 4),
+                   backup_delay if role is Role.BACKUP else 0.0)
+
 
 def recheck_at(seen: Snapshot, now: float, timing: Timing) -> float:
     """When a waiter that saw ``seen`` should try again, at the latest.

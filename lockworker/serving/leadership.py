@@ -105,10 +105,7 @@ class LeaderSettings:
         self.role, self.backup_delay = policy.check_role(role, backup_delay)
         self._hooks = Hooks(self, base, hooks)
         self._hooks.require()
-        self.timing = policy.Timing(
-            self.lock_timeout, min(1.0, self.lock_timeout / 4),
-            self.backup_delay if self.role is Role.BACKUP else 0.0,
-        )
+        self.timing = policy.Timing.of(self.lock_timeout, self.role, self.backup_delay)
         self.clock = clock or SystemClock()
         self.redis_retry = redis_retry or retry.DEFAULT
         self.handle_signals = handle_signals

@@ -122,10 +122,7 @@ class WorkerSettings:
         w.retry_schedule = config.retry_delay(retry_delay)
         w.give_up_on = config.give_up_on(give_up_on)
         w._hooks = Hooks(w, base, hooks)
-        w.timing = policy.Timing(
-            w.lock_timeout, min(1.0, w.lock_timeout / 4),
-            w.backup_delay if w.role is Role.BACKUP else 0.0,
-        )
+        w.timing = policy.Timing.of(w.lock_timeout, w.role, w.backup_delay)
         w.clock = clock or SystemClock()
         w.redis_retry = redis_retry or retry.DEFAULT
         w.handle_signals = handle_signals
