@@ -28,8 +28,9 @@ from prometheus_client.parser import text_string_to_metric_families
 import lockworker
 from lockworker.daemons.sources import stream_keys
 from lockworker.model.keys import JobKeys
+from lockworker.model.presence import presence_keys
 from lockworker.model.state import JobStatus
-from lockworker.protocol import inspect
+from lockworker.protocol import inspect, presence
 from lockworker.testing import RedisServer
 from lockworker.testing.server import free_port
 
@@ -142,6 +143,11 @@ class Daemons:
         readers = stream_keys(self.stream).extra("readers")
         return self.client.zscore(readers, owner) is not None
 
+    def present(self, owner: str) -> bool:
+        """Whether ``owner``'s presence is registered in the namespace."""
+        found = presence.read(self.client, presence_keys(self.namespace))
+        return any(r.member.owner == owner for r in found)
+
     def did(self) -> list[dict[str, Any]]:
         return [json.loads(r) for r in self.client.lrange(f"{self.namespace}:did", 0, -1)]
 
@@ -171,7 +177,11 @@ def test_an_asyncio_backup_beside_a_sync_primary_does_each_job_once_and_takes_ov
     daemons: Daemons,
 ) -> None:
     timing = ("--lock-timeout", "1", "--backup-delay", "1")
+    # The primary is registered first: the backup's own registration reads it, so the
+    # backup defers to it from its first job (one started at the same moment serves
+    # until it hears of the primary, which is allowed, but not this test's property).
     daemons.worker("primary", "SyncRecorder", "--role", "primary", *timing)
+    wait_for(lambda: daemons.present("primary"), timeout=30)
     backup = daemons.worker("backup", "AsyncRecorder", "--role", "backup", *timing)
     wait_for(lambda: daemons.registered("primary") and daemons.registered("backup"),
              timeout=30)
