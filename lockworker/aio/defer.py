@@ -20,52 +20,34 @@ from lockworker.aio.wake import wait
 from lockworker.errors import LockworkerError
 from lockworker.model.presence import handover_channel
 from lockworker.protocol.streams import FOLLOW
-from lockworker.serving import follow, trail
+from lockworker.serving import follow
+from lockworker.serving.deferring import DeferralsBase
 from lockworker.serving.delivery import Delivery
 from lockworker.serving.held import IDLE_WAIT, Held, Looked, Sighting
 from lockworker.serving.looked import done_elsewhere, watched
-from lockworker.serving.rules import Look, deferring, movers
-from lockworker.serving.trail import Trailing
+from lockworker.serving.rules import Look, movers
 
 AsyncDispatch = Callable[[Delivery, "Sighting | None"], Awaitable[object]]
 AsyncSettle = Callable[[Delivery], Awaitable[object]]
 
 
-class AsyncDeferrals:
+class AsyncDeferrals(DeferralsBase):
     """The held-back deliveries of one asyncio ``serve`` call of a backup, and their task."""
 
     def __init__(
         self, worker: Any, dispatch: AsyncDispatch, settle: AsyncSettle, *, ranked: bool
     ) -> None:
-        self.w = worker
+        super().__init__(worker, ranked=ranked)
         self.dispatch = dispatch
         self.settle = settle
-        self.ranked = ranked
-        self.held = Held(float(worker.backup_delay))
-        self.following = follow.Following()
-        self.trailing: Trailing | None = None
         self._news: asyncio.Event | None = None
         self._task: asyncio.Task[None] | None = None
         self._room = asyncio.Event()
-        self._done = False
-        self._looking = 0
-        """Deliveries taken from the heap and not yet handed over or held back again."""
-
-    def deferring(self) -> bool:
-        return deferring(self.w, ranked=self.ranked)
-
-    def trails(self) -> bool:
-        """Whether the source trails the serving deferred to: while it defers, but not
-        while that serving stalls (:meth:`Held.stalled`: then each new delivery is
-        read and looked at at once, as the stall asks)."""
-        return self.deferring() and not self.held.stalled()
 
     def trail(self, source: object) -> None:
         """See :meth:`lockworker.daemons.defer.Deferrals.trail`."""
-        if follow.follows(self.w) and hasattr(source, "trail"):
-            self.trailing = source.trail(self.trails, float(self.w.backup_delay))
-            if self.trailing is not None and self._task is None:
-                self._task = asyncio.ensure_future(self._run())  # hear handovers now
+        if self.trailing_of(source) is not None and self._task is None:
+            self._task = asyncio.ensure_future(self._run())  # hear handovers now
 
     def __len__(self) -> int:
         """Deliveries held back, those being looked at included."""
@@ -95,9 +77,7 @@ class AsyncDeferrals:
         async with self.w._hub.listen(handover_channel(self.w.namespace)) as news:
             self._news = news
             while not self.w.stopping and not self._done:
-                everything = news.is_set() or not self.deferring()
-                news.clear()
-                trail.heard(news, self.trailing)
+                everything = self.woken(news)
                 due = self.held.take(self.w.clock.monotonic(), everything)
                 self._looking = len(due)
                 self._room.set()

@@ -67,12 +67,12 @@ from lockworker.errors import LockworkerError
 from lockworker.model.presence import handover_channel
 from lockworker.protocol import batch
 from lockworker.protocol.streams import FOLLOW
-from lockworker.serving import follow, trail
+from lockworker.serving import follow
+from lockworker.serving.deferring import DeferralsBase
 from lockworker.serving.delivery import Delivery
 from lockworker.serving.held import IDLE_WAIT, Held, Looked, Sighting
 from lockworker.serving.looked import done_elsewhere, watched
-from lockworker.serving.rules import Look, deferring, movers
-from lockworker.serving.trail import Trailing
+from lockworker.serving.rules import Look, movers
 
 Dispatch = Callable[[Delivery, "Sighting | None"], object]
 Settle = Callable[[Delivery], object]
@@ -84,44 +84,25 @@ def resolve(delivery: Delivery) -> None:
     delivery.resolved()
 
 
-class Deferrals:
+class Deferrals(DeferralsBase):
     """The held-back deliveries of one ``serve`` call of a backup, and their thread."""
 
     def __init__(
         self, worker: Any, dispatch: Dispatch, settle: Settle | None = None, *,
         ranked: bool = True,
     ) -> None:
-        self.w = worker
+        super().__init__(worker, ranked=ranked)
         self.dispatch = dispatch
         self.settle = settle or resolve
-        self.ranked = ranked
-        self.held = Held(float(worker.backup_delay))
-        self.following = follow.Following()
-        self.trailing: Trailing | None = None
-        """The source's trailing of the primary, nudged on a handover (:meth:`trail`)."""
         self._news: threading.Event | None = None
         self._cond = threading.Condition(threading.RLock())
         self._thread: threading.Thread | None = None
-        self._done = False
-        self._looking = 0
-        """Deliveries taken from the heap and not yet handed over or held back again."""
-
-    def deferring(self) -> bool:
-        return deferring(self.w, ranked=self.ranked)
-
-    def trails(self) -> bool:
-        """Whether the source trails the serving deferred to: while it defers, but not
-        while that serving stalls (:meth:`Held.stalled`: then each new delivery is
-        read and looked at at once, as the stall asks)."""
-        return self.deferring() and not self.held.stalled()
 
     def trail(self, source: object) -> None:
-        """Have a fan-out ``source`` trail the primary (:mod:`lockworker.serving.trail`)
-        while this backup defers to it, if the backup follows the progress."""
-        if follow.follows(self.w) and hasattr(source, "trail"):
-            self.trailing = source.trail(self.trails, float(self.w.backup_delay))
-            if self.trailing is not None:
-                self.start()  # it listens for handovers before it holds anything
+        """Have a fan-out ``source`` trail the primary (:meth:`DeferralsBase.trailing_of`);
+        the thread starts at once, to listen for handovers before it holds anything."""
+        if self.trailing_of(source) is not None:
+            self.start()
 
     def __len__(self) -> int:
         """Deliveries held back, those being looked at included."""
@@ -161,9 +142,7 @@ class Deferrals:
         with self.w._hub.listen(handover_channel(self.w.namespace)) as news:
             self._news = news
             while not self.w.stopping and not self._done:
-                everything = news.is_set() or not self.deferring()
-                news.clear()
-                trail.heard(news, self.trailing)
+                everything = self.woken(news)
                 with self._cond:
                     due = self.held.take(self.w.clock.monotonic(), everything)
                     self._looking = len(due)
