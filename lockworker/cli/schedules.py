@@ -67,6 +67,8 @@ class ScheduleRow:
     ran: int = 0
     skipped: int = 0
     caught_up: int = 0
+    dropped: int = 0
+    """Ticks a catch-up policy left out (due while no process served)."""
     running: list[str] = field(default_factory=list)
     waiting: list[str] = field(default_factory=list)
     definition: dict[str, Any] | None = None
@@ -95,7 +97,7 @@ def schedule_row(
         namespace, name, None if schedule is None else schedule.spec, moment(seen.last),
         outcome, moment(seen.last_ran), moment(next_due),
         None if next_due is None else round(next_due - now, 3),
-        seen.ran, seen.skipped, seen.caught_up,
+        seen.ran, seen.skipped, seen.caught_up, seen.dropped,
         [str(moment(t)) for t in seen.running], [str(moment(t)) for t in seen.waiting],
         seen.definition if schedule is not None else None,
     )
@@ -136,7 +138,7 @@ def schedule_rows(
 
 HEADER = (
     "SCHEDULE", "NAMESPACE", "DEFINITION", "LAST TICK", "OUTCOME", "NEXT DUE",
-    "RAN", "SKIPPED", "CAUGHT UP",
+    "RAN", "SKIPPED", "CAUGHT UP", "DROPPED",
 )
 
 
@@ -157,7 +159,7 @@ def table(rows: list[ScheduleRow]) -> str:
     cells = [HEADER] + [
         (printable(r.name), printable(r.namespace), printable(r.spec or UNKNOWN),
          r.last_tick or "-", r.outcome or "-", due(r),
-         str(r.ran), str(r.skipped), str(r.caught_up))
+         str(r.ran), str(r.skipped), str(r.caught_up), str(r.dropped))
         for r in rows
     ]
     out = aligned(cells)

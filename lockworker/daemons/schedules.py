@@ -66,6 +66,7 @@ POLL = 1.0
 """Seconds between two looks at the schedules' hashes at most: how soon a tick another
 process admitted, or a waiting tick promoted, is joined here."""
 SKIPPED = "schedule.skipped"
+DROPPED = "schedule.dropped"
 ADMITTED = "schedule.admitted"
 WAITING = "schedule.waiting"
 RAN = "schedule.ran"
@@ -269,13 +270,21 @@ class ScheduleSource:
             wait = tick + schedule.delay(tick) - now
             if wait > 0:
                 return wait  # jitter: not due yet
+            # The ticks between the latest decided one and this one are left out for
+            # good once it is decided: counted then, by the process that decides it.
+            dropped = 0 if last is None else schedule.count_between(last, tick)
+            args = [tick, schedule.overlap, int(backlog), due[-1], dropped,
+                    "" if last is None else last]
             reply = self._call(
-                lambda t=tick: ADMIT(  # type: ignore[misc]
-                    self.client, [plan.key], [t, schedule.overlap, int(backlog), due[-1]]
-                ),
+                lambda a=args: ADMIT(self.client, [plan.key], a),  # type: ignore[misc]
                 "admit a tick of schedule",
             )
             verdict, decided = text(reply[0]), int(reply[1]) == 1
+            if len(reply) > 2 and int(reply[2]) > 0:
+                self._log.info(
+                    DROPPED, schedule=schedule.name, tick=schedule.tick_id(tick),
+                    dropped=int(reply[2]), decided=True,
+                )
             if verdict == "run":
                 with self._lock:
                     if tick not in plan.inflight and tick not in plan.settled:

@@ -3,7 +3,9 @@
 ``namespace`` and ``schedule``:
 
 - ``lockworker_schedule_ticks_total{outcome}``: ``ran`` (``schedule.ran``: a tick's job
-  resolved, done or given up) and ``skipped`` (``overlap``), both at 0 from the start;
+  resolved, done or given up), ``skipped`` (``overlap``) and ``dropped`` (left out by
+  ``catch_up``: due while no process served; ``schedule.dropped``'s ``dropped``), all
+  at 0 from the start;
 - ``lockworker_schedule_lateness_seconds``: from a tick's nominal time to its admission
   to run, on the server's clock (``schedule.admitted``'s ``late_ms``);
 - ``lockworker_schedule_last_completed_seconds``: the nominal time (Unix) of the latest
@@ -12,10 +14,11 @@
 - ``lockworker_schedule_period_seconds``: seconds between ticks (a cron's, the longest
   gap of its next ten). Alert on ``time() - last_completed > N * period``.
 
-Each decision about a tick is counted once across processes: ``schedule.skipped`` and
-``schedule.admitted`` only where ``decided`` (the process whose ADMIT made it),
-``schedule.ran`` only in the process that settled the tick. The two gauges are the same
-in every process serving a schedule, so an alert takes their ``max`` over processes.
+Each decision about a tick is counted once across processes: ``schedule.skipped``,
+``schedule.dropped`` and ``schedule.admitted`` only where ``decided`` (the process
+whose ADMIT made it), ``schedule.ran`` only in the process that settled the tick. The
+two gauges are the same in every process serving a schedule, so an alert takes their
+``max`` over processes.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from lockworker.daemons.schedules import ADMITTED, PROGRESS, RAN, SKIPPED
+from lockworker.daemons.schedules import ADMITTED, DROPPED, PROGRESS, RAN, SKIPPED
 
 LATENESS_BUCKETS = (
     0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0, 14400.0,
@@ -35,7 +38,7 @@ LATENESS_BUCKETS = (
 """Seconds from a tick's nominal time to its start: the source looks every second at
 most (a tick starts within one), ``jitter`` puts ticks off by up to their interval, a
 tick caught up after an outage starts hours late."""
-TICK_OUTCOMES = ("ran", "skipped")
+TICK_OUTCOMES = ("ran", "skipped", "dropped")
 
 
 def _whole(value: object) -> int | None:
@@ -50,7 +53,8 @@ class ScheduleMetrics:
         labels = ["namespace", "schedule"]
         self.ticks = Counter(
             "lockworker_schedule_ticks_total",
-            "Ticks of a schedule: ran (its job resolved), skipped (overlap).",
+            "Ticks of a schedule: ran (its job resolved), skipped (overlap), dropped "
+            "(left out by catch_up).",
             [*labels, "outcome"], registry=registry,
         )
         self.lateness = Histogram(
@@ -107,6 +111,10 @@ class ScheduleMetrics:
                 self._completed_at(labels, tick, newer=True)
         elif event == SKIPPED and fields.get("decided") is True:
             self.ticks.labels(*labels, "skipped").inc()
+        elif event == DROPPED and fields.get("decided") is True:
+            dropped = _whole(fields.get("dropped"))
+            if dropped is not None and dropped > 0:
+                self.ticks.labels(*labels, "dropped").inc(dropped)
         elif event == ADMITTED and fields.get("decided") is True:
             late = fields.get("late_ms")
             if isinstance(late, (int, float)) and late >= 0:

@@ -44,6 +44,9 @@ OVERLAP = ("skip", "allow", "wait")
 MAX_CATCH_UP = 100
 """``catch_up="all"`` runs at most this many missed ticks (the latest ones), then the
 current one: a schedule stopped for a month does not start thirty days of work."""
+COUNT_MOST = 100_000
+"""The most ticks :meth:`Schedule.count_between` counts in one gap (a cron schedule's
+ticks are walked one by one: a year of every-minute ticks is about 525,000)."""
 TICK_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
 _WINDOW = 3600
 """Seconds of the first window :meth:`Schedule.recent` looks back over (doubled until
@@ -95,6 +98,17 @@ class Schedule:
             if tick > until:
                 break
             found.append(tick)
+        return found
+
+    def count_between(self, after: float, until: float) -> int:
+        """How many ticks lie strictly between ``after`` and ``until`` (epoch seconds):
+        those a catch-up policy drops when it admits ``until`` next after ``after``.
+        Counted up to :data:`COUNT_MOST` (a cron's ticks are walked one by one)."""
+        found = 0
+        for tick in self._after(after):
+            if tick >= until or found >= COUNT_MOST:
+                break
+            found += 1
         return found
 
     def ticks(self, after: datetime, until: datetime) -> list[datetime]:
@@ -171,6 +185,10 @@ class Every(Schedule):
     @property
     def spec(self) -> str:
         return f"every {self.seconds} s"
+
+    def count_between(self, after: float, until: float) -> int:
+        first = (math.floor(after) // self.seconds + 1) * self.seconds
+        return max(0, -(-(math.ceil(until) - first) // self.seconds))
 
     def _after(self, after: float) -> Iterator[int]:
         tick = (math.floor(after) // self.seconds + 1) * self.seconds

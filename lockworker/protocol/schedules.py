@@ -10,7 +10,8 @@ Cluster slot), the only record of what was decided about its ticks:
     r:<tick>    a tick admitted to run whose job is not resolved yet (started or not)
     w:<tick>    a tick waiting for the running one to end (``overlap="wait"``)
     s:<tick>    a tick skipped (``overlap="skip"``), kept until the progress passes it
-    ran skipped caught_up    counts
+    ran skipped caught_up dropped    counts (``dropped``: ticks a catch-up policy left
+                out, counted by the process that decided the tick after them)
     catching    the latest tick that was already due when a missed tick was admitted
                 by ``catch_up="all"``: ticks up to it are missed ones, run in turn,
                 never skipped behind the catch-up tick that still runs
@@ -77,17 +78,28 @@ end
 # ARGV[1] tick (epoch s)   ARGV[2] overlap: skip, allow or wait
 # ARGV[3] 1 if the tick is a missed one that catch-up runs (counted if it decides)
 # ARGV[4] with ARGV[3] 1: the latest tick due then (recorded as 'catching' if it decides)
-# returns {verdict, decided}: the verdict 'run', 'wait', 'skip' or 'past' (settled
-# already, or dropped), and 1 if this call decided it, 0 if it read an earlier decision
-# (so each decision is counted once, by the process that made it)
+# ARGV[5] how many ticks lie between the latest decided one, as the caller read it
+# (ARGV[6], '' for none), and this one: dropped by the catch-up policy once it decides,
+# counted in 'dropped' (unless another process decided a tick since that read: the
+# caller's count is then not about the ticks left out, and nothing is counted)
+# returns {verdict, decided, dropped}: the verdict 'run', 'wait', 'skip' or 'past'
+# (settled already, or dropped), 1 if this call decided it, 0 if it read an earlier
+# decision (so each decision is counted once, by the process that made it), and the
+# ticks this call counted dropped
 ADMIT = LuaScript(_ADVANCE + """
 local tick = tonumber(ARGV[1])
-if tick <= number('resolved') then return {'past', 0} end
+if tick <= number('resolved') then return {'past', 0, 0} end
 promote()
-if redis.call('HEXISTS', key, 'r:' .. tick) == 1 then return {'run', 0} end
-if redis.call('HEXISTS', key, 'w:' .. tick) == 1 then return {'wait', 0} end
-if redis.call('HEXISTS', key, 's:' .. tick) == 1 then return {'skip', 0} end
-if tick <= number('last') then return {'past', 0} end
+if redis.call('HEXISTS', key, 'r:' .. tick) == 1 then return {'run', 0, 0} end
+if redis.call('HEXISTS', key, 'w:' .. tick) == 1 then return {'wait', 0, 0} end
+if redis.call('HEXISTS', key, 's:' .. tick) == 1 then return {'skip', 0, 0} end
+if tick <= number('last') then return {'past', 0, 0} end
+local dropped = tonumber(ARGV[5] or '0') or 0
+if dropped > 0 and number('last') == (tonumber(ARGV[6] or '') or -1) then
+  redis.call('HINCRBY', key, 'dropped', dropped)
+else
+  dropped = 0
+end
 redis.call('HSET', key, 'last', tick)
 if ARGV[3] == '1' then
   redis.call('HINCRBY', key, 'caught_up', 1)
@@ -109,7 +121,7 @@ if verdict == 'skip' then
   redis.call('HINCRBY', key, 'skipped', 1)
 end
 advance()
-return {verdict, 1}
+return {verdict, 1, dropped}
 """)
 
 # RESOLVE: the job of tick ARGV[1] is resolved (DONE, done elsewhere, given up).
@@ -158,6 +170,7 @@ class Progress:
     ran: int = 0
     skipped: int = 0
     caught_up: int = 0
+    dropped: int = 0
     definition: dict[str, Any] | None = None
     """None when no process of this release recorded it, or it does not read as one."""
 
@@ -196,6 +209,6 @@ def decode_progress(fields: Mapping[str, str]) -> Progress:
         last=number("last"), resolved=number("resolved"), last_ran=number("last_ran"),
         running=ticks("r:"), waiting=ticks("w:"), skipped_recent=ticks("s:"),
         ran=number("ran") or 0, skipped=number("skipped") or 0,
-        caught_up=number("caught_up") or 0,
+        caught_up=number("caught_up") or 0, dropped=number("dropped") or 0,
         definition=found if isinstance(found, dict) else None,
     )

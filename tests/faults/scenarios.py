@@ -837,8 +837,9 @@ def schedule_sigkill(
     returned; overlap, tokens and DONE once as everywhere), none before it was due on
     the server's clock (``TIME`` noted at each section's start), and each killed
     holder's tick finished by another run with a larger token. Sections are short, so
-    the overlap policy skips none (a skip or catch-up drop the server counted would
-    excuse a missing tick, and shows in the figure)."""
+    the overlap policy skips none (a skip, or a tick the catch-up policy dropped while
+    every process was down or still starting, is counted by the server and excuses a
+    missing tick; both show in the figures)."""
     rng, seed = seeded(seed)
     started = time.monotonic()
     with environment(workdir, lock_timeout=lock_timeout, max_attempts=max_attempts,
@@ -875,7 +876,7 @@ def schedule_sigkill(
         )
         counts = {text(k): int(v) for k, v in env.client().hgetall(
             schedule_key(env.namespace, "tick")).items()
-            if text(k) in ("skipped", "caught_up")}
+            if text(k) in ("skipped", "caught_up", "dropped")}
         excused = sum(counts.values())
         nominal = {n["key"]: n["nominal"] for n in notes}
         done = sorted(nominal[k] for k in nominal if final[k].status == "done")
@@ -890,7 +891,7 @@ def schedule_sigkill(
                 if missing > excused:
                     violations.append(Violation(
                         "lost", key, f"never ran to the end ({final[key].status}), and the "
-                        f"server counted {excused} skipped or dropped ticks"))
+                        f"server counted {excused} skipped, caught-up or dropped ticks"))
             elif len(returned) > 1:
                 violations.append(Violation(
                     "double_done", key, f"{len(returned)} sections returned: tokens "
@@ -921,6 +922,7 @@ def schedule_sigkill(
                   {"seed": seed, "ticks": len(expected), "took_over": took_over,
                    "finished_first": finished_first,
                    "skipped": counts.get("skipped", 0), "caught_up": counts.get("caught_up", 0),
+                   "dropped": counts.get("dropped", 0),
                    **mixed})
 
 

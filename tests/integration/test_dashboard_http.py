@@ -305,7 +305,7 @@ def test_the_schedules_panel_shows_each_schedule_s_ticks_and_counts(
     tick = 1_699_999_200  # 2023-11-14T22:00:00Z
     redis_client.hset(schedule_key(namespace, "<b>hand</b>"), mapping={
         "last": tick, "resolved": tick - 60, "last_ran": tick, "ran": 4, "skipped": 2,
-        "caught_up": 1,
+        "caught_up": 1, "dropped": 3,
     })
     redis_client.hset(schedule_key(namespace, "beat"), mapping={"last": tick, f"r:{tick}": 1})
     registry.register(redis_client, names.schedule(namespace, "<b>hand</b>"))  # as listed
@@ -323,7 +323,7 @@ def test_the_schedules_panel_shows_each_schedule_s_ticks_and_counts(
     hand = next(r for r in rows_ if "&lt;b&gt;hand&lt;/b&gt;" in r)
     assert "<b>hand</b>" not in panel  # the name is escaped
     assert "unknown (no definition recorded)" in hand and '<td class="outcome">ran</td>' in hand
-    assert re.findall(r'<td class="count">(\d+)</td>', hand) == ["4", "2", "1"]
+    assert re.findall(r'<td class="count">(\d+)</td>', hand) == ["4", "2", "1", "3"]
     assert "its next tick is unknown" in panel
 
 

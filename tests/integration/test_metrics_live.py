@@ -84,6 +84,10 @@ def test_schedule_metrics_follow_the_ticks_of_a_served_schedule(
     source = lockworker.ScheduleSource(
         redis_client, [lockworker.Every("beat", 1), lockworker.Every("slow", 1)]
     )
+    # As if nobody had served "beat" for 5 s: catch_up="latest" drops the missed ticks.
+    missed_since = int(redis_client.time()[0]) - 5
+    redis_client.hset(schedule_key(namespace, "beat"),
+                      mapping={"last": missed_since, "resolved": missed_since})
     thread = threading.Thread(
         target=worker.serve, args=(source,), kwargs={"concurrency": 2}, daemon=True
     )
@@ -108,6 +112,7 @@ def test_schedule_metrics_follow_the_ticks_of_a_served_schedule(
         seen = decode_progress({text(k): text(v) for k, v in raw.items()})
         assert sample(ticks, name, outcome="ran") == seen.ran
         assert sample(ticks, name, outcome="skipped") == seen.skipped
+        assert sample(ticks, name, outcome="dropped") == seen.dropped
         admitted = sample("lockworker_schedule_lateness_seconds_count", name)
         assert admitted >= seen.ran  # each tick admitted to run (some may still be open)
         assert sample("lockworker_schedule_lateness_seconds_bucket", name, le="10.0") == admitted
@@ -115,3 +120,4 @@ def test_schedule_metrics_follow_the_ticks_of_a_served_schedule(
         assert seen.last_ran is not None
         assert sample("lockworker_schedule_last_completed_seconds", name) == seen.last_ran
     assert sample(ticks, "beat", outcome="skipped") == 0
+    assert sample(ticks, "beat", outcome="dropped") >= 3  # of the 4 or 5 missed

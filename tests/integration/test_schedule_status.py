@@ -70,7 +70,7 @@ def test_status_lists_a_served_schedule_with_its_ticks_and_counts(
     assert row["next_due"] == source.schedules[0].tick_id(seen.last + 1).partition("@")[2]
     line = next(line for line in out.splitlines() if line.startswith("beat "))
     assert "every 1 s" in line and expected in line and row["next_due"] in line
-    assert line.split()[-3:] == [str(seen.ran), "0", str(seen.caught_up)]
+    assert line.split()[-4:] == [str(seen.ran), "0", str(seen.caught_up), str(seen.dropped)]
 
 
 def test_a_hash_without_a_definition_shows_what_it_knows_and_says_so(

@@ -166,6 +166,22 @@ def test_catch_up_after_nobody_served(
         assert ticks[0] >= now and not any(now - 5 <= t < now for t in ticks)
     else:
         assert ticks[0] > now
+    assert_accounted(redis_client, namespace, serving, now - 6, runs)
+
+
+def assert_accounted(
+    client: redis.Redis, namespace: str, serving: Serving, since: int, runs: Runs
+) -> None:
+    """Every tick after ``since`` up to the latest decided one ran (in ``runs``), is
+    admitted and still open, or is counted ``skipped`` or ``dropped`` on the server: a
+    gap is always accounted for. Read with the workers stopped, so nothing moves."""
+    serving.stop(*serving.started)
+    seen = state(client, namespace, "beat")
+    last = int(seen["last"])
+    ran = {t for t in runs.ticks() if since < t <= last}
+    still_open = {int(f[2:]) for f in seen if f.startswith("r:")} - ran
+    counted = int(seen.get("skipped", 0)) + int(seen.get("dropped", 0))
+    assert len(ran) + len(still_open) + counted == last - since, (seen, sorted(ran))
 
 
 def test_catch_up_all_never_skips_the_last_missed_tick_behind_the_one_running(
