@@ -4,6 +4,9 @@ The same contest as a thread's (:mod:`lockworker.daemons.jobrun`): the loop is
 :func:`lockworker.serving.contend.contest_steps`, the verdicts and events are
 :class:`~lockworker.serving.runbase.RunBase`'s, the steps are the script protocol's.
 What differs is only how it waits: Redis steps, hooks and wake-ups are awaited.
+The jobs serving's lane claims (:mod:`lockworker.aio.lane`) run the same attempt,
+:meth:`AsyncJobRun.attempt`, whose ``finish`` queues the complete step of a hook that
+returned for the lane's round trip instead of sending it alone.
 
 Cancelling the task that runs ``on_acquired`` is a stop: the lease is released at once
 (the attempt refunded, waiters woken), shielded from a second cancellation, and the

@@ -186,12 +186,12 @@ class Lane:
         self, delivery: Delivery, run: AsyncJobRun, grant: Grant, sent_at: float
     ) -> Result:
         """The granted job's attempt, as ``process`` makes it (:meth:`AsyncJobRun.attempt`),
-        its DONE sent by the sending task (:meth:`_done`); an attempt that did not end
+        its DONE sent by the sending task (:meth:`_finish`); an attempt that did not end
         the job goes on to its contest."""
-        outcome = await run.attempt(grant, sent_at, functools.partial(self._done, delivery, run))
+        outcome = await run.attempt(grant, sent_at, functools.partial(self._finish, delivery, run))
         return outcome if outcome is not None else await run.run()
 
-    def _done(self, delivery: Delivery, run: AsyncJobRun, h: Holding) -> Result:
+    def _finish(self, delivery: Delivery, run: AsyncJobRun, h: Holding) -> Result:
         """How the lane sends the DONE of a hook that returned: its slot given back, the
         step queued for the next round trip (:data:`PENDING`); the task ends with its
         hook."""

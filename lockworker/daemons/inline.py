@@ -135,7 +135,7 @@ class Inline(Lane):
             self.w._heartbeat.end(h.lease)  # reports the loss, unless the heartbeat did
             outcome = None
         else:
-            outcome = run.hooked(h, functools.partial(self._done, delivery, run))
+            outcome = run.hooked(h, functools.partial(self._finish, delivery, run))
         return outcome or self._contest(delivery, run)
 
     def _contest(self, delivery: Delivery, run: JobRun) -> Result:

@@ -7,6 +7,9 @@ Redis steps from the worker's protocol; this module only sequences them.
 
 Under ``Worker.serve`` a run gets a :class:`Gate` (the server's slots): while it waits
 for another holder's lease it parks, giving its slot back (see :mod:`lockworker.runtime.park`).
+The jobs ``serve``'s lane claims (:mod:`lockworker.daemons.lane`) run the same attempt,
+:meth:`JobRun.attempt`: only the complete step of a hook that returned goes out the
+lane's way (its ``finish``), batched with other jobs' steps rather than sent alone.
 """
 
 from __future__ import annotations

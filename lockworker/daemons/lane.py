@@ -216,12 +216,12 @@ class Lane:
 
     def _attempt(self, delivery: Delivery, run: JobRun, grant: Grant, sent_at: float) -> Result:
         """The granted job's attempt, as ``process`` makes it (:meth:`JobRun.attempt`),
-        its DONE sent by the lane's thread (:meth:`_done`); an attempt that did not end
+        its DONE sent by the lane's thread (:meth:`_finish`); an attempt that did not end
         the job goes on to its contest."""
-        done = functools.partial(self._done, delivery, run)
-        return run.attempt(grant, sent_at, done) or self._contest(delivery, run)
+        finish = functools.partial(self._finish, delivery, run)
+        return run.attempt(grant, sent_at, finish) or self._contest(delivery, run)
 
-    def _done(self, delivery: Delivery, run: JobRun, h: Holding) -> Result:
+    def _finish(self, delivery: Delivery, run: JobRun, h: Holding) -> Result:
         """How the lane sends the DONE of a hook that returned: its slot given back, the
         step queued for the lane's next round trip (:data:`PENDING`)."""
         self.host.slots.give()
