@@ -4,6 +4,9 @@ The same contest as a thread's (:mod:`lockworker.daemons.jobrun`): the loop is
 :func:`lockworker.serving.contend.contest_steps`, the verdicts and events are
 :class:`~lockworker.serving.runbase.RunBase`'s, the steps are the script protocol's.
 What differs is only how it waits: Redis steps, hooks and wake-ups are awaited.
+The jobs serving's lane claims (:mod:`lockworker.aio.lane`) run the same attempt,
+:meth:`AsyncJobRun.attempt`, whose ``finish`` queues the complete step of a hook that
+returned for the lane's round trip instead of sending it alone.
 
 Cancelling the task that runs ``on_acquired`` is a stop: the lease is released at once
 (the attempt refunded, waiters woken), shielded from a second cancellation, and the
@@ -38,6 +41,7 @@ from lockworker.serving.job import Job
 from lockworker.serving.runbase import Failure, RunBase, RunnerBase
 
 T = TypeVar("T")
+R = TypeVar("R")
 
 
 class AsyncRunner(RunnerBase, Protocol):
@@ -226,19 +230,13 @@ class AsyncJobRun(RunBase):
             await self.w._hook(self.log, *hook)
         return outcome
 
-    async def attempt(self, grant: Grant, sent_at: float) -> Outcome | None:
-        """Hold the lease while ``on_acquired`` runs, then settle it (see
+    async def attempt(
+        self, grant: Grant, sent_at: float, finish: Callable[[Holding], R] | None = None
+    ) -> Outcome | R | None:
+        """Hold the lease while ``on_acquired`` runs, then settle it: the attempt of
+        every job, in ``process`` and in ``serve``'s lane alike (see
         :meth:`lockworker.daemons.jobrun.JobRun.attempt`)."""
-        holding = self.start(grant, sent_at)
-        try:
-            outcome = await self.held(holding)
-        except asyncio.CancelledError:
-            raise  # not held up by an on_lost: it runs on in its task
-        except BaseException:
-            await holding.reports.done()
-            raise
-        await holding.reports.done()  # on_lost has run before the attempt is over
-        return outcome
+        return await self.hooked(self.start(grant, sent_at), finish)
 
     def start(self, grant: Grant, sent_at: float) -> Holding:
         """Begin the attempt ``grant`` gives: its lease, renewed by the worker's
@@ -267,21 +265,50 @@ class AsyncJobRun(RunBase):
         w._heartbeat.hold(lease)
         return Holding(job, held, lease, log, reports)
 
-    async def held(self, h: Holding) -> Outcome | None:
-        """Run ``on_acquired`` under the lease, let go of it through the heartbeat's
-        ``end`` (which reports a lease that ran out meanwhile), and settle."""
+    async def hooked(
+        self, h: Holding, finish: Callable[[Holding], R] | None = None
+    ) -> Outcome | R | None:
+        """Run ``on_acquired`` under the lease ``h`` holds, and settle it. A hook that
+        raised settles here (:meth:`hook_raised`); one that returned lets go of the
+        lease through the heartbeat's ``end`` (which reports a lease that ran out
+        meanwhile) and its complete step goes out: sent alone (:meth:`send_done`),
+        or, with ``finish``, as ``finish(h)`` sends it (the lane: its slot given back,
+        the step queued for a round trip shared with other jobs' steps, whose sender
+        awaits the attempt's ``on_lost`` reports)."""
         w = self.w
         try:
             await w._hooks.call_async("on_acquired", h.job)  # a plain one in a thread
         except BaseException as exc:
-            return await self.hook_raised(h, exc)
+            return await self.reported(h, self.hook_raised(h, exc))
         w._heartbeat.end(h.lease)
+        if finish is not None:
+            return finish(h)
+        return await self.reported(h, self.send_done(h))
+
+    async def send_done(self, h: Holding) -> Outcome | None:
+        """The attempt's complete step, sent alone, and what its answer decides
+        (:meth:`completed`); the protocol recovers a step applied anyway, or raises."""
+        w = self.w
         # Shielded, as every settle step: a cancellation now must not leave the lease
         # to run out; the step completes and the cancellation goes on after it.
         settled = await asyncio.shield(self.call(
             lambda: w.protocol.complete(self.keys, h.held, w._done_retention_ms), "mark job done"
         ))
         return self.completed(h, settled)
+
+    async def reported(self, h: Holding, settling: Awaitable[T]) -> T:
+        """``settling``'s result once the attempt's ``on_lost`` reports have run (the
+        attempt is not over before them); a cancelled attempt does not wait for them:
+        they run on in their tasks."""
+        try:
+            result = await settling
+        except asyncio.CancelledError:
+            raise
+        except BaseException:
+            await h.reports.done()
+            raise
+        await h.reports.done()
+        return result
 
     async def hook_raised(self, h: Holding, exc: BaseException) -> Outcome | None:
         """Let go of the lease after ``on_acquired`` raised ``exc``, and settle: a stop

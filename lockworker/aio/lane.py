@@ -12,10 +12,12 @@ serves), the lane takes the very same steps in bulk, by the sync lane's rules
   (one script per job, each atomic, as ``process`` sends it) and the complete steps of
   every job whose hook returned, together, in one round trip; what comes meanwhile
   goes in the next, so no claim and no DONE waits more than the round trip in flight;
-- each granted job runs its attempt in a task of its own, as in ``process``
-  (:meth:`lockworker.aio.jobrun.AsyncJobRun.start`: the lease renewed by the
-  worker's heartbeat, ``on_lost``, the same events), and the task ends with its
-  hook; its slot then serves the next job while its DONE is on the way;
+- each granted job runs its attempt in a task of its own: ``process``'s own
+  (:meth:`lockworker.aio.jobrun.AsyncJobRun.attempt`: the lease renewed by the
+  worker's heartbeat, ``on_lost``, the same events), which differs only in how its
+  complete step is sent: once its hook returned, the attempt hands its slot back and
+  queues the step (``finish``) instead of sending it alone, and the task ends; its
+  slot then serves the next job while its DONE is on the way;
 - the sending task is never cancelled: a complete step, once due, is sent, as
   ``process`` shields it. A serving cancelled meanwhile sends no claim any more, and
   hands back every grant of a claim in flight (the attempt refunded), as a cancelled
@@ -23,18 +25,21 @@ serves), the lane takes the very same steps in bulk, by the sync lane's rules
 
 Everything else is the job's contest, as ``process`` runs it, in a task of its own: a
 job not granted (held by another, done, or an error: the contest looks again and
-decides), a hook that raised (its failure, stop or cancellation settled by
-:meth:`~lockworker.aio.jobrun.AsyncJobRun.hook_raised`), a complete step refused or
-answered with an error (in a slot taken again, ahead of new jobs)."""
+decides), a hook that raised (its failure, stop or cancellation settled by the
+attempt, as in ``process``), a complete step refused or answered with an error (sent
+again alone, :meth:`~lockworker.aio.jobrun.AsyncJobRun.send_done`, in a slot taken
+again, ahead of new jobs)."""
 
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Awaitable, Coroutine
 from typing import Any, Protocol
 
 from lockworker.aio.batcher import send
-from lockworker.aio.jobrun import AsyncGate, AsyncJobRun, Holding
+from lockworker.aio.jobrun import AsyncJobRun, Holding
+from lockworker.aio.slots import Slots
 from lockworker.model.state import Grant, Outcome
 from lockworker.serving.delivery import Delivery
 from lockworker.serving.looked import watched
@@ -63,7 +68,10 @@ class Host(Protocol):
     worker: Any
 
     @property
-    def slots(self) -> AsyncGate: ...
+    def slots(self) -> Slots:
+        """The serving's slots: lent to each run, and given back by a hook that
+        returned (its DONE on the way)."""
+        ...
 
     @property
     def ending(self) -> bool:
@@ -73,11 +81,6 @@ class Host(Protocol):
     def spawn(self, delivery: Delivery, outcome: Awaitable[Result]) -> None:
         """Finish ``delivery`` in a task of its own, with ``outcome`` (as ``process``'s
         result: its errors handled as the serving handles those)."""
-        ...
-
-    def hook_returned(self, delivery: Delivery) -> None:
-        """``delivery``'s hook returned: its slot serves the next job while its DONE
-        is on the way."""
         ...
 
     def resume(self, delivery: Delivery, outcome: Awaitable[Result]) -> None:
@@ -182,23 +185,17 @@ class Lane:
     async def _attempt(
         self, delivery: Delivery, run: AsyncJobRun, grant: Grant, sent_at: float
     ) -> Result:
-        """The granted job's attempt up to its hook's end; a hook that returned gives
-        its slot back and leaves the rest to the sending task (:data:`PENDING`)."""
-        h = run.start(grant, sent_at)
-        try:
-            await self.w._hooks.call_async("on_acquired", h.job)  # a plain one in a thread
-        except BaseException as exc:
-            try:
-                outcome = await run.hook_raised(h, exc)
-            except asyncio.CancelledError:
-                raise  # not held up by an on_lost: it runs on in its task
-            except BaseException:
-                await h.reports.done()
-                raise
-            await h.reports.done()
-            return outcome if outcome is not None else await run.run()
-        self.w._heartbeat.end(h.lease)
-        self.host.hook_returned(delivery)
+        """The granted job's attempt, as ``process`` makes it (:meth:`AsyncJobRun.attempt`),
+        its DONE sent by the sending task (:meth:`_finish`); an attempt that did not end
+        the job goes on to its contest."""
+        outcome = await run.attempt(grant, sent_at, functools.partial(self._finish, delivery, run))
+        return outcome if outcome is not None else await run.run()
+
+    def _finish(self, delivery: Delivery, run: AsyncJobRun, h: Holding) -> Result:
+        """How the lane sends the DONE of a hook that returned: its slot given back, the
+        step queued for the next round trip (:data:`PENDING`); the task ends with its
+        hook."""
+        self.host.slots.give()
         self._trips.completes.append((delivery, run, h))
         self._send_soon()
         return PENDING
@@ -217,15 +214,13 @@ class Lane:
 
 async def _after(run: AsyncJobRun, h: Holding, reply: Any) -> Outcome:
     """A completion the batch did not settle plainly: a step answered with an error
-    goes again alone (the protocol recovers a step applied anyway, or raises), and an
+    goes again alone, as ``process`` sends it (:meth:`AsyncJobRun.send_done`), and an
     ``on_lost`` report is awaited before the attempt is over."""
-    w = run.w
     if after_done(reply) is After.AGAIN:
-        reply = await asyncio.shield(run.call(
-            lambda: w.protocol.complete(run.keys, h.held, w._done_retention_ms), "mark job done"
-        ))
-    await h.reports.done()
-    outcome = run.completed(h, reply)
+        outcome = await run.reported(h, run.send_done(h))
+    else:
+        await h.reports.done()
+        outcome = run.completed(h, reply)
     return outcome if outcome is not None else await run.run()
 
 

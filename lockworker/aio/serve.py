@@ -309,9 +309,6 @@ class _Server:
     def spawn(self, delivery: Delivery, outcome: Awaitable[rules.Result]) -> None:
         self._track(self.work(delivery, None, outcome))
 
-    def hook_returned(self, delivery: Delivery) -> None:
-        self.slots.give()
-
     def resume(self, delivery: Delivery, outcome: Awaitable[rules.Result]) -> None:
         self._track(self._in_slot_again(delivery, outcome))
 

@@ -11,8 +11,10 @@ through its own ``process``, whose contest would compete at once: the lane's rul
   to :data:`CLAIM_AHEAD`), and the DONE of every job whose hook returned since, in one
   round trip, with the lane's very steps;
 - it runs the granted jobs' hooks one after another, each in the slot, as a pool
-  thread would; each granted job's lease is held, and renewed by the heartbeat, from
-  its grant, so one that waits for the hooks before it is never stale. A job whose
+  thread would: the rest of each one's attempt, as the lane makes it
+  (:meth:`lockworker.daemons.jobrun.JobRun.hooked`). Each granted job's lease is
+  held, and renewed by the heartbeat, from its grant, so one that waits for the
+  hooks before it is never stale. A job whose
   lease is no longer valid when its turn comes (the heartbeat could not renew it) does
   not run its hook: its contest decides, in a pool thread;
 - a DONE waits for the next claim's round trip, but never longer than
@@ -39,7 +41,6 @@ from typing import Any, Protocol
 from lockworker.daemons.jobrun import Holding, JobRun
 from lockworker.daemons.lane import Claim, Complete, Host, Lane
 from lockworker.errors import StopRequested
-from lockworker.runtime.park import Slots
 from lockworker.serving.delivery import Delivery
 from lockworker.serving.looked import watched
 from lockworker.serving.rules import PENDING, Result, Turn, granted, round_trip, turn
@@ -53,11 +54,6 @@ thread sends it alone."""
 
 class InlineHost(Host, Protocol):
     """What serving in the serving thread needs beyond the lane's host."""
-
-    @property
-    def slots(self) -> Slots:
-        """The serving's slots, which this thread takes too."""
-        ...
 
     def claim(self, delivery: Delivery) -> bool:
         """Mark the job running (True), or queue it behind the same id (False)."""
@@ -118,7 +114,7 @@ class Inline(Lane):
         for delivery, run in rest:  # held by another, resolved, or an error
             self._unclaimed(delivery, run.run)
         for delivery, run, h in started:
-            self.inline_host.slots.take()
+            self.host.slots.take()
             self.inline_host.work(delivery, None, functools.partial(self._turn, delivery, run, h))
 
     def add(self, delivery: Delivery) -> bool:
@@ -128,15 +124,19 @@ class Inline(Lane):
         return False
 
     def _turn(self, delivery: Delivery, run: JobRun, h: Holding) -> Result:
-        """A granted job's turn: its hook, unless the serving stops (released, its
-        attempt not spent) or its lease is no longer valid (its contest decides)."""
+        """A granted job's turn: its hook (:meth:`JobRun.hooked`, the rest of the
+        attempt as the lane makes it), unless the serving stops (released, its attempt
+        not spent) or its lease is no longer valid (its contest decides)."""
         now = turn(ending=self.host.ending, lease_valid=h.lease.is_valid(self.w.clock.monotonic()))
+        outcome: Result | None
         if now is Turn.RELEASE:
-            return run.hook_raised(h, StopRequested()) or self._contest(delivery, run)
-        if now is Turn.CONTEST:
+            outcome = run.hook_raised(h, StopRequested())
+        elif now is Turn.CONTEST:
             self.w._heartbeat.end(h.lease)  # reports the loss, unless the heartbeat did
-            return self._contest(delivery, run)
-        return self._hook(delivery, run, h)
+            outcome = None
+        else:
+            outcome = run.hooked(h, functools.partial(self._finish, delivery, run))
+        return outcome or self._contest(delivery, run)
 
     def _contest(self, delivery: Delivery, run: JobRun) -> Result:
         """The job's contest goes on in a pool thread, in the slot this turn took: the
@@ -147,7 +147,7 @@ class Inline(Lane):
     def _unclaimed(self, delivery: Delivery, outcome: Callable[[], Result] | None) -> None:
         """``outcome()`` for a delivery claimed here (``process`` if None) in a pool
         thread, in a slot taken for it now (a claim here holds none)."""
-        self.inline_host.slots.take()
+        self.host.slots.take()
         self.host.submit(delivery, outcome)
 
     def _queue(self, complete: Complete) -> None:

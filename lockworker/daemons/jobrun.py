@@ -7,6 +7,9 @@ Redis steps from the worker's protocol; this module only sequences them.
 
 Under ``Worker.serve`` a run gets a :class:`Gate` (the server's slots): while it waits
 for another holder's lease it parks, giving its slot back (see :mod:`lockworker.runtime.park`).
+The jobs ``serve``'s lane claims (:mod:`lockworker.daemons.lane`) run the same attempt,
+:meth:`JobRun.attempt`: only the complete step of a hook that returned goes out the
+lane's way (its ``finish``), batched with other jobs' steps rather than sent alone.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from lockworker.serving.job import Job
 from lockworker.serving.runbase import RunBase, RunnerBase
 
 T = TypeVar("T")
+R = TypeVar("R")
 
 
 class Runner(RunnerBase, Protocol):
@@ -215,13 +219,26 @@ class JobRun(RunBase):
             self.w._hook(self.log, *hook)
         return outcome
 
-    def attempt(self, grant: Grant, sent_at: float) -> Outcome | None:
-        """Hold the lease for ``grant`` while ``on_acquired`` runs, then settle it.
+    def attempt(
+        self, grant: Grant, sent_at: float, finish: Callable[[Holding], R] | None = None
+    ) -> Outcome | R | None:
+        """Hold the lease for ``grant`` while ``on_acquired`` runs, then settle it: the
+        attempt of every job, in ``process`` and in ``serve``'s lane alike.
 
         Returns the outcome, or None to go round the loop again (this attempt failed
-        or was lost and the job is still pending).
+        or was lost and the job is still pending); with ``finish``, what it returns
+        for a hook that returned (see :meth:`hooked`).
         """
-        h = self.start(grant, sent_at)
+        return self.hooked(self.start(grant, sent_at), finish)
+
+    def hooked(
+        self, h: Holding, finish: Callable[[Holding], R] | None = None
+    ) -> Outcome | R | None:
+        """Run the hook of the attempt ``h`` holds, and settle it. A hook that raised
+        settles here (:meth:`hook_raised`); one that returned lets go of the lease and
+        its complete step goes out: sent alone (:meth:`send_done`), or, with
+        ``finish``, as ``finish(h)`` sends it (the lane: its slot given back, the step
+        queued for a round trip shared with other jobs' steps)."""
         # Every way out lets go of the lease through ``end``: a lease that ran out
         # before the hook returned is reported lost there, if the heartbeat has not.
         try:
@@ -229,6 +246,11 @@ class JobRun(RunBase):
         except BaseException as exc:
             return self.hook_raised(h, exc)
         self.w._heartbeat.end(h.lease)
+        return self.send_done(h) if finish is None else finish(h)
+
+    def send_done(self, h: Holding) -> Outcome | None:
+        """The attempt's complete step, sent alone, and what its answer decides
+        (:meth:`completed`); the protocol recovers a step applied anyway, or raises."""
         w = self.w
         settled = self.call(
             lambda: w.protocol.complete(self.keys, h.held, w._done_retention_ms), "mark job done"

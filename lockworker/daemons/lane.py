@@ -12,16 +12,19 @@ would compete at once (a primary, or a backup while no primary serves):
   (one script per job, each atomic, as ``process`` sends it) and the complete steps of
   every job whose hook returned, together, in one round trip; what comes meanwhile
   goes in the next, so no claim and no DONE waits more than the round trip in flight;
-- each granted job runs its attempt in a pool thread, as in ``process``
-  (:meth:`lockworker.daemons.jobrun.JobRun.start`); once its hook returned, its
-  thread and its slot serve the next job while its DONE is on the way (``serve``'s
-  concurrency bounds the hooks running at once, not the DONE records in flight);
+- each granted job runs its attempt in a pool thread: ``process``'s own
+  (:meth:`lockworker.daemons.jobrun.JobRun.attempt`), which differs only in how its
+  complete step is sent: once its hook returned, the attempt hands its slot back and
+  queues the step (``finish``) instead of sending it alone, so its thread and its
+  slot serve the next job while its DONE is on the way (``serve``'s concurrency
+  bounds the hooks running at once, not the DONE records in flight);
 - the lane's thread reports the jobs its complete steps settled.
 
 Everything else is the job's contest, as ``process`` runs it, in a pool thread: a job
-not granted, a hook that raised (its failure or stop settled by
-:meth:`~lockworker.daemons.jobrun.JobRun.hook_raised`), a complete step refused or
-answered with an error (in a slot taken again, ahead of new jobs). Each thread hop of
+not granted, a hook that raised (its failure or stop settled by the attempt, as in
+``process``), a complete step refused or answered with an error (sent again alone,
+:meth:`~lockworker.daemons.jobrun.JobRun.send_done`, in a slot taken again, ahead of
+new jobs). Each thread hop of
 a job costs a switch or two; the per-job contest cost about two dozen (its round
 trips, the batcher's hand-offs)."""
 
@@ -33,9 +36,10 @@ import threading
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from lockworker.daemons.jobrun import Gate, Holding, JobRun
+from lockworker.daemons.jobrun import Holding, JobRun
 from lockworker.model.state import Grant, Outcome
 from lockworker.protocol.batch import send
+from lockworker.runtime.park import Slots
 from lockworker.serving.delivery import Delivery
 from lockworker.serving.looked import watched
 from lockworker.serving.rules import (
@@ -63,7 +67,10 @@ class Host(Protocol):
     worker: Any
 
     @property
-    def slots(self) -> Gate: ...
+    def slots(self) -> Slots:
+        """The serving's slots: lent to each run, and given back by a hook that
+        returned (its DONE on the way)."""
+        ...
 
     @property
     def ending(self) -> bool:
@@ -74,11 +81,6 @@ class Host(Protocol):
         """Finish ``delivery`` in a pool thread with ``outcome()`` (as ``process``'s
         result: its errors handled as the serving handles those; None: ``process``
         itself), in its slot."""
-        ...
-
-    def hook_returned(self, delivery: Delivery) -> None:
-        """``delivery``'s hook returned: its slot serves the next job while its DONE
-        is on the way."""
         ...
 
     def resume(self, delivery: Delivery, outcome: Callable[[], Result]) -> None:
@@ -213,21 +215,16 @@ class Lane:
         self.host.submit(delivery, outcome)
 
     def _attempt(self, delivery: Delivery, run: JobRun, grant: Grant, sent_at: float) -> Result:
-        """The granted job's attempt up to its hook's end; a hook that returned gives
-        its slot back and leaves the rest to the lane's thread (:data:`PENDING`)."""
-        return self._hook(delivery, run, run.start(grant, sent_at))
+        """The granted job's attempt, as ``process`` makes it (:meth:`JobRun.attempt`),
+        its DONE sent by the lane's thread (:meth:`_finish`); an attempt that did not end
+        the job goes on to its contest."""
+        finish = functools.partial(self._finish, delivery, run)
+        return run.attempt(grant, sent_at, finish) or self._contest(delivery, run)
 
-    def _hook(self, delivery: Delivery, run: JobRun, h: Holding) -> Result:
-        """Run the hook of the attempt ``h`` holds; one that returned gives its slot back
-        and queues its DONE (:data:`PENDING`); one that raised settles as ``process``
-        would, then the contest goes on if the job is still pending."""
-        try:
-            self.w.on_acquired(h.job)
-        except BaseException as exc:
-            outcome = run.hook_raised(h, exc)
-            return outcome if outcome is not None else self._contest(delivery, run)
-        self.w._heartbeat.end(h.lease)
-        self.host.hook_returned(delivery)
+    def _finish(self, delivery: Delivery, run: JobRun, h: Holding) -> Result:
+        """How the lane sends the DONE of a hook that returned: its slot given back, the
+        step queued for the lane's next round trip (:data:`PENDING`)."""
+        self.host.slots.give()
         self._queue((delivery, run, h))
         return PENDING
 
@@ -257,14 +254,9 @@ class Lane:
 
 
 def _again(run: JobRun, h: Holding) -> Outcome:
-    """A complete step the batch answered with an error, sent again alone: the protocol
-    recovers a step applied anyway, or raises."""
-    w = run.w
-    settled = run.call(
-        lambda: w.protocol.complete(run.keys, h.held, w._done_retention_ms), "mark job done"
-    )
-    outcome = run.completed(h, settled)
-    return outcome if outcome is not None else run.run()
+    """A DONE the round trip answered with an error: sent again alone, as ``process``
+    sends it (:meth:`JobRun.send_done`); the contest goes on if it did not end the job."""
+    return run.send_done(h) or run.run()
 
 
 def _raise(exc: Exception) -> Outcome:

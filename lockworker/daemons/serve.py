@@ -333,9 +333,6 @@ class _Server:
         assert self.pool is not None
         self.pool.submit(self.work, delivery, None, outcome)
 
-    def hook_returned(self, delivery: Delivery) -> None:
-        self.slots.give()
-
     def resume(self, delivery: Delivery, outcome: Callable[[], rules.Result]) -> None:
         assert self.pool is not None
         self.pool.submit(self._in_slot_again, self.work, delivery, None, outcome)

@@ -23,6 +23,7 @@ from helpers import FailingReports, ReportFailed
 import lockworker
 from lockworker import Job, Outcome
 from lockworker.aio import lane
+from lockworker.aio.jobrun import AsyncJobRun
 from lockworker.aio.worker import Worker as AsyncWorker
 from lockworker.model.state import JobStatus
 from lockworker.protocol import script
@@ -283,3 +284,36 @@ def test_a_source_whose_report_raises_stops_the_serving_with_that_error(
     assert isinstance(raised, ReportFailed)
     if fails == "resolved":
         assert status is JobStatus.DONE
+
+
+def test_a_served_job_runs_the_attempt_process_runs_and_its_done_goes_in_a_batch(
+    redis_server: RedisServer, namespace: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    jobs = 40
+    calls: collections.Counter[str] = collections.Counter()
+    for method in ("hooked", "send_done"):
+        real = getattr(AsyncJobRun, method)
+
+        async def counted(
+            run: AsyncJobRun, *args: Any, _real: Any = real, _name: str = method
+        ) -> Any:
+            calls[_name] += 1
+            return await _real(run, *args)
+
+        monkeypatch.setattr(AsyncJobRun, method, counted)
+
+    async def scenario() -> tuple[Sends, list[Any]]:
+        sends = Sends(monkeypatch)
+        client = client_of(redis_server)
+        worker = AsyncWorker(client, namespace=namespace, on_acquired=nothing,
+                             handle_signals=False)
+        await worker.serve([(f"job-{i}", None) for i in range(jobs)], concurrency=8)
+        statuses = [(await worker.inspect(f"job-{i}")).status for i in range(jobs)]
+        await worker.close()
+        await client.aclose()
+        return sends, statuses
+
+    sends, statuses = asyncio.run(scenario())
+    assert statuses == [JobStatus.DONE] * jobs
+    assert sends.steps == {"claim": jobs, "settle": jobs}  # every job through the lane
+    assert calls == {"hooked": jobs}  # each hook in the run's attempt, no DONE sent alone

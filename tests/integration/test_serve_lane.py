@@ -23,6 +23,7 @@ from helpers import AtOnce
 import lockworker
 from lockworker import Job, Outcome, Worker
 from lockworker.daemons import lane
+from lockworker.daemons.jobrun import JobRun
 from lockworker.model.keys import JobKeys
 from lockworker.model.state import JobStatus
 from lockworker.protocol import script
@@ -198,3 +199,31 @@ def test_a_stop_lets_the_jobs_in_the_lane_end_and_leaves_the_rest_unresolved(
     assert all(worker.inspect(f"job-{i}").holder is None for i in range(50))
     position = source.position()
     assert position is not None
+
+
+@pytest.mark.parametrize("concurrency", [1, 8])  # 1: the lane in the serving thread
+def test_a_served_job_runs_the_attempt_process_runs_and_its_done_goes_in_a_batch(
+    redis_client: redis.Redis, namespace: str, monkeypatch: pytest.MonkeyPatch,
+    concurrency: int,
+) -> None:
+    jobs = 40
+    sends = Sends(monkeypatch)
+    calls: collections.Counter[str] = collections.Counter()
+    lock = threading.Lock()
+    for method in ("hooked", "send_done"):
+        real = getattr(JobRun, method)
+
+        def counted(run: JobRun, *args: Any, _real: Any = real, _name: str = method) -> Any:
+            with lock:
+                calls[_name] += 1
+            return _real(run, *args)
+
+        monkeypatch.setattr(JobRun, method, counted)
+    worker = Worker(redis_client, namespace=namespace, on_acquired=lambda job: None,
+                    handle_signals=False)
+    worker.serve([(f"job-{i}", None) for i in range(jobs)], concurrency=concurrency)
+    statuses = [worker.inspect(f"job-{i}").status for i in range(jobs)]
+    worker.close()
+    assert statuses == [JobStatus.DONE] * jobs
+    assert sends.steps == {"claim": jobs, "settle": jobs}  # every job through the lane
+    assert calls == {"hooked": jobs}  # each hook in JobRun's attempt, no DONE sent alone
