@@ -96,7 +96,8 @@ def floor_targets(section: StreamSection) -> list[Target]:
         ratio = _ratio(best.rate, floor.rate)
         out.append((
             f"{mode} >= {at_least:g}x the floor's row (jobs/s)",
-            f"{best.rate:,.0f} ({_label(best)}) / {floor.rate:,.0f} = {ratio:.2f}x",
+            f"{best.rate:,.0f} ({_label(best)}) / {floor.rate:,.0f} = {ratio:.2f}x"
+            + ("" if ratio >= at_least else f"; bound by {_cpu_bound(best, floor)}"),
             ratio >= at_least,
         ))
         for what, cpu, most in (("server", _server, SERVER_VS_FLOOR),
@@ -129,10 +130,14 @@ def _backups_add(section: StreamSection) -> Target:
     fanout, alone = max(pairs, key=lambda pair: pair[0].rate)
     mine, base = _per_job_us(fanout, _server), _per_job_us(alone, _server)
     added = _ratio(mine, base) - 1
+    a, b = fanout.cost, alone.cost
+    commands, own = a.per_job(a.server_commands), b.per_job(b.server_commands)
     return (
         target,
         f"{mine:,.0f} µs with 2 backups / {base:,.0f} µs alone ({_label(fanout)}): "
-        f"{added:+.0%}",
+        f"{added:+.0%}; the server ran {commands:.2f} commands per job with the backups "
+        f"against {own:.2f} alone ({_ratio(commands, own) - 1:+.1%}: the backups' trailing "
+        "polls, presence and the looks at what the progress does not cover)",
         added <= BACKUPS_ADD,
     )
 
@@ -157,6 +162,19 @@ def _wire(section: StreamSection) -> Target:
     if not gains:
         return (target, "not measured", None)
     return (target, "; ".join(said), min(gains) >= WIRE_PAYS)
+
+
+def _cpu_bound(mine: Row, floor: Row) -> str:
+    """What caps a row's jobs/s beside the floor's: the CPU each job costs the server
+    and the processes together, which share this machine's cores."""
+    a, b = mine.cost, floor.cost
+    total = a.per_job(a.server_cpu + a.client_cpu) * 1e6
+    theirs = b.per_job(b.server_cpu + b.client_cpu) * 1e6
+    return (
+        f"the CPU per job, server and processes together: {total:,.0f} µs against the "
+        f"floor's {theirs:,.0f} µs ({_ratio(total, theirs):.2f}x; the rows below say "
+        "where each part goes)"
+    )
 
 
 def _why(what: str, mine: Row, floor: Row) -> str:
