@@ -10,14 +10,18 @@ depend on where the server runs, and the views read the index keys that exist.
 
 Cluster's slot of a key: CRC16 (XMODEM, as ``binascii.crc_hqx`` computes it) of its
 hash tag, modulo 16384 (https://redis.io/docs/latest/operate/oss_and_stack/reference/cluster-spec/).
-The table of canonical tags is built once per process, on first use (about 60 ms:
-some 315,000 CRCs of short strings), and every tag is at most 5 characters.
+Every tag is at most 5 characters. Building the table of canonical tags takes some
+315,000 CRCs of short strings (about 50 ms of CPU, paid by every process, the CLI's
+included, at its first job key), so the package ships it, built by the same rule:
+``slottags.txt`` (one tag per line, by slot), read once on first use. The test suite
+checks the file against :func:`build`; a package without it builds the table instead.
 """
 
 from __future__ import annotations
 
 import binascii
 import functools
+from importlib import resources
 
 SLOTS = 16384
 
@@ -27,10 +31,25 @@ def slot_of(tag: str) -> int:
     return binascii.crc_hqx(tag.encode("utf-8"), 0) % SLOTS
 
 
+TABLE = "slottags.txt"
+"""The shipped table of canonical tags (beside this module)."""
+
+
 @functools.cache
 def tags() -> tuple[str, ...]:
-    """The canonical tag of every slot, by slot (built once; two threads that build it
-    at once build the same table, and the cache keeps one, whole)."""
+    """The canonical tag of every slot, by slot: the shipped table, or built if it is
+    missing or not whole (read once; two threads that read it at once read the same
+    table, and the cache keeps one, whole)."""
+    try:
+        shipped = tuple(resources.files(__package__).joinpath(TABLE).read_text("ascii").split())
+    except (OSError, ValueError):
+        shipped = ()
+    return shipped if len(shipped) == SLOTS else build()
+
+
+def build() -> tuple[str, ...]:
+    """The canonical tag of every slot, by slot, computed: for each slot the first of
+    ``0, 1, 2, ...`` in hex whose CRC16 falls in it."""
     table: list[str | None] = [None] * SLOTS
     left, i, crc = SLOTS, 0, binascii.crc_hqx
     while left:
