@@ -153,7 +153,16 @@ def handover_targets(contended: list[Contended]) -> list[str]:
         if not ratio >= HANDOVERS_TARGET:
             line += (
                 f" (measured: {_n(ours.rate)} sections/s of which {_n(ours.handover_rate)} "
-                f"changed hands; python-redis-lock {_n(peer.rate)} sections/s)"
+                f"changed hands; python-redis-lock {_n(peer.rate)} sections/s, "
+                f"{_n(peer.handover_rate)} changed hands; bound by the work of a handover: "
+                f"{ours.commands_per_section:.1f} server commands and "
+                f"{ours.server_us_per_section:.0f} µs of server CPU per section against "
+                f"python-redis-lock's {peer.commands_per_section:.1f} and "
+                f"{peer.server_us_per_section:.0f} µs: a FIFO queue that hands the lock to "
+                "the longest waiter every time (the release grants it in a script and wakes "
+                "it on a list of its own, which it BLPOPs), where python-redis-lock lets "
+                "whichever waiter wakes first take it; the table below has each one's "
+                "commands)"
             )
         lines.append(line)
     return lines
