@@ -52,6 +52,18 @@ async def until(predicate: Callable[[], T], timeout: float = 10.0) -> T:
     return value
 
 
+def present(client: Any, namespace: str, owner: str) -> bool:
+    """Whether ``owner``'s worker is registered in ``namespace`` (its presence). A backup
+    started once the primary is registered defers to it from its first job; one started
+    at the same moment serves until it hears of the primary, which a test that asserts
+    only the primary runs the first jobs must rule out."""
+    from lockworker.model.presence import presence_keys
+    from lockworker.protocol import presence
+
+    found = presence.read(client, presence_keys(namespace))
+    return any(r.member.owner == owner for r in found)
+
+
 def in_thread(fn: Callable[[], Any]) -> tuple[threading.Thread, dict[str, Any]]:
     """Run ``fn`` in a daemon thread; its result (or exception) lands in the dict."""
     box: dict[str, Any] = {}

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from helpers import reap, wait_for
+from helpers import present, reap, wait_for
 
 import lockworker
 from lockworker.testing import RedisServer
@@ -77,6 +77,7 @@ def pair(redis_server: RedisServer) -> Iterator[Pair]:
 
 def test_live_primary_does_the_jobs_and_backup_takes_over_when_it_dies(pair: Pair) -> None:
     pair.spawn("primary", "primary")
+    wait_for(lambda: present(pair.client, pair.namespace, "primary"), timeout=15)
     pair.spawn("backup", "backup")
     wait_for(lambda: pair.registered("primary") and pair.registered("backup"), timeout=15)
     for i in range(6):

@@ -22,15 +22,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import reap, wait_for
+from helpers import present, reap, wait_for
 from prometheus_client.parser import text_string_to_metric_families
 
 import lockworker
 from lockworker.daemons.sources import stream_keys
 from lockworker.model.keys import JobKeys
-from lockworker.model.presence import presence_keys
 from lockworker.model.state import JobStatus
-from lockworker.protocol import inspect, presence
+from lockworker.protocol import inspect
 from lockworker.testing import RedisServer
 from lockworker.testing.server import free_port
 
@@ -143,11 +142,6 @@ class Daemons:
         readers = stream_keys(self.stream).extra("readers")
         return self.client.zscore(readers, owner) is not None
 
-    def present(self, owner: str) -> bool:
-        """Whether ``owner``'s presence is registered in the namespace."""
-        found = presence.read(self.client, presence_keys(self.namespace))
-        return any(r.member.owner == owner for r in found)
-
     def did(self) -> list[dict[str, Any]]:
         return [json.loads(r) for r in self.client.lrange(f"{self.namespace}:did", 0, -1)]
 
@@ -181,7 +175,7 @@ def test_an_asyncio_backup_beside_a_sync_primary_does_each_job_once_and_takes_ov
     # backup defers to it from its first job (one started at the same moment serves
     # until it hears of the primary, which is allowed, but not this test's property).
     daemons.worker("primary", "SyncRecorder", "--role", "primary", *timing)
-    wait_for(lambda: daemons.present("primary"), timeout=30)
+    wait_for(lambda: present(daemons.client, daemons.namespace, "primary"), timeout=30)
     backup = daemons.worker("backup", "AsyncRecorder", "--role", "backup", *timing)
     wait_for(lambda: daemons.registered("primary") and daemons.registered("backup"),
              timeout=30)
@@ -243,6 +237,7 @@ def test_a_daemon_runs_every_job_through_the_classs_own_process_and_honours_it(
 def test_sigterm_hands_a_checked_job_over_at_once_and_exits_0(daemons: Daemons) -> None:
     # A lease far longer than the test: only a handover lets the other daemon in.
     holder = daemons.worker("a", "AsyncRecorder", "--lock-timeout", "30")
+    wait_for(lambda: present(daemons.client, daemons.namespace, "a"), timeout=30)
     daemons.worker("b", "SyncRecorder", "--role", "backup", "--backup-delay", "0.2",
                    "--lock-timeout", "30")
     wait_for(lambda: daemons.registered("a") and daemons.registered("b"), timeout=30)

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 import redis
-from helpers import reap, wait_for
+from helpers import present, reap, wait_for
 
 import lockworker
 from lockworker.model.keys import JobKeys
@@ -110,6 +110,7 @@ def test_backup_serves_new_jobs_while_the_dead_primarys_jobs_are_parked(
     daemons: Daemons,
 ) -> None:
     daemons.spawn("primary", "primary", len(STALLED))
+    wait_for(lambda: present(daemons.client, daemons.namespace, "primary"), timeout=15)
     daemons.spawn("backup", "backup", BACKUP_CONCURRENCY)
     wait_for(lambda: daemons.registered("primary") and daemons.registered("backup"), timeout=15)
     for job_id in STALLED:
