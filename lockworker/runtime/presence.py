@@ -49,7 +49,7 @@ from lockworker.protocol import presence as steps
 from lockworker.protocol import registry
 from lockworker.runtime import events, reindex
 from lockworker.runtime import rates as counting
-from lockworker.runtime.rates import FLUSH_EVERY, Rates
+from lockworker.runtime.rates import Rates
 from lockworker.runtime.wake import hub_for
 
 REFRESH_FAILED = "presence.refresh_failed"
@@ -132,9 +132,10 @@ class PresenceBase:
         return min(self.view.next_read(), self.flush_due) - now
 
     def flushed(self, exc: BaseException | None) -> None:
-        """After a flush of the counts: the next is due in :data:`FLUSH_EVERY`; the
-        first failure of a streak is logged (the counts wait for the next)."""
-        self.flush_due = self.clock.monotonic() + FLUSH_EVERY
+        """After a flush of the counts: the next is due in :data:`~lockworker.runtime.
+        rates.FLUSH_EVERY` (read now, not at import); the first failure of a streak is
+        logged (the counts wait for the next)."""
+        self.flush_due = self.clock.monotonic() + counting.FLUSH_EVERY
         if exc is None:
             self.flush_failing = False
         elif not self.flush_failing:

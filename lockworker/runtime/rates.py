@@ -29,7 +29,9 @@ from lockworker.protocol import rates as steps
 
 FLUSH_EVERY = 5.0
 """The longest time (s) counts wait in a worker before its presence loop sends them,
-whatever its refresh interval (a third of ``lock_timeout``)."""
+whatever its refresh interval (a third of ``lock_timeout``). Read at each flush, not
+imported by value: a test sets it (``monkeypatch.setattr``) to see a send while the worker
+serves without waiting the 5 s; it is not a setting of the worker."""
 DROP_AFTER = model.KEPT_AFTER_HOUR
 """Counts of minutes older than this (s) are dropped rather than sent."""
 

@@ -55,6 +55,8 @@ def test_an_asyncio_worker_runs_the_jobs_behind_a_delayed_one_first_holding_no_s
         serving = asyncio.ensure_future(worker.serve(source, concurrency=1))
         await until(lambda: "late" in ends or serving.done(), timeout=DELAY + BLOCK + 15)
         worker.stop()
+        # the reader notices the stop when its XREAD returns: an entry ends the block now
+        lockworker.submit(redis_client, stream, "end-of-test")
         await asyncio.wait_for(serving, BLOCK + 10)
         await worker.close()
         await aclient.aclose()

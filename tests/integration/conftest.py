@@ -12,8 +12,19 @@ import lockworker
 from lockworker.model.keys import JobKeys
 from lockworker.protocol import LockProtocol, ScriptProtocol
 from lockworker.protocol.txn import TxnProtocol
+from lockworker.testing import RedisServer
 
 Hook = Callable[[lockworker.Job], None]
+
+
+@pytest.fixture(scope="module")
+def own_server() -> Iterator[RedisServer]:
+    """A server of the module's own, for tests that read every registered namespace,
+    stream or leader (``lockworker status``, the dashboard's views): on the session's
+    server those grow with every test run before, and so would their time. A module
+    uses it as its ``redis_server`` (each test still has its own namespace)."""
+    with RedisServer() as server:
+        yield server
 
 
 @pytest.fixture

@@ -58,6 +58,13 @@ APP = textwrap.dedent(
 )
 
 
+@pytest.fixture(scope="module")
+def redis_server(own_server: RedisServer) -> RedisServer:
+    """This module's own server (conftest ``own_server``): its commands list every
+    registered namespace, which on the session's server grows with the suite."""
+    return own_server
+
+
 def lockworker_cmd(*args: str) -> list[str]:
     return [sys.executable, "-m", "lockworker", *args]
 

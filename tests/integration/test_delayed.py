@@ -60,6 +60,7 @@ def serving(redis_server: RedisServer, namespace: str) -> Iterator[Any]:
     """Start ``Worker.serve`` threads on the stream (one slot, a short block unless
     told); all stopped and joined after."""
     running: list[tuple[Worker, threading.Thread, redis.Redis]] = []
+    streams: set[str] = set()
 
     def start(stream: str, ran: Ran, owner: str, *, group: str | None = None,
               concurrency: int = 1, block: float = 0.25) -> StreamSource:
@@ -73,11 +74,17 @@ def serving(redis_server: RedisServer, namespace: str) -> Iterator[Any]:
         )
         thread.start()
         running.append((worker, thread, client))
+        streams.add(stream)
         return source
 
     yield start
     for worker, _, _ in running:
         worker.stop()
+    # A reader notices a stop when its XREAD returns (within ``block``, 2.5 s for some
+    # tests here): an entry ends the block now, so the teardown does not wait it out.
+    with redis_server.client() as waker:
+        for stream in streams:
+            lockworker.submit(waker, stream, "end-of-test")
     for worker, thread, client in running:
         thread.join(timeout=BLOCK + 10)
         assert not thread.is_alive()

@@ -19,8 +19,16 @@ from lockworker import aio
 from lockworker.cli.main import main
 from lockworker.model import rates as model
 from lockworker.runtime import events
+from lockworker.runtime import rates as counting
 from lockworker.runtime.rates import arates, done_in_window, rates
 from lockworker.testing import RedisServer, capture_events
+
+
+@pytest.fixture(scope="module")
+def redis_server(own_server: RedisServer) -> RedisServer:
+    """This module's own server (conftest ``own_server``): its tests read every
+    registered namespace, which on the session's server grows with the suite."""
+    return own_server
 
 
 def hour_totals(client: redis.Redis, namespace: str) -> dict[str, int]:
@@ -39,7 +47,8 @@ def serve_mixed(make: Callable[..., lockworker.Worker]) -> dict[str, int]:
         if job.id.startswith("hopeless"):
             raise lockworker.GiveUp("no point")
 
-    worker = make(hook, max_attempts=2, retry_delay=0)
+    # a 1 s lease: a failed attempt steps back a quarter of it (not 0.5 s) before the next
+    worker = make(hook, max_attempts=2, retry_delay=0, lock_timeout=1.0)
     ids = ([f"ok-{i}" for i in range(6)] + [f"flaky-{i}" for i in range(3)]
            + ["bad-0", "bad-1", "hopeless"])
     outcomes = [worker.process(job_id) for job_id in ids]
@@ -94,10 +103,13 @@ def test_a_job_taken_over_after_another_process_failed_is_one_handover(
 
 
 def test_counts_are_sent_every_few_seconds_while_the_worker_serves(
-    make: Callable[..., lockworker.Worker], redis_client: redis.Redis, namespace: str
+    make: Callable[..., lockworker.Worker], redis_client: redis.Redis, namespace: str,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A 60 s lease refreshes the registration every 20 s; the counts still go within
-    about five seconds, long before the worker closes."""
+    ``FLUSH_EVERY``, long before the worker closes (the interval shortened to 0.2 s
+    here, so the test waits a fraction of the refresh, not the 5 s)."""
+    monkeypatch.setattr(counting, "FLUSH_EVERY", 0.2)
     worker = make(lambda job: None, lock_timeout=60.0)
     assert worker.process("j") is lockworker.Outcome.DONE
     wait_for(lambda: hour_totals(redis_client, namespace)["done"] == 1, timeout=10)
@@ -139,7 +151,7 @@ def test_the_asyncio_worker_counts_as_the_sync_one(
         client = aredis.Redis(host="127.0.0.1", port=redis_server.port)
         async with aio.Worker(
             client, namespace=namespace, on_acquired=hook, retry_delay=0,
-            handle_signals=False, lock_timeout=2.0,
+            handle_signals=False, lock_timeout=1.0,
         ) as worker:
             for job_id in ("ok-1", "ok-2", "flaky-1", "hopeless"):
                 await worker.process(job_id)

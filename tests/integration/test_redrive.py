@@ -61,6 +61,9 @@ class Daemon:
     def stop(self) -> None:
         if self.worker is not None:
             self.worker.stop()
+            # the reader notices the stop when its XREAD returns: an entry ends the block
+            # at once rather than at its end
+            lockworker.submit(self.client, self.stream, "end-of-test")
         if self.thread is not None:
             self.thread.join(10)
         if self.worker is not None:

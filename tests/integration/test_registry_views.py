@@ -29,6 +29,13 @@ from lockworker.runtime import registering
 from lockworker.testing import RedisServer
 
 
+@pytest.fixture(scope="module")
+def redis_server(own_server: RedisServer) -> RedisServer:
+    """This module's own server (conftest ``own_server``): its tests read every
+    registered namespace, which on the session's server grows with the suite."""
+    return own_server
+
+
 class Walked(AssertionError):
     pass
 

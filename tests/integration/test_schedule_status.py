@@ -122,8 +122,10 @@ def test_a_tick_that_waited_reports_its_start_when_its_wait_ends(
         if event == "schedule.admitted" and fields.get("namespace") == namespace:
             seen.append(dict(fields))
 
+    release = threading.Event()  # set once seen: the run in hand need not hold on
+
     def hold(job: object) -> None:
-        threading.Event().wait(1.6)  # past the next tick: it waits for this one
+        release.wait(1.6)  # past the next tick: it waits for this one
 
     events.add_observer(observe)
     worker = Worker(redis_client, namespace=namespace, on_acquired=hold,
@@ -136,6 +138,7 @@ def test_a_tick_that_waited_reports_its_start_when_its_wait_ends(
     try:
         wait_for(lambda: any(f.get("waited") for f in list(seen)), 15)
     finally:
+        release.set()
         worker.stop()
         thread.join(10)
         worker.close()

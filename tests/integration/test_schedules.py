@@ -124,8 +124,9 @@ def test_every_tick_runs_once_with_a_primary_and_a_backup(
     assert len(ids) == len(set(ids)), ids
     ticks = sorted(runs.ticks())
     assert ticks == list(range(ticks[0], ticks[0] + len(ticks))), "a tick was lost"
-    progress = state(redis_client, namespace, "beat")
-    assert int(progress["resolved"]) >= ticks[3]
+    # the hook records a run before its tick is settled: the progress follows it
+    wait_for(lambda: int(state(redis_client, namespace, "beat").get("resolved", 0))
+             >= ticks[3], timeout=5)
 
 
 def test_a_restarted_process_resumes_from_the_servers_progress(
@@ -140,7 +141,7 @@ def test_a_restarted_process_resumes_from_the_servers_progress(
     assert progress == max(runs.ticks())  # every tick it ran is settled on the server
     runs2 = Runs(redis_client)
     serving([beat], runs2.hook("second"))  # a new process: no memory of the first
-    wait_for(lambda: len(runs2.ids) >= 2, timeout=10)
+    wait_for(lambda: len(runs2.ids) >= 1, timeout=10)
     assert runs2.ticks()[0] == progress + 1  # resumed from the server's progress
     assert set(runs2.ids).isdisjoint(runs.ids)
 
@@ -282,7 +283,7 @@ def test_edits_neither_rerun_past_ticks_nor_block_new_ones(
     redis_client.delete(schedule_key(namespace, "beat"))
     runs3 = Runs(redis_client)
     serving([Every("beat", 1, catch_up="all")], runs3.hook("v3"))
-    wait_for(lambda: len(runs3.ids) >= 2, timeout=10)
+    wait_for(lambda: len(runs3.ids) >= 1, timeout=10)
     assert set(runs3.ids).isdisjoint(runs.ids + runs2.ids)
 
 
