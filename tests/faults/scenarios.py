@@ -163,6 +163,7 @@ def sides(env: Env, history: History) -> dict[str, int]:
             "delivered": sum(map(len, seen.values())),
             "met": sum(1 for outcomes in ended.values() if len(outcomes) > 1),
             "followed": sum(1 for n in history.notes if n.get("what") == "followed"),
+            "skipped_ahead": sum(1 for n in history.notes if n.get("what") == "skipped"),
             "states": env.indexed.states, "entries": env.indexed.entries}
 
 

@@ -166,13 +166,20 @@ def test_a_consumer_group_under_sigstop_past_the_lease(tmp_path: Path) -> None:
     mixed(result)
 
 
+def assert_followed(result: Result) -> None:
+    """The scenario is not vacuous: readers went by their namespace's progress, settling
+    a delivery it covered without a look (``followed``) or reading on past it (a
+    trailing backup reads no entry the progress covers: ``skipped_ahead``)."""
+    assert result.extra["followed"] + result.extra["skipped_ahead"] >= 1, result.figure()
+
+
 def test_fanout_backups_following_the_progress_under_sigkill(tmp_path: Path) -> None:
     """Workers reading one stream fan-out, half of them backups that settle what their
     namespace's progress shows done without a look: holders SIGKILLed mid-batch, between
     two saves of their positions; every job is still done, none twice."""
     result = scenarios.SCENARIOS["fanout_sigkill"](tmp_path)
     verdict(result, tmp_path)
-    assert result.extra["followed"] >= 1, result.figure()
+    assert_followed(result)
     mixed(result)
 
 
@@ -183,7 +190,7 @@ def test_fanout_backups_following_the_progress_under_sigstop_past_the_lease(
     waits behind their jobs, which the others take over; late steps are refused."""
     result = scenarios.SCENARIOS["fanout_sigstop"](tmp_path)
     verdict(result, tmp_path)
-    assert result.extra["followed"] >= 1, result.figure()
+    assert_followed(result)
     mixed(result)
 
 
