@@ -19,8 +19,9 @@ import pytest
 
 from lockworker.model.codec import Holder, LockValue
 from lockworker.model.keys import JobKeys
+from lockworker.model.presence import presence_keys
 from lockworker.model.state import Grant
-from lockworker.protocol import LockProtocol
+from lockworker.protocol import LockProtocol, presence
 from lockworker.serving.delivery import Delivery
 
 T = TypeVar("T")
@@ -57,9 +58,6 @@ def present(client: Any, namespace: str, owner: str) -> bool:
     started once the primary is registered defers to it from its first job; one started
     at the same moment serves until it hears of the primary, which a test that asserts
     only the primary runs the first jobs must rule out."""
-    from lockworker.model.presence import presence_keys
-    from lockworker.protocol import presence
-
     found = presence.read(client, presence_keys(namespace))
     return any(r.member.owner == owner for r in found)
 
