@@ -11,6 +11,10 @@ import math
 from collections.abc import Callable
 
 from benchmarks.stream import (
+    AIO_FANOUT,
+    AIO_FANOUT_LAYER,
+    AIO_GROUP_3,
+    AIO_GROUP_3_LAYER,
     ALONE_1,
     ALONE_1_LAYER,
     FANOUT,
@@ -26,8 +30,9 @@ FANOUT_VS_FLOOR = 1.0
 GROUP_VS_FLOOR = 0.8
 BACKUPS_ADD = 0.05
 WIRE_PAYS = 0.15
-"""Writing commands on a pooled connection (``lockworker.protocol.wire``) is kept only
-if it makes the rows at least this much faster than redis-py's client layer."""
+"""Writing commands on a pooled connection (``lockworker.protocol.wire``, and
+``lockworker.aio.wire`` on the asyncio side) is kept, side by side, only if it makes
+that side's rows at least this much faster than redis-py's client layer."""
 """At most this share of server CPU per job added by two following backups."""
 SERVER_VS_FLOOR = 1.2
 PROCESSES_VS_FLOOR = 1.5
@@ -111,7 +116,7 @@ def floor_targets(section: StreamSection) -> list[Target]:
                 ratio <= most,
             ))
     out.append(_backups_add(section))
-    out.append(_wire(section))
+    out.extend(_wire(section, side) for side in ("sync", "asyncio"))
     return out
 
 
@@ -142,13 +147,19 @@ def _backups_add(section: StreamSection) -> Target:
     )
 
 
-def _wire(section: StreamSection) -> Target:
-    """What writing the commands on a pooled connection is worth: the primary alone at
-    concurrency 1 and the group of 3 at concurrency 16, each beside its twin whose
-    client takes redis-py's client layer for every command."""
-    target = f"the direct wire makes serving >= {WIRE_PAYS:.0%} faster than redis-py's client layer"
+def _wire(section: StreamSection, side: str) -> Target:
+    """What writing the commands on a pooled connection is worth to one side (``sync``:
+    the primary alone at concurrency 1 and the group of 3; ``asyncio``: the fan-out at
+    concurrency 64 and the group of 3), each row beside its twin whose client
+    takes redis-py's client layer for every command. Each side keeps its wire only if
+    this holds on every pair."""
+    module = "lockworker.protocol.wire" if side == "sync" else "lockworker.aio.wire"
+    target = (f"{side}: the direct wire ({module}) makes serving >= {WIRE_PAYS:.0%} faster "
+              "than redis-py's client layer")
+    pairs = ((ALONE_1, ALONE_1_LAYER), (GROUP_3, GROUP_3_LAYER)) if side == "sync" else (
+        (AIO_FANOUT, AIO_FANOUT_LAYER), (AIO_GROUP_3, AIO_GROUP_3_LAYER))
     said, gains = [], []
-    for name, twin in ((ALONE_1, ALONE_1_LAYER), (GROUP_3, GROUP_3_LAYER)):
+    for name, twin in pairs:
         direct, layer = section.row(name), section.row(twin)
         if direct is None or layer is None or not direct.outcomes or not layer.outcomes:
             continue

@@ -8,6 +8,9 @@ ran it (:mod:`benchmarks.stream_kit`). The contenders, on the same server and ba
   ``backup_delay=0.5``), each reading every entry with its own ``StreamSource``, at
   concurrency 1, 4, 16 and 64, and the asyncio twin (``lockworker.aio``) at 1, 16
   and 64;
+- twins whose clients send every command through redis-py's client layer (sync: the
+  primary alone at concurrency 1 and the group of 3; asyncio: the fan-out at 64 and the
+  group of 3): what writing commands on a pooled connection is worth;
 - ``serve()`` through a shared group (``StreamSource(..., group=...)``): 1, 2 and 3
   processes at concurrency 16, and 3 at concurrency 1, each entry delivered to one of
   them;
@@ -67,9 +70,10 @@ class Contender:
     group: bool = False
     """``serve``/``aio``: through a shared group (``group=``); ``cg`` always is."""
     client_layer: bool = False
-    """``serve``: every command through redis-py's client layer (``execute_command``
-    and its pipelines), not written on a pooled connection by
-    :mod:`lockworker.protocol.wire`: what that module is worth."""
+    """``serve``/``aio``: every command through redis-py's client layer
+    (``execute_command`` and its pipelines), not written on a pooled connection by
+    :mod:`lockworker.protocol.wire` (sync) or :mod:`lockworker.aio.wire` (asyncio):
+    what each is worth."""
 
     @property
     def serving(self) -> int:
@@ -96,8 +100,13 @@ CONTENDERS = (
               group=True),
     Contender(f"serve(group=), 3 processes, concurrency {SHARED}, through redis-py's client "
               "layer", "serve", ("member",) * 3, group=True, client_layer=True),
+    Contender(f"aio serve(), primary + 2 backups, concurrency {AIO_CONCURRENCY[-1]}, "
+              "through redis-py's client layer", "aio", FANOUT, AIO_CONCURRENCY[-1],
+              client_layer=True),
     Contender(f"aio serve(group=), 3 processes, concurrency {SHARED}", "aio",
               ("member",) * 3, group=True),
+    Contender(f"aio serve(group=), 3 processes, concurrency {SHARED}, through redis-py's "
+              "client layer", "aio", ("member",) * 3, group=True, client_layer=True),
     Contender(f"threads only: the group's reads, the handler in {SHARED} threads, no lock",
               "pool", ("primary",)),
     Contender(f"tasks only: the group's reads, the handler in {AIO_CONCURRENCY[-1]} asyncio "
@@ -131,7 +140,10 @@ GROUP_3_LAYER = _one("serve", ("member",) * 3, group=True, client_layer=True)
 ALONE_1 = _one("serve", ("primary",), concurrency=1, client_layer=False)
 ALONE_1_LAYER = _one("serve", ("primary",), client_layer=True)
 """Each member serving in its serving thread (:mod:`lockworker.daemons.inline`)."""
-AIO_GROUP_3 = _one("aio", ("member",) * 3, group=True)
+AIO_GROUP_3 = _one("aio", ("member",) * 3, group=True, client_layer=False)
+AIO_GROUP_3_LAYER = _one("aio", ("member",) * 3, group=True, client_layer=True)
+AIO_FANOUT = _one("aio", FANOUT, concurrency=AIO_CONCURRENCY[-1], client_layer=False)
+AIO_FANOUT_LAYER = _one("aio", FANOUT, client_layer=True)
 FLOOR_FANOUT = _one(FLOOR, FANOUT)
 FLOOR_GROUP = _one(FLOOR, ("member",) * 3)
 THREADS_ONLY = _one("pool", ("primary",))

@@ -84,6 +84,14 @@ class ClientLayer(redis.Redis):
         return super().execute_command(*args, **options)
 
 
+class AioClientLayer(redis.asyncio.Redis):
+    """The asyncio twin of :class:`ClientLayer`, read the same way by
+    :func:`lockworker.aio.wire.direct`."""
+
+    async def execute_command(self, *args: Any, **options: Any) -> Any:
+        return await super().execute_command(*args, **options)
+
+
 def _client(setup: Setup) -> Any:
     if setup.cluster:
         cluster = RedisCluster(host="127.0.0.1", port=setup.port, socket_timeout=REPLY_TIMEOUT)
@@ -185,7 +193,9 @@ async def _aio_serve(setup: Setup, pipe: Connection) -> None:
         host="127.0.0.1", port=setup.port, socket_timeout=REPLY_TIMEOUT,
         connection_class=AioTallyConnection,
     )
-    client = redis.asyncio.Redis(connection_pool=pool)
+    client = (AioClientLayer if setup.client_layer else redis.asyncio.Redis)(
+        connection_pool=pool
+    )
     reader = _client(setup)
 
     async def on_acquired(job: lockworker.Job) -> None:
