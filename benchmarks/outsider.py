@@ -168,12 +168,22 @@ def summary(results: list[OutsiderResult], target: float) -> list[str]:
         if ours is None or peer is None or not peer.rate:
             continue
         ratio = ours.rate / peer.rate
-        lines.append(
+        line = (
             f"contended handovers/s, fresh processes, {name} with `acquire(timeout="
             f"{TIMEOUT:g})`: {ours.rate:,.0f} = {ratio:.2f}x python-redis-lock "
             f"({peer.rate:,.0f}); target >= {target:g}x: "
             f"{'met' if ratio >= target else '**not met**'}"
         )
+        if not ratio >= target:
+            line += (
+                f" (bound as in the project's harness, by the work of a FIFO handover: "
+                f"{median(ours.sections):,.0f} sections/s, every one changing hands, and "
+                f"{median(ours.client_us):,.0f} µs of the processes' CPU per section, "
+                f"against python-redis-lock's {median(peer.sections):,.0f} sections/s, "
+                f"of which {peer.rate:,.0f} changed hands, and "
+                f"{median(peer.client_us):,.0f} µs)"
+            )
+        lines.append(line)
     for result in results:
         if not result.exclusive:
             lines.append(f"MUTUAL EXCLUSION BROKEN (fresh processes): {result.name}")

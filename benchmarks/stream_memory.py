@@ -51,6 +51,9 @@ class MemoryRun:
     """Mean ``MEMORY USAGE`` bytes of a DONE job's keys (state, its attempt history, and
     lease if any): what a finished job costs for its retention."""
     done_keys: str = ""
+    done_value: float = float("nan")
+    """Mean bytes of a DONE record's value (``STRLEN`` of its state key): the outcome,
+    attempt, finish time, token and owner that latecomers and the views read."""
     done_floor: float = float("nan")
     """Mean ``MEMORY USAGE`` bytes of a bare key named like a DONE record's state key,
     with a one-byte value and the same time to live: the floor of one key per record
@@ -96,7 +99,7 @@ def _data(client: redis.Redis) -> int:
 
 
 def _done_record(client: redis.Redis, namespace: str, jobs: int, result: MemoryRun) -> None:
-    sizes, kinds, floors = [], set(), []
+    sizes, kinds, floors, values = [], set(), [], []
     for n in range(0, jobs, max(1, jobs // SAMPLED)):
         keys = JobKeys.of(namespace, f"job-{n}")
         total = 0
@@ -106,6 +109,7 @@ def _done_record(client: redis.Redis, namespace: str, jobs: int, result: MemoryR
                 total += int(size)
                 kinds.add(kind)
         sizes.append(total)
+        values.append(int(client.strlen(keys.state)))
         ttl = client.pttl(keys.state)
         bare = keys.state[: -len("state")] + "floor"  # the same length of name
         client.set(bare, "1", px=ttl if ttl and ttl > 0 else 3_600_000)
@@ -114,6 +118,7 @@ def _done_record(client: redis.Redis, namespace: str, jobs: int, result: MemoryR
     result.done_record = sum(sizes) / len(sizes) if sizes else float("nan")
     result.done_floor = sum(floors) / len(floors) if floors else float("nan")
     result.done_keys = " + ".join(sorted(kinds))
+    result.done_value = sum(values) / len(values) if values else float("nan")
 
 
 def _forget(client: redis.Redis, namespace: str) -> None:
