@@ -11,17 +11,9 @@ import math
 from collections.abc import Callable
 
 from benchmarks.stream import (
-    AIO_FANOUT,
-    AIO_FANOUT_LAYER,
-    AIO_GROUP_3,
-    AIO_GROUP_3_LAYER,
-    ALONE_1,
-    ALONE_1_LAYER,
     FANOUT,
     FLOOR_FANOUT,
     FLOOR_GROUP,
-    GROUP_3,
-    GROUP_3_LAYER,
     Row,
     StreamSection,
 )
@@ -29,10 +21,6 @@ from benchmarks.stream import (
 FANOUT_VS_FLOOR = 1.0
 GROUP_VS_FLOOR = 0.8
 BACKUPS_ADD = 0.05
-WIRE_PAYS = 0.15
-"""Writing commands on a pooled connection (``lockworker.protocol.wire``, and
-``lockworker.aio.wire`` on the asyncio side) is kept, side by side, only if it makes
-that side's rows at least this much faster than redis-py's client layer."""
 """At most this share of server CPU per job added by two following backups."""
 SERVER_VS_FLOOR = 1.2
 PROCESSES_VS_FLOOR = 1.5
@@ -44,7 +32,7 @@ def _lockworker(section: StreamSection, group: bool) -> list[Row]:
     return [
         r for r in section.rows
         if r.contender.kind in ("serve", "aio") and r.outcomes
-        and not r.contender.client_layer and (
+        and (
             r.contender.group if group else r.contender.roles == FANOUT
         )
     ]
@@ -55,7 +43,6 @@ def _alone(section: StreamSection, concurrency: int) -> Row | None:
         r for r in section.rows
         if r.contender.kind == "serve" and r.contender.roles == ("primary",)
         and r.contender.concurrency == concurrency and r.outcomes
-        and not r.contender.client_layer
     ), None)
 
 
@@ -116,7 +103,6 @@ def floor_targets(section: StreamSection) -> list[Target]:
                 ratio <= most,
             ))
     out.append(_backups_add(section))
-    out.extend(_wire(section, side) for side in ("sync", "asyncio"))
     return out
 
 
@@ -145,34 +131,6 @@ def _backups_add(section: StreamSection) -> Target:
         "polls, presence and the looks at what the progress does not cover)",
         added <= BACKUPS_ADD,
     )
-
-
-def _wire(section: StreamSection, side: str) -> Target:
-    """What writing the commands on a pooled connection is worth to one side (``sync``:
-    the primary alone at concurrency 1 and the group of 3; ``asyncio``: the fan-out at
-    concurrency 64 and the group of 3), each row beside its twin whose client
-    takes redis-py's client layer for every command. Each side keeps its wire only if
-    this holds on every pair."""
-    module = "lockworker.protocol.wire" if side == "sync" else "lockworker.aio.wire"
-    target = (f"{side}: the direct wire ({module}) makes serving >= {WIRE_PAYS:.0%} faster "
-              "than redis-py's client layer")
-    pairs = ((ALONE_1, ALONE_1_LAYER), (GROUP_3, GROUP_3_LAYER)) if side == "sync" else (
-        (AIO_FANOUT, AIO_FANOUT_LAYER), (AIO_GROUP_3, AIO_GROUP_3_LAYER))
-    said, gains = [], []
-    for name, twin in pairs:
-        direct, layer = section.row(name), section.row(twin)
-        if direct is None or layer is None or not direct.outcomes or not layer.outcomes:
-            continue
-        gain = _ratio(direct.rate, layer.rate) - 1
-        gains.append(gain)
-        said.append(
-            f"{direct.contender.name}: {direct.rate:,.0f} against {layer.rate:,.0f} jobs/s "
-            f"({gain:+.0%}; processes' CPU {_per_job_us(direct, _processes):,.0f} against "
-            f"{_per_job_us(layer, _processes):,.0f} µs per job)"
-        )
-    if not gains:
-        return (target, "not measured", None)
-    return (target, "; ".join(said), min(gains) >= WIRE_PAYS)
 
 
 def _cpu_bound(mine: Row, floor: Row) -> str:

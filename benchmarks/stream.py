@@ -8,9 +8,6 @@ ran it (:mod:`benchmarks.stream_kit`). The contenders, on the same server and ba
   ``backup_delay=0.5``), each reading every entry with its own ``StreamSource``, at
   concurrency 1, 4, 16 and 64, and the asyncio twin (``lockworker.aio``) at 1, 16
   and 64;
-- twins whose clients send every command through redis-py's client layer (sync: the
-  primary alone at concurrency 1 and the group of 3; asyncio: the fan-out at 64 and the
-  group of 3): what writing commands on a pooled connection is worth;
 - ``serve()`` through a shared group (``StreamSource(..., group=...)``): 1, 2 and 3
   processes at concurrency 16, and 3 at concurrency 1, each entry delivered to one of
   them;
@@ -69,11 +66,6 @@ class Contender:
     concurrency: int = SHARED
     group: bool = False
     """``serve``/``aio``: through a shared group (``group=``); ``cg`` always is."""
-    client_layer: bool = False
-    """``serve``/``aio``: every command through redis-py's client layer
-    (``execute_command`` and its pipelines), not written on a pooled connection by
-    :mod:`lockworker.protocol.wire` (sync) or :mod:`lockworker.aio.wire` (asyncio):
-    what each is worth."""
 
     @property
     def serving(self) -> int:
@@ -92,21 +84,12 @@ CONTENDERS = (
       for c in AIO_CONCURRENCY),
     *(Contender(f"serve(), primary alone, concurrency {c}", "serve", ("primary",), c)
       for c in ALONE_CONCURRENCY),
-    Contender("serve(), primary alone, concurrency 1, through redis-py's client layer",
-              "serve", ("primary",), 1, client_layer=True),
     *(Contender(f"serve(group=), {_processes(n)}, concurrency {SHARED}", "serve",
                 ("member",) * n, group=True) for n in (1, 2, 3)),
     Contender("serve(group=), 3 processes, concurrency 1", "serve", ("member",) * 3, 1,
               group=True),
-    Contender(f"serve(group=), 3 processes, concurrency {SHARED}, through redis-py's client "
-              "layer", "serve", ("member",) * 3, group=True, client_layer=True),
-    Contender(f"aio serve(), primary + 2 backups, concurrency {AIO_CONCURRENCY[-1]}, "
-              "through redis-py's client layer", "aio", FANOUT, AIO_CONCURRENCY[-1],
-              client_layer=True),
     Contender(f"aio serve(group=), 3 processes, concurrency {SHARED}", "aio",
               ("member",) * 3, group=True),
-    Contender(f"aio serve(group=), 3 processes, concurrency {SHARED}, through redis-py's "
-              "client layer", "aio", ("member",) * 3, group=True, client_layer=True),
     Contender(f"threads only: the group's reads, the handler in {SHARED} threads, no lock",
               "pool", ("primary",)),
     Contender(f"tasks only: the group's reads, the handler in {AIO_CONCURRENCY[-1]} asyncio "
@@ -134,16 +117,11 @@ def _one(kind: str, roles: tuple[str, ...], **fields: object) -> str:
 PRIMARY_ONLY = _one("cg", FANOUT)
 ALL_READ = _one("cg", ("member",) * 3)
 FANOUT_16 = _one("serve", FANOUT, concurrency=16)
-GROUP_3 = _one("serve", ("member",) * 3, group=True, concurrency=SHARED, client_layer=False)
+GROUP_3 = _one("serve", ("member",) * 3, group=True, concurrency=SHARED)
 GROUP_3_ONE = _one("serve", ("member",) * 3, group=True, concurrency=1)
-GROUP_3_LAYER = _one("serve", ("member",) * 3, group=True, client_layer=True)
-ALONE_1 = _one("serve", ("primary",), concurrency=1, client_layer=False)
-ALONE_1_LAYER = _one("serve", ("primary",), client_layer=True)
+ALONE_1 = _one("serve", ("primary",), concurrency=1)
 """Each member serving in its serving thread (:mod:`lockworker.daemons.inline`)."""
-AIO_GROUP_3 = _one("aio", ("member",) * 3, group=True, client_layer=False)
-AIO_GROUP_3_LAYER = _one("aio", ("member",) * 3, group=True, client_layer=True)
-AIO_FANOUT = _one("aio", FANOUT, concurrency=AIO_CONCURRENCY[-1], client_layer=False)
-AIO_FANOUT_LAYER = _one("aio", FANOUT, client_layer=True)
+AIO_GROUP_3 = _one("aio", ("member",) * 3, group=True)
 FLOOR_FANOUT = _one(FLOOR, FANOUT)
 FLOOR_GROUP = _one(FLOOR, ("member",) * 3)
 THREADS_ONLY = _one("pool", ("primary",))
@@ -235,7 +213,7 @@ def setups(contender: Contender, port: int, namespace: str, lease: float) -> lis
     group = GROUP if contender.group or contender.kind in GROUP_KINDS else None
     return [
         Setup(contender.kind, port, namespace, namespace, role, contender.concurrency,
-              lease, group, client_layer=contender.client_layer)
+              lease, group)
         for role in contender.roles
     ]
 

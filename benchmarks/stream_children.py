@@ -71,25 +71,6 @@ class Setup:
     cluster: bool = False
     record_port: int | None = None
     """Where the handler's log goes (``serve`` only; default: the served server)."""
-    client_layer: bool = False
-    """Every command through redis-py's client layer (:class:`ClientLayer`)."""
-
-
-class ClientLayer(redis.Redis):
-    """A client whose commands take redis-py's own path: ``execute_command`` overridden
-    (to itself), which :func:`lockworker.protocol.wire.direct` reads as a subclass that
-    must see every command."""
-
-    def execute_command(self, *args: Any, **options: Any) -> Any:
-        return super().execute_command(*args, **options)
-
-
-class AioClientLayer(redis.asyncio.Redis):
-    """The asyncio twin of :class:`ClientLayer`, read the same way by
-    :func:`lockworker.aio.wire.direct`."""
-
-    async def execute_command(self, *args: Any, **options: Any) -> Any:
-        return await super().execute_command(*args, **options)
 
 
 def _client(setup: Setup) -> Any:
@@ -104,7 +85,7 @@ def _client(setup: Setup) -> Any:
         host="127.0.0.1", port=setup.port, socket_timeout=REPLY_TIMEOUT,
         connection_class=TallyConnection,
     )
-    return (ClientLayer if setup.client_layer else redis.Redis)(connection_pool=pool)
+    return redis.Redis(connection_pool=pool)
 
 
 def _switches() -> int:
@@ -193,9 +174,7 @@ async def _aio_serve(setup: Setup, pipe: Connection) -> None:
         host="127.0.0.1", port=setup.port, socket_timeout=REPLY_TIMEOUT,
         connection_class=AioTallyConnection,
     )
-    client = (AioClientLayer if setup.client_layer else redis.asyncio.Redis)(
-        connection_pool=pool
-    )
+    client = redis.asyncio.Redis(connection_pool=pool)
     reader = _client(setup)
 
     async def on_acquired(job: lockworker.Job) -> None:

@@ -23,7 +23,6 @@ from typing import Any
 import redis
 from redis.exceptions import NoScriptError
 
-from lockworker.aio import wire
 from lockworker.protocol import batch
 from lockworker.protocol.luacall import ready
 from lockworker.protocol.script import Step
@@ -120,15 +119,8 @@ async def send(client: Any, steps: list[Step[Any]]) -> list[Any]:
 
 
 async def _execute(client: Any, calls: list[batch.Call]) -> list[Any]:
-    """Each call's reply: on a plain client every call in one write
-    (:mod:`lockworker.aio.wire`); on a cluster its looped commands one per node, the
-    rest in one pipeline (a lone command without one)."""
-    if wire.direct(client):
-        written = await wire.exchange(client, [call.command() for call in calls])
-        return [
-            await _one(client, calls[n]) if isinstance(reply, NoScriptError) else reply
-            for n, reply in enumerate(written)
-        ]
+    """Each call's reply: on a cluster its looped commands one per node; the rest in
+    one pipeline (a lone command without one)."""
     replies: list[Any] = [None] * len(calls)
     routed = [n for n, call in enumerate(calls) if call.node is None]
     for n, call in enumerate(calls):

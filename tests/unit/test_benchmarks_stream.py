@@ -25,7 +25,6 @@ from benchmarks.stream_kit import (  # noqa: E402
     command_name,
     packed_names,
 )
-from lockworker.protocol.resp import pack_hiredis  # noqa: E402
 
 
 def test_command_names_are_those_of_commandstats() -> None:
@@ -36,14 +35,22 @@ def test_command_names_are_those_of_commandstats() -> None:
     assert command_name(("GET", "CLIENT")) == "get"
 
 
+def pack(commands: list[tuple[object, ...]]) -> bytes:
+    """RESP arrays of bulk strings, as a client writes its commands."""
+    def bulk(arg: object) -> bytes:
+        raw = arg if isinstance(arg, bytes) else str(arg).encode()
+        return b"$%d\r\n%s\r\n" % (len(raw), raw)
+    return b"".join(b"*%d\r\n" % len(c) + b"".join(map(bulk, c)) for c in commands)
+
+
 def test_a_packed_batch_is_counted_by_the_names_of_its_commands() -> None:
-    """lockworker's asyncio batches reach the counting connection packed already."""
+    """A pipeline's commands reach the counting connection packed already."""
     commands = [
         ("EVALSHA", "abc", 1, b"k\r\n$3\r\n*2" * 50),
         ("XINFO", "CONSUMERS", "s", "g"),
         ("EVAL", "return 1", 0),
     ]
-    packed = pack_hiredis(commands)
+    packed = pack(commands)
     assert packed_names(packed) == ["evalsha", "xinfo|consumers", "eval"]
     assert _scanned_names(packed) == packed_names(packed)  # without hiredis
 
