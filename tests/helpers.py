@@ -56,8 +56,8 @@ async def until(predicate: Callable[[], T], timeout: float = 10.0) -> T:
 def present(client: Any, namespace: str, owner: str) -> bool:
     """Whether ``owner``'s worker is registered in ``namespace`` (its presence). A backup
     started once the primary is registered defers to it from its first job; one started
-    at the same moment serves until it hears of the primary, which a test that asserts
-    only the primary runs the first jobs must rule out."""
+    before relies on its start-up grace (``backup_delay``), which a test with a short
+    delay on a loaded machine must not: it starts the backup once the primary is here."""
     found = presence.read(client, presence_keys(namespace))
     return any(r.member.owner == owner for r in found)
 

@@ -178,6 +178,7 @@ class Worker(WorkerSettings):
         self._started()
         await ready(self.client)
         await self._check_permissions(keys)
+        self._view.begin(self.clock.monotonic())  # a backup's start-up grace (once)
         await self._presence.start()  # registered before its first job (once per worker)
         with SERVING.borrow(self) as gate:  # the serving's slots, when it called
             return await AsyncJobRun(self, keys, payload, log, gate).run()
@@ -195,6 +196,7 @@ class Worker(WorkerSettings):
         self._started()
         await ready(self.client)
         await self._check_permissions(JobKeys.of(self.namespace, "-"))
+        self._view.begin(self.clock.monotonic())
         await self._presence.start()
         await serve(self, source, concurrency=concurrency)
 

@@ -56,6 +56,8 @@ class Member(Protocol):
     role: Role
     backup_delay: float
     lock_timeout: float
+    clock: Clock
+    """The worker's clock: what its view's start-up grace is read against."""
     _view: View
 
 

@@ -69,6 +69,7 @@ from lockworker.daemons.groupkeep import (
 )
 from lockworker.daemons.submit import DueMover
 from lockworker.errors import InvalidConfig
+from lockworker.model import policy
 from lockworker.model.state import Role
 from lockworker.protocol import streams
 from lockworker.protocol.streams import Entry
@@ -229,10 +230,14 @@ class GroupReader(Keeper):
     # -- the reader -----------------------------------------------------------------
 
     def _may_read(self) -> bool:
-        """A backup reads no new entry while a primary of its namespace serves."""
+        """A backup reads no new entry while a primary of its namespace serves, nor
+        during its start-up grace (:meth:`lockworker.model.presence.View.begin`): an
+        entry it read would be its own, not the primary's."""
         m = self.member
         assert m is not None
-        return not (m.role is Role.BACKUP and m._view.primary_serving())
+        return not (m.role is Role.BACKUP and policy.primary_serving(
+            m._view.defer_until, m.clock.monotonic()
+        ))
 
     def _read_loop(self) -> None:
         """Hand out this owner's entries, then read new ones (before each read, the

@@ -196,6 +196,7 @@ class Worker(WorkerSettings):
         log = self._log.bind(job_id=job_id)
         self._check_permissions(keys)
         self._install_signal_handlers()
+        self._view.begin(self.clock.monotonic())  # a backup's start-up grace (once)
         self._presence.start()  # registered before its first job (once per worker)
         with SERVING.borrow(self) as gate:  # serve's slots, when serve called
             return JobRun(self, keys, payload, log, gate).run()
@@ -217,6 +218,7 @@ class Worker(WorkerSettings):
         """
         self._hooks.require(RUNS_JOBS)
         self._check_permissions(JobKeys.of(self.namespace, "-"))
+        self._view.begin(self.clock.monotonic())
         self._presence.start()
         stop_watch = servercheck.watching(self.client, self._log, SystemClock())
         try:

@@ -15,7 +15,8 @@ channel says a primary joined or left, and from a re-read at ``primary_until`` i
 so that it knows of a clean stop within a round trip and of a crash within one lease.
 While its last reading showed a primary, the backup defers to it
 (:func:`lockworker.model.policy.backup_step`); once a reading shows none (after a
-``left`` message, or at the registration's end), it competes at once. Its fan-out
+``left`` message, or at the registration's end), it competes at once, except during
+its start-up grace (:meth:`View.begin`). Its fan-out
 serving also holds back behind the backups ranked before it (``acting_until``): with
 no primary, the first backup serves as one.
 
@@ -189,7 +190,9 @@ class View:
     contests read :attr:`primary_until` (a float, read whole).
     """
 
-    def __init__(self, ttl: float, *, watch: bool, me: Member | None = None) -> None:
+    def __init__(
+        self, ttl: float, *, watch: bool, me: Member | None = None, grace: float = 0.0
+    ) -> None:
         self.ttl = ttl
         self.watch = watch
         """A backup watches the primaries: it also re-reads when the last one's
@@ -205,26 +208,52 @@ class View:
         """The runs of the last reading's primaries, and of :func:`acting`: whose
         progress on the jobs tells a held-back serving that the ones it defers to move
         (:class:`lockworker.serving.held.Held`)."""
+        self.grace = grace
+        """Seconds from the worker's start during which it defers as if a primary
+        served, whatever its readings show (a backup's ``backup_delay``): see
+        :meth:`begin`."""
+        self.grace_until = NOBODY
+        """Until when (on the worker's clock) that start-up grace lasts; over (NOBODY)
+        once a reading showed a primary."""
+        self.begun = False
         self.due = NOBODY
         """When the own registration must be refreshed next."""
         self.tried = NOBODY
         """When the last reading (or failed try) was sent."""
 
+    def begin(self, now: float) -> None:
+        """The worker starts serving at ``now`` (its own clock; the first call only):
+        its start-up grace runs from here.
+
+        A backup and a primary started at the same moment (as supervisord starts its
+        programs) would otherwise race: the backup's first reading, taken before the
+        primary registered, shows none, and it would compete for the first jobs until
+        the primary's ``joined`` reached it. For ``grace`` seconds it defers as if a
+        primary served; without a reading that shows one it competes at the grace's
+        end. A reading that shows a primary ends the grace: from then on the readings
+        alone decide (a primary that leaves is competed for at once). A backup alone
+        pays the grace once, at its start."""
+        if not self.begun:
+            self.begun = True
+            if self.primary_until == NOBODY:  # none seen yet
+                self.grace_until = now + self.grace
+
     @property
     def defer_until(self) -> float:
         """Until when the worker's contests defer to a primary: for ever while the last
-        reading showed one registered, else never.
+        reading showed one registered, else until the start-up grace's end
+        (:meth:`begin`; never for a primary).
 
         Not until that registration's end: a backup whose own loop ran late (a loaded
         machine) would then compete beside a primary that serves. The loop reads again
         at that end instead, and only a reading says a primary is gone."""
-        return math.inf if self.primary_until != NOBODY else NOBODY
+        return math.inf if self.primary_until != NOBODY else self.grace_until
 
     @property
     def hold_until(self) -> float:
         """Until when a fan-out serving holds its deliveries back: as :attr:`defer_until`,
         for a primary or a backup ranked before this one."""
-        return math.inf if self.acting_until != NOBODY else NOBODY
+        return math.inf if self.acting_until != NOBODY else self.grace_until
 
     def primary_serving(self) -> bool:
         """Whether the last reading showed a primary."""
@@ -240,6 +269,8 @@ class View:
         me = self.me if self.watch else None
         self.primary_until = primary_until(found, at)
         self.acting_until = acting_until(found, at, me)
+        if self.primary_until != NOBODY:
+            self.grace_until = NOBODY  # the race is over: a primary was heard of
         self.primary_runs = frozenset(
             r.member.run for r in found if r.member.role is Role.PRIMARY
         )

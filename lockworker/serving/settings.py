@@ -135,7 +135,10 @@ class WorkerSettings:
         w._done_retention_ms = max(1, round(w.done_retention * 1000))
         host, pid = this_process()
         w._member = Member(w.role, w.owner, w.run_id, host, pid, w._lease_ms)
-        w._view = View(w.lock_timeout, watch=w.role is Role.BACKUP, me=w._member)
+        w._view = View(
+            w.lock_timeout, watch=w.role is Role.BACKUP, me=w._member,
+            grace=w.backup_delay if w.role is Role.BACKUP else 0.0,
+        )
         w._contenders = Contenders()
         w._rates = Rates()
 

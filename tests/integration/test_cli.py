@@ -695,23 +695,29 @@ def test_status_shows_the_live_primaries_and_backups_of_a_namespace(
     assert [w.owner for w in after] == ["host-b"]
 
 
-def test_run_as_a_backup_with_no_primary_takes_a_job_at_once_and_is_listed(
+def test_run_as_a_backup_with_no_primary_takes_jobs_after_its_start_up_grace_and_is_listed(
     redis_server: RedisServer, namespace: str, app_dir: Path,
     procs: list[subprocess.Popen[str]],
 ) -> None:
     client = redis_server.client(decode_responses=True)
     stream = f"{namespace}-jobs"
+    delay = 3.0
+    lockworker.submit(client, stream, "alone")
+    submitted = time.monotonic()
     proc = spawn(
         procs, "run", "cli_app:Stubborn", "--app-dir", str(app_dir), "--redis",
         redis_server.url, "--namespace", namespace, "--stream", stream, "--owner", "b1",
-        "--role", "backup", "--backup-delay", "60", "--grace", "0.5",
+        "--role", "backup", "--backup-delay", str(delay), "--grace", "0.5",
     )
-    lockworker.submit(client, stream, "alone")
-    submitted = time.monotonic()
     wait_for(lambda: client.get("stubborn:alone") == "started", timeout=30)
-    # Not its 60 s delay: no primary serves the namespace. (The first wait also covers
-    # the process's start, so the bound is loose.)
-    assert time.monotonic() - submitted < 30
+    # Its start-up grace first: a primary starting beside it would have had the job.
+    assert time.monotonic() - submitted >= delay
+    # Then no primary serves the namespace: the next job is taken at once, not after
+    # its delay.
+    lockworker.submit(client, stream, "next")
+    sent = time.monotonic()
+    wait_for(lambda: client.get("stubborn:next") == "started", timeout=30)
+    assert time.monotonic() - sent < delay
     assert [(w.owner, w.role) for w in worker_rows(client, namespace)] == [("b1", "backup")]
     proc.send_signal(signal.SIGTERM)
     proc.communicate(timeout=20)

@@ -156,3 +156,33 @@ def test_the_view_names_the_runs_it_defers_to() -> None:
     primary = View(9.0, watch=False, me=PRIMARY)
     primary.read([Registered(OTHER_PRIMARY, 1.0), Registered(BACKUP_A, 2.0)], 100.0)
     assert primary.acting_runs == primary.primary_runs == {OTHER_PRIMARY.run}
+
+
+def test_a_backup_defers_for_its_start_up_grace_whatever_its_first_reading_shows() -> None:
+    view = View(3.0, watch=True, grace=0.5)
+    view.begin(10.0)
+    view.begin(11.0)  # the first start only
+    assert not view.read([Registered(BACKUP, 3.0)], 10.0)  # nobody registered yet
+    assert view.defer_until == 10.5
+    assert view.hold_until == 10.5
+    view.read([Registered(PRIMARY, 2.0), Registered(BACKUP, 3.0)], 10.1)  # it joined
+    assert view.defer_until == math.inf  # deferring to it, past the grace too
+    assert view.read([Registered(BACKUP, 3.0)], 10.2)  # it left, within the grace
+    assert view.defer_until == NOBODY  # the grace ended with the primary heard of
+    view.begin(10.3)  # a later start (another call) begins no grace
+    assert view.defer_until == NOBODY
+
+
+def test_a_backup_that_heard_of_a_primary_before_it_began_has_no_grace() -> None:
+    view = View(3.0, watch=True, grace=0.5)
+    view.read([Registered(PRIMARY, 2.0)], 10.0)
+    view.begin(10.0)
+    assert view.read([], 10.1)  # the primary left: compete at once
+    assert view.defer_until == NOBODY
+
+
+def test_a_primary_has_no_grace() -> None:
+    view = View(3.0, watch=False)
+    view.begin(10.0)
+    view.read([], 10.0)
+    assert view.defer_until == 10.0  # not after its start: it competes at once
