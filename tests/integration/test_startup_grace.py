@@ -9,6 +9,7 @@ import threading
 import time
 from typing import Any
 
+import pytest
 import redis
 import redis.asyncio
 from helpers import in_thread, present, wait_for
@@ -41,60 +42,41 @@ def _backlog(client: redis.Redis, namespace: str) -> None:
         submit(client, namespace, f"job-{n}")
 
 
+@pytest.mark.parametrize("group", [None, "g"], ids=["fan-out", "group"])
 def test_a_backup_started_before_its_primary_registers_leaves_it_the_first_jobs(
-    redis_client: redis.Redis, namespace: str
+    redis_client: redis.Redis, namespace: str, group: str | None
 ) -> None:
+    """Fan-out: it holds its deliveries back; through a group it reads no entry, which
+    would be its own and nobody else's."""
     _backlog(redis_client, namespace)
     ran: dict[str, str] = {}
-    backup = _worker(redis_client, namespace, "backup", ran, role="backup",
-                     backup_delay=GRACE)
-    primary = _worker(redis_client, namespace, "primary", ran)
-    backup_thread, backup_box = in_thread(lambda: backup.serve(
-        StreamSource(redis_client, namespace, owner="backup"), concurrency=4))
+    workers = {
+        "backup": _worker(redis_client, namespace, "backup", ran, role="backup",
+                          backup_delay=GRACE),
+        "primary": _worker(redis_client, namespace, "primary", ran),
+    }
+    extra = {} if group is None else {"group": group}
+
+    def serve(owner: str) -> tuple[threading.Thread, dict[str, Any]]:
+        return in_thread(lambda: workers[owner].serve(
+            StreamSource(redis_client, namespace, owner=owner, **extra), concurrency=4))
+
+    threads = [serve("backup")]
     try:
         # The backup has read the registrations, and found no primary: the race.
         wait_for(lambda: present(redis_client, namespace, "backup"))
         time.sleep(LATE)  # the scenario: the primary's process starts later
-        primary_thread, primary_box = in_thread(lambda: primary.serve(
-            StreamSource(redis_client, namespace, owner="primary"), concurrency=4))
+        threads.append(serve("primary"))
         wait_for(lambda: len(ran) == JOBS or None)
     finally:
-        primary.stop()
-        backup.stop()
-    for thread in (backup_thread, primary_thread):
+        for w in workers.values():
+            w.stop()
+    for thread, box in threads:
         thread.join(timeout=10)
-    assert "error" not in backup_box and "error" not in primary_box
+        assert "error" not in box
     assert ran == {f"job-{n}": "primary" for n in range(JOBS)}
-    backup.close()
-    primary.close()
-
-
-def test_a_group_backup_started_before_its_primary_reads_no_entry_of_its_own(
-    redis_client: redis.Redis, namespace: str
-) -> None:
-    _backlog(redis_client, namespace)
-    ran: dict[str, str] = {}
-    backup = _worker(redis_client, namespace, "backup", ran, role="backup",
-                     backup_delay=GRACE)
-    primary = _worker(redis_client, namespace, "primary", ran)
-    backup_thread, backup_box = in_thread(lambda: backup.serve(
-        StreamSource(redis_client, namespace, owner="backup", group="g"), concurrency=4))
-    try:
-        wait_for(lambda: present(redis_client, namespace, "backup"))
-        time.sleep(LATE)  # the scenario: the primary's process starts later
-        primary_thread, primary_box = in_thread(lambda: primary.serve(
-            StreamSource(redis_client, namespace, owner="primary", group="g"),
-            concurrency=4))
-        wait_for(lambda: len(ran) == JOBS or None)
-    finally:
-        primary.stop()
-        backup.stop()
-    for thread in (backup_thread, primary_thread):
-        thread.join(timeout=10)
-    assert "error" not in backup_box and "error" not in primary_box
-    assert ran == {f"job-{n}": "primary" for n in range(JOBS)}
-    backup.close()
-    primary.close()
+    for w in workers.values():
+        w.close()
 
 
 def test_a_backup_alone_competes_at_its_grace_end_not_before(
