@@ -27,7 +27,7 @@ import threading
 import time
 import uuid
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -292,8 +292,10 @@ def check(
 
     - ``exclusive``: no two sections of one key by different runs overlap on their
       ``[start, last_believed]`` intervals (sections never believed are skipped);
-    - ``tokens``: per key, tokens strictly grow in order of section start, and no token
-      belongs to two sections (nor, in the store, to two runs);
+    - ``tokens``: per key, tokens strictly grow in order of section start (where
+      holders may overlap, not ``exclusive``: a section's token is above that of every
+      section that stopped believing before it started), and no token belongs to two
+      sections (nor, in the store, to two runs);
     - ``once`` (jobs): at most one run reports DONE, it is the run whose attempt the
       server marked DONE, that attempt finished its work, and nothing ran after it;
     - ``final`` (jobs: id -> state at the end): every job is DONE, GAVE_UP or
@@ -311,7 +313,7 @@ def check(
     if exclusive:
         out += _overlaps(grouped)
     if tokens:
-        out += _token_order(grouped)
+        out += _token_order(grouped, exclusive=exclusive)
     if windows:
         history, effects, final = _lives(history, effects, final, windows)
         grouped = _by_key(history.sections)
@@ -395,7 +397,9 @@ def _overlaps(grouped: Mapping[tuple[str, str], list[Section]]) -> list[Violatio
     return out
 
 
-def _token_order(grouped: Mapping[tuple[str, str], list[Section]]) -> list[Violation]:
+def _token_order(
+    grouped: Mapping[tuple[str, str], list[Section]], *, exclusive: bool = True
+) -> list[Violation]:
     out: list[Violation] = []
     for (_kind, key), sections in grouped.items():
         by_token: dict[int, list[Section]] = defaultdict(list)
@@ -411,7 +415,8 @@ def _token_order(grouped: Mapping[tuple[str, str], list[Section]]) -> list[Viola
         believed = sorted(
             (s for s in sections if s.last_believed is not None), key=lambda s: s.start
         )
-        for a, b in itertools.pairwise(believed):
+        pairs = itertools.pairwise(believed) if exclusive else _after_belief(believed)
+        for a, b in pairs:
             if b.token < a.token:
                 out.append(Violation(
                     "token_backwards", key,
@@ -419,6 +424,28 @@ def _token_order(grouped: Mapping[tuple[str, str], list[Section]]) -> list[Viola
                     f"started at {a.start:.6f}",
                 ))
     return out
+
+
+def _after_belief(believed: Sequence[Section]) -> Iterator[tuple[Section, Section]]:
+    """Each section (by start) beside the highest-token section that had stopped
+    believing before it started: the order tokens must keep where holders may overlap.
+
+    After the server lost its data two holders can believe at once (the promise is
+    then the fence: the store refuses the older token, :func:`_fencing`). A holder
+    granted just before the loss may start its section after one granted just after
+    it, with a lower token: their starts do not tell the order of their grants. A
+    section that starts once another stopped believing was granted after that one's
+    grant, so its token must be higher."""
+    ended = sorted(believed, key=lambda s: s.last_believed or 0.0)
+    top: Section | None = None
+    n = 0
+    for b in believed:
+        while n < len(ended) and (ended[n].last_believed or 0.0) < b.start:
+            if top is None or ended[n].token > top.token:
+                top = ended[n]
+            n += 1
+        if top is not None:
+            yield top, b
 
 
 def _done_once(

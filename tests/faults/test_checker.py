@@ -115,6 +115,28 @@ def test_a_lower_token_after_a_higher_one_goes_backwards() -> None:
     assert check(history, tokens=False) == []
 
 
+def test_where_holders_may_overlap_tokens_order_sections_that_started_after_a_belief_ended(
+) -> None:
+    # A server restart without persistence: "a" was granted token 10 just before it,
+    # "b" token 20 just after; "a" started its section 4.5 ms after "b" did (its
+    # reply came late), both believing at once; the fence refused "a"'s writes.
+    overlapping = History(sections=[
+        sec("L", "b", 20, 0.0, 1.0, kind="leader"),
+        sec("L", "a", 10, 0.0045, 0.005, kind="leader", result="fenced"),
+    ])
+    assert kinds(check(overlapping)) == {"overlap", "token_backwards"}  # exclusive
+    assert check(overlapping, exclusive=False) == []
+    # A section that starts after another stopped believing was granted after it.
+    after = History(sections=[
+        sec("L", "b", 20, 0.0, 1.0, kind="leader"),
+        sec("L", "a", 10, 0.0045, 0.005, kind="leader", result="fenced"),
+        sec("L", "c", 15, 2.0, 3.0, kind="leader"),  # below b's 20: backwards
+    ])
+    found = check(after, exclusive=False)
+    assert kinds(found) == {"token_backwards"}
+    assert "run c" in found[0].detail and "run b" in found[0].detail
+
+
 def test_unbelieved_sections_do_not_order_tokens_but_may_not_reuse_them() -> None:
     history = History(sections=[
         sec("L", "a", 2, 0.0, 1.0, kind="lock"),
