@@ -14,13 +14,13 @@ cd "$(dirname "$0")/.."
 # connection pools, and the command line on top of them.
 TESTS=(
     tests/unit/test_redispy.py tests/unit/test_health.py tests/unit/test_pools.py
-    tests/unit/test_resp_pack.py tests/unit/test_protocol_fakeredis.py
+    tests/unit/test_protocol_fakeredis.py tests/integration/test_wire.py
     tests/unit/test_cli_metrics_options.py tests/unit/test_events_logging.py
     tests/integration/test_job_protocol.py tests/integration/test_protocol.py
     tests/integration/test_failover_worker.py tests/integration/test_leader.py
     tests/integration/test_lock.py tests/integration/test_batch.py
     tests/integration/test_probes_live.py tests/integration/test_cli.py
-    tests/aio/test_aio_api.py tests/aio/test_aio_wire.py tests/aio/test_aio_batch.py
+    tests/aio/test_aio_api.py tests/aio/test_aio_batch.py
     tests/aio/test_aio_leader.py tests/aio/test_aio_primitives.py
     tests/aio/test_aio_wake_cancel.py
     tests/topologies/test_cluster_products.py tests/topologies/test_cluster_aio.py
