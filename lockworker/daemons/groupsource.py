@@ -69,11 +69,11 @@ from lockworker.daemons.groupkeep import (
 )
 from lockworker.daemons.submit import DueMover
 from lockworker.errors import InvalidConfig
-from lockworker.model import policy
 from lockworker.model.state import Role
 from lockworker.protocol import streams
 from lockworker.protocol.streams import Entry
 from lockworker.runtime import events
+from lockworker.serving import rules
 from lockworker.serving.delivery import Delivery, job_of
 
 __all__ = ["BAD_ENTRY", "GroupReader", "Member"]
@@ -235,9 +235,7 @@ class GroupReader(Keeper):
         entry it read would be its own, not the primary's."""
         m = self.member
         assert m is not None
-        return not (m.role is Role.BACKUP and policy.primary_serving(
-            m._view.defer_until, m.clock.monotonic()
-        ))
+        return not (m.role is Role.BACKUP and rules.deferring(m, ranked=False))
 
     def _read_loop(self) -> None:
         """Hand out this owner's entries, then read new ones (before each read, the
